@@ -1,0 +1,68 @@
+"""The only place in the core that reads wall-clock or monotonic time.
+
+Everything else receives a :class:`Clock`, so tests drive time with :class:`FakeClock`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+__all__ = ["Clock", "SystemClock", "FakeClock"]
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """Aware UTC wall-clock time."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards (for local deadlines)."""
+        ...
+
+
+class SystemClock:
+    """The real clocks. ``offset`` skews the wall clock (fault-injection tests use it to play
+    a host whose clock drifted); the monotonic clock is never skewed."""
+
+    def __init__(self, offset: timedelta = timedelta(0)) -> None:
+        self.offset = offset
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class FakeClock:
+    """A clock that moves only when told to. Thread-safe."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._mono = 1000.0
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def advance(self, delta: timedelta | float) -> None:
+        seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)
+        with self._lock:
+            self._now += timedelta(seconds=seconds)
+            self._mono += seconds
+
+    def set(self, instant: datetime) -> None:
+        """Jump the wall clock (monotonic clock moves by the same amount if forward)."""
+        with self._lock:
+            delta = (instant - self._now).total_seconds()
+            self._now = instant
+            if delta > 0:
+                self._mono += delta

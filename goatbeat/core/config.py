@@ -1,0 +1,136 @@
+"""Settings: the keys of the ``GOATBEAT`` setting (Django) or ``goatbeat`` CLI options.
+
+:func:`parse_settings` validates a mapping and reports EVERY problem at once in a
+:class:`~goatbeat.core.errors.ConfigError`; unknown keys are errors; nothing falls back to a
+default silently.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from goatbeat.core.durations import parse_duration
+from goatbeat.core.errors import ConfigError, InvalidValue
+from goatbeat.core.timeutil import get_zone
+
+__all__ = ["Settings", "parse_settings", "default_scheduler_id", "KEYS"]
+
+
+def default_scheduler_id() -> str:
+    """``host:pid:random``: unique per process, readable in logs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    database: str = "default"
+    """Django: a PostgreSQL database alias. CLI: a URL (``sqlite:///goatbeat.db``, ``postgresql://...``)."""
+    timezone: str = "UTC"
+    """Default zone of cron schedules that do not name one."""
+    lease_ttl: timedelta = timedelta(seconds=30)
+    lease_renew_interval: timedelta = timedelta(seconds=10)
+    max_sleep: timedelta = timedelta(seconds=60)
+    batch_size: int = 500
+    max_submit_retries: int = 5
+    scheduler_id: str = field(default_factory=default_scheduler_id)
+
+
+KEYS = (
+    "database",
+    "timezone",
+    "lease_ttl",
+    "lease_renew_interval",
+    "max_sleep",
+    "batch_size",
+    "max_submit_retries",
+    "scheduler_id",
+)
+
+
+def _duration(minimum: timedelta) -> Callable[[str, Any], timedelta]:
+    def parse(key: str, value: Any) -> timedelta:
+        result = parse_duration(value, field=key)
+        if result < minimum:
+            raise InvalidValue(key, value, f"{value!r} is shorter than {minimum.total_seconds():g}s")
+        return result
+
+    return parse
+
+
+def _int_range(low: int, high: int) -> Callable[[str, Any], int]:
+    def parse(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidValue(key, value, f"{value!r} is not an integer")
+        if not low <= value <= high:
+            raise InvalidValue(key, value, f"{value!r} is out of range {low}..{high}")
+        return value
+
+    return parse
+
+
+def _text(max_length: int) -> Callable[[str, Any], str]:
+    def parse(key: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidValue(key, value, f"{value!r} must be a non-empty string")
+        if len(value) > max_length:
+            raise InvalidValue(key, value, f"{value[:30]!r}... is longer than {max_length}")
+        return value
+
+    return parse
+
+
+def _timezone(key: str, value: Any) -> str:
+    get_zone(value, key)
+    return str(value)
+
+
+_PARSERS: dict[str, Callable[[str, Any], Any]] = {
+    "database": _text(1000),
+    "timezone": _timezone,
+    "lease_ttl": _duration(timedelta(seconds=1)),
+    "lease_renew_interval": _duration(timedelta(milliseconds=100)),
+    "max_sleep": _duration(timedelta(milliseconds=10)),
+    "batch_size": _int_range(1, 100_000),
+    "max_submit_retries": _int_range(0, 1000),
+    "scheduler_id": _text(255),
+}
+
+
+def parse_settings(raw: Mapping[str, Any] | None, *, defaults: Mapping[str, Any] | None = None) -> Settings:
+    """Validate ``raw`` (every key optional) on top of ``defaults``; ConfigError lists all problems.
+
+    Each problem reads ``"<key>: <reason>"``, e.g. ``"lease_ttl: 'abc' is not a duration such
+    as '30s', '10m' or '1h30m'"``."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"GOATBEAT must be a dict, not {type(raw).__name__}"])
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    merged = {**dict(defaults or {}), **dict(raw)}
+    for key in sorted(set(merged) - set(KEYS)):
+        problems.append(f"{key}: unknown setting (known: {', '.join(KEYS)})")
+    for key in KEYS:
+        if key not in merged:
+            continue
+        try:
+            values[key] = _PARSERS[key](key, merged[key])
+        except InvalidValue as exc:
+            problems.append(str(exc))
+    ttl = values.get("lease_ttl", Settings.lease_ttl)
+    renew = values.get("lease_renew_interval", Settings.lease_renew_interval)
+    lease_ok = not any(p.startswith(("lease_ttl:", "lease_renew_interval:")) for p in problems)
+    if lease_ok and renew >= ttl:
+        problems.append(
+            f"lease_renew_interval: {renew.total_seconds():g}s must be below "
+            f"lease_ttl {ttl.total_seconds():g}s"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return Settings(**values)

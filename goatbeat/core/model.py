@@ -1,0 +1,342 @@
+"""The values goatbeat passes around: schedules, occurrences, executions, lease grants.
+
+All are frozen dataclasses; stores and the scheduler exchange them, never rows or ORM objects.
+Constructing a :class:`Schedule` validates every field the way a user would hope: a bad value
+raises an :class:`~goatbeat.core.errors.InvalidValue` naming the field, before anything is written.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
+from goatbeat.core.triggers import Trigger
+
+__all__ = [
+    "MisfirePolicy",
+    "ExecutionStatus",
+    "ExecutionKind",
+    "Source",
+    "Routing",
+    "Schedule",
+    "Occurrence",
+    "Execution",
+    "LeaseGrant",
+    "idempotency_key",
+    "manual_key",
+    "MAX_NAME_LENGTH",
+]
+
+MAX_NAME_LENGTH = 200
+DEFAULT_MISFIRE_GRACE = timedelta(seconds=60)
+DEFAULT_CATCH_UP_LIMIT = 100
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What to do with occurrences that are *late* (``now - scheduled_at > misfire_grace``)."""
+
+    RUN_ONCE = "run_once"  # one run for everything missed, at the latest missed instant
+    SKIP = "skip"  # none; resume at the next future occurrence
+    RUN_ALL = "run_all"  # every missed occurrence in order, the latest catch_up_limit of them
+
+
+class ExecutionStatus(enum.StrEnum):
+    CLAIMED = "claimed"  # recorded, not yet accepted by the backend
+    SUBMITTED = "submitted"  # the backend accepted it
+    SUBMIT_FAILED = "submit_failed"  # gave up after max_submit_retries
+    SUCCEEDED = "succeeded"  # the backend reported completion (Django Tasks, inline)
+    FAILED = "failed"  # the backend reported the task failed
+
+
+class ExecutionKind(enum.StrEnum):
+    SCHEDULED = "scheduled"
+    MANUAL = "manual"
+
+
+class Source(enum.StrEnum):
+    """Where a schedule's definition lives."""
+
+    CODE = "code"  # declared in code (schedules.py, Beat.schedule); read-only but `enabled`
+    ADMIN = "admin"  # created in the admin / API
+    CELERY = "celery"  # imported from a beat_schedule, or published by the compat scheduler
+    DJANGO_CELERY_BEAT = "django_celery_beat"  # imported from django-celery-beat's tables
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routing:
+    """Backend routing options. Submitters reject the ones they cannot honour at publish time."""
+
+    queue: str | None = None
+    exchange: str | None = None
+    routing_key: str | None = None
+    priority: int | None = None
+    expires: float | None = None  # seconds after submission after which the task is dropped
+    headers: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("queue", "exchange", "routing_key"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise InvalidSchedule(name, value, f"{value!r} must be a non-empty string")
+        if self.priority is not None and (
+            isinstance(self.priority, bool) or not isinstance(self.priority, int)
+        ):
+            raise InvalidSchedule("priority", self.priority, f"{self.priority!r} is not an integer")
+        if self.priority is not None and not -100 <= self.priority <= 255:
+            raise InvalidSchedule("priority", self.priority, f"{self.priority} is out of range")
+        if self.expires is not None:
+            if isinstance(self.expires, bool) or not isinstance(self.expires, (int, float)):
+                raise InvalidSchedule("expires", self.expires, f"{self.expires!r} is not seconds")
+            if not math.isfinite(self.expires) or self.expires <= 0:
+                raise InvalidSchedule("expires", self.expires, f"{self.expires!r} must be > 0")
+        if not isinstance(self.headers, Mapping):
+            raise InvalidSchedule("headers", self.headers, f"{self.headers!r} is not a mapping")
+        _check_json("headers", dict(self.headers))
+        object.__setattr__(self, "headers", dict(self.headers))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "exchange": self.exchange,
+            "routing_key": self.routing_key,
+            "priority": self.priority,
+            "expires": self.expires,
+            "headers": dict(self.headers),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Routing:
+        data = dict(data or {})
+        unknown = set(data) - {"queue", "exchange", "routing_key", "priority", "expires", "headers"}
+        if unknown:
+            raise InvalidSchedule("routing", data, f"unknown option(s) {sorted(unknown)}")
+        return cls(**{k: v for k, v in data.items() if not (k == "headers" and v is None)})
+
+    def is_default(self) -> bool:
+        return self == Routing()
+
+
+def _check_json(field_name: str, value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSchedule(field_name, value, f"{value!r} is not JSON-serialisable: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """A periodic task: what to run (``task`` + args) and when (``trigger``).
+
+    The first block of fields is the *definition* (what a user declares); the second block is
+    state the store owns and fills in (``id``, ``next_run_at``, ``version``...). Two schedules
+    with the same :meth:`definition` are the same declaration.
+    """
+
+    name: str
+    task: str  # dotted path of the callable / the backend's task name
+    trigger: Trigger
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    routing: Routing = field(default_factory=Routing)
+    misfire: MisfirePolicy = MisfirePolicy.RUN_ONCE
+    misfire_grace: timedelta = DEFAULT_MISFIRE_GRACE
+    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    one_off: bool = False  # disable after the first claimed occurrence (django-celery-beat)
+    description: str = ""
+    source: Source = Source.CODE
+    enabled: bool = True
+
+    # State owned by the store.
+    id: int | None = None
+    next_run_at: datetime | None = None
+    last_run_at: datetime | None = None
+    last_status: str | None = None
+    total_run_count: int = 0
+    missed_count: int = 0
+    version: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidSchedule("name", self.name, f"{self.name!r} must be a non-empty string")
+        if len(self.name) > MAX_NAME_LENGTH:
+            raise InvalidSchedule(
+                "name", self.name, f"{self.name[:40]!r}... is longer than {MAX_NAME_LENGTH}"
+            )
+        if any(ord(c) < 32 for c in self.name):
+            raise InvalidSchedule("name", self.name, f"{self.name!r} contains control characters")
+        if not isinstance(self.task, str) or not self.task.strip() or any(c.isspace() for c in self.task):
+            raise InvalidSchedule("task", self.task, f"{self.task!r} is not a task name")
+        if not isinstance(self.trigger, Trigger):
+            raise InvalidSchedule("trigger", self.trigger, f"{self.trigger!r} is not a trigger")
+        if isinstance(self.args, (str, bytes)) or not isinstance(self.args, (list, tuple)):
+            raise InvalidSchedule("args", self.args, f"{self.args!r} must be a list")
+        object.__setattr__(self, "args", tuple(self.args))
+        _check_json("args", list(self.args))
+        if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
+            raise InvalidSchedule("kwargs", self.kwargs, f"{self.kwargs!r} must be a JSON object")
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+        _check_json("kwargs", self.kwargs)
+        if not isinstance(self.routing, Routing):
+            raise InvalidSchedule("routing", self.routing, f"{self.routing!r} is not a Routing")
+        try:
+            object.__setattr__(self, "misfire", MisfirePolicy(self.misfire))
+        except ValueError:
+            raise InvalidSchedule(
+                "misfire",
+                self.misfire,
+                f"{self.misfire!r} is not one of {', '.join(p.value for p in MisfirePolicy)}",
+            ) from None
+        if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace < timedelta(0):
+            raise InvalidSchedule(
+                "misfire_grace", self.misfire_grace, f"{self.misfire_grace!r} must be >= 0"
+            )
+        if (
+            isinstance(self.catch_up_limit, bool)
+            or not isinstance(self.catch_up_limit, int)
+            or not 1 <= self.catch_up_limit <= 100_000
+        ):
+            raise InvalidSchedule(
+                "catch_up_limit", self.catch_up_limit, f"{self.catch_up_limit!r} is not in 1..100000"
+            )
+        for name in ("start_at", "end_at", "next_run_at", "last_run_at", "created_at", "updated_at"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, to_utc(ensure_aware(value, name)))
+        if self.start_at and self.end_at and self.end_at < self.start_at:
+            raise InvalidSchedule("end_at", self.end_at, "end_at is before start_at")
+        try:
+            object.__setattr__(self, "source", Source(self.source))
+        except ValueError:
+            raise InvalidSchedule("source", self.source, f"{self.source!r} is not a source") from None
+        if not isinstance(self.description, str):
+            raise InvalidSchedule("description", self.description, "must be a string")
+
+    @property
+    def timezone(self) -> str:
+        """The zone the trigger reads wall-clock time in (``"UTC"`` for elapsed-time triggers)."""
+        return str(getattr(self.trigger, "timezone", "UTC"))
+
+    def definition(self) -> dict[str, Any]:
+        """The declared part, JSON-able; equal definitions mean nothing to republish."""
+        return {
+            "task": self.task,
+            "trigger": self.trigger.to_spec(),
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "routing": self.routing.to_dict(),
+            "misfire": self.misfire.value,
+            "misfire_grace": self.misfire_grace.total_seconds(),
+            "catch_up_limit": self.catch_up_limit,
+            "start_at": None if self.start_at is None else self.start_at.isoformat(),
+            "end_at": None if self.end_at is None else self.end_at.isoformat(),
+            "one_off": self.one_off,
+            "description": self.description,
+        }
+
+    def first_run_after(self, instant: datetime) -> datetime | None:
+        """The first fire instant strictly after ``instant`` that respects start/end."""
+        after = instant
+        if self.start_at is not None and self.start_at > after:
+            # start_at itself may be a fire instant: search from just before it.
+            after = self.start_at - timedelta(microseconds=1)
+        nxt = self.trigger.next_after(after)
+        if nxt is None or (self.end_at is not None and nxt > self.end_at):
+            return None
+        return nxt
+
+    def evolve(self, **changes: Any) -> Schedule:
+        return replace(self, **changes)
+
+
+def idempotency_key(name: str, scheduled_at: datetime) -> str:
+    """``<name>:<scheduled_at UTC ISO-8601 Z>``, unique per occurrence in the executions table."""
+    return f"{name}:{iso_z(scheduled_at)}"
+
+
+def manual_key(name: str, requested_at: datetime) -> str:
+    return f"{name}:manual:{iso_z(requested_at)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Occurrence:
+    """One claimed run of a schedule, ready for a submitter."""
+
+    execution_id: int
+    schedule_id: int
+    schedule_name: str
+    task: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    routing: Routing
+    scheduled_at: datetime
+    idempotency_key: str
+    kind: ExecutionKind = ExecutionKind.SCHEDULED
+    fencing_token: int | None = None
+    attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """A row of the executions table: the history of one occurrence."""
+
+    id: int
+    schedule_id: int | None
+    schedule_name: str
+    scheduled_at: datetime
+    idempotency_key: str
+    kind: ExecutionKind
+    status: ExecutionStatus
+    fencing_token: int | None
+    scheduler_id: str | None
+    claimed_at: datetime
+    submitted_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempts: int = 0
+    backend_task_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseGrant:
+    """What the store answers to a successful acquire/renew.
+
+    ``expires_at`` is in the *database* clock; callers must not compare it with their own
+    clock. The local deadline is the LeaseManager's business."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubmitOutcome:
+    """The result of one submission, as the scheduler reports it back to the store."""
+
+    execution_id: int
+    ok: bool
+    backend_task_id: str | None = None
+    error: str | None = None
+    final: bool = False  # a failure that will not be retried: mark submit_failed
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimResult:
+    """What one claim batch did."""
+
+    occurrences: list[Occurrence]
+    refused: bool = False  # the lease check failed: stale token, expired, not the holder
+    conflicts: int = 0  # schedules skipped because a concurrent edit won the compare-and-set
+    missed: int = 0  # occurrences dropped by misfire policies in this batch
+    schedules_seen: int = 0

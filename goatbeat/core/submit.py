@@ -1,0 +1,88 @@
+"""The TaskSubmitter contract: hand a claimed occurrence to a task backend.
+
+One required method, :meth:`TaskSubmitter.submit`. Capability flags say which routing options
+a backend can honour; :func:`check_supported` turns an unsupported option into an
+:class:`~goatbeat.core.errors.UnsupportedOption` when the schedule is *published*, not at 3 a.m.
+
+Errors a submitter raises::
+
+    SubmitError
+    ├── RetryableSubmitError   broker unreachable, timeout: the scheduler retries with backoff
+    └── PermanentSubmitError   unknown task, unserialisable args: marked submit_failed at once
+
+Any other exception is treated as retryable.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol, runtime_checkable
+
+from goatbeat.core.errors import (
+    PermanentSubmitError,
+    RetryableSubmitError,
+    SubmitError,
+    UnsupportedOption,
+)
+from goatbeat.core.model import Occurrence, Schedule
+
+__all__ = [
+    "TaskSubmitter",
+    "check_supported",
+    "SubmitError",
+    "RetryableSubmitError",
+    "PermanentSubmitError",
+]
+
+
+@runtime_checkable
+class TaskSubmitter(Protocol):
+    name: ClassVar[str]
+    """Short backend name for logs: ``"celery"``, ``"rq"``..."""
+
+    supports_queue: ClassVar[bool]
+    """Whether ``routing.queue`` is honoured."""
+    supports_priority: ClassVar[bool]
+    """Whether ``routing.priority`` is honoured."""
+    supports_exchange: ClassVar[bool]
+    """Whether ``routing.exchange`` and ``routing.routing_key`` are honoured (AMQP-style)."""
+    supports_expires: ClassVar[bool]
+    """Whether ``routing.expires`` is honoured."""
+    supports_headers: ClassVar[bool]
+    """Whether ``routing.headers`` are passed along."""
+
+    def validate(self, schedule: Schedule) -> None:
+        """Raise ``UnsupportedOption`` / ``InvalidSchedule`` if this backend cannot run
+        ``schedule`` as declared (usually ``check_supported`` plus a task lookup)."""
+        ...
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        """Hand the occurrence to the backend; return its task id. Must pass
+        ``occurrence.idempotency_key`` along (as task id, job id or header) so a resubmission
+        is recognisable. Raise a SubmitError subclass on failure."""
+        ...
+
+    def close(self) -> None:
+        """Release connections. Idempotent."""
+        ...
+
+
+def check_supported(submitter: TaskSubmitter, schedule: Schedule) -> None:
+    """Raise UnsupportedOption for the first routing option ``submitter`` cannot honour."""
+    routing = schedule.routing
+    checks = [
+        ("queue", routing.queue is not None, submitter.supports_queue),
+        ("priority", routing.priority is not None, submitter.supports_priority),
+        ("exchange", routing.exchange is not None, submitter.supports_exchange),
+        ("routing_key", routing.routing_key is not None, submitter.supports_exchange),
+        ("expires", routing.expires is not None, submitter.supports_expires),
+        ("headers", bool(routing.headers), submitter.supports_headers),
+    ]
+    for field_name, used, supported in checks:
+        if used and not supported:
+            value = getattr(routing, field_name)
+            raise UnsupportedOption(
+                field_name,
+                value,
+                f"schedule {schedule.name!r} sets {field_name}={value!r}, "
+                f"which the {submitter.name} backend cannot honour",
+            )

@@ -1,0 +1,172 @@
+"""Triggers: when a schedule fires.
+
+A trigger is a pure value: ``next_after(instant)`` returns the first fire instant strictly after
+``instant`` (an aware datetime), as an aware UTC datetime, or ``None`` when it never fires again.
+It reads no clock and keeps no hidden state, so planning can call it freely.
+
+Triggers round-trip through a JSON-able *spec* (``to_spec()`` / :func:`trigger_from_spec`),
+which is what the stores persist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from goatbeat.core.cron import CronTrigger
+from goatbeat.core.durations import parse_duration
+from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.solar import SolarTrigger
+from goatbeat.core.timeutil import ensure_aware, parse_instant, to_utc
+
+__all__ = [
+    "CronTrigger",
+    "IntervalTrigger",
+    "OnceTrigger",
+    "SolarTrigger",
+    "Trigger",
+    "EPOCH",
+    "trigger_from_spec",
+]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@runtime_checkable
+class Trigger(Protocol):
+    """When a schedule fires. Implementations are immutable and hashable."""
+
+    kind: ClassVar[str]
+    """The spec discriminator: ``"cron"``, ``"interval"``, ``"once"``, ``"solar"``."""
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        """The first fire instant strictly after ``instant`` (aware), in UTC; ``None`` if none.
+
+        Raises ``ValueError`` (an :class:`~goatbeat.core.errors.InvalidValue`) for a naive
+        ``instant``."""
+        ...
+
+    def to_spec(self) -> dict[str, Any]:
+        """A JSON-able dict with ``"kind"`` and every parameter; :func:`trigger_from_spec`
+        rebuilds an equal trigger from it."""
+        ...
+
+    def describe(self) -> str:
+        """A short human description (``"cron 0 9 * * * (Europe/Paris)"``, ``"every 5m"``)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalTrigger:
+    """Fires every ``every`` of elapsed time: ``anchor + k * every`` for whole ``k``.
+
+    Elapsed time ignores DST and time zones entirely. Without an ``anchor`` the grid is
+    aligned on the Unix epoch, so every replica and every restart computes the same instants
+    (``every="5m"`` fires at :00, :05, ... UTC)."""
+
+    kind: ClassVar[str] = "interval"
+    every: timedelta
+    anchor: datetime | None = field(default=None, kw_only=True)
+
+    def __init__(self, every: timedelta | str | float, *, anchor: datetime | None = None) -> None:
+        if isinstance(every, str):
+            every_td = parse_duration(every, field="every")
+        elif isinstance(every, timedelta):
+            every_td = every
+        elif isinstance(every, (int, float)) and not isinstance(every, bool):
+            if not math.isfinite(every):
+                raise InvalidSchedule("every", every, f"{every!r} is not a finite number of seconds")
+            every_td = timedelta(seconds=every)
+        else:
+            raise InvalidSchedule("every", every, f"{every!r} is not a duration")
+        if every_td <= timedelta(0):
+            raise InvalidSchedule("every", every, f"{every!r} must be a positive duration")
+        if every_td < timedelta(milliseconds=1):
+            raise InvalidSchedule("every", every, f"{every!r} is shorter than 1 ms")
+        object.__setattr__(self, "every", every_td)
+        object.__setattr__(
+            self, "anchor", None if anchor is None else to_utc(ensure_aware(anchor, "anchor"))
+        )
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        instant = to_utc(ensure_aware(instant, "instant"))
+        anchor = self.anchor if self.anchor is not None else EPOCH
+        if instant < anchor:
+            return anchor
+        # Integer microsecond arithmetic: exact, no float drift over decades.
+        step = _micros(self.every)
+        elapsed = _micros(instant - anchor)
+        k = elapsed // step + 1
+        return anchor + timedelta(microseconds=k * step)
+
+    def to_spec(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "every": self.every.total_seconds(),
+            "anchor": None if self.anchor is None else self.anchor.isoformat(),
+        }
+
+    def describe(self) -> str:
+        from goatbeat.core.durations import format_duration
+
+        text = f"every {format_duration(self.every)}"
+        if self.anchor is not None:
+            text += f" from {self.anchor.isoformat()}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class OnceTrigger:
+    """Fires once, at ``at``."""
+
+    kind: ClassVar[str] = "once"
+    at: datetime
+
+    def __init__(self, at: datetime) -> None:
+        object.__setattr__(self, "at", to_utc(ensure_aware(at, "at")))
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        instant = to_utc(ensure_aware(instant, "instant"))
+        return self.at if self.at > instant else None
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "at": self.at.isoformat()}
+
+    def describe(self) -> str:
+        return f"once at {self.at.isoformat()}"
+
+
+def _micros(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
+    """Rebuild a trigger from ``to_spec()`` output. Raises InvalidSchedule naming the field."""
+    if not isinstance(spec, Mapping):
+        raise InvalidSchedule("trigger", spec, f"{spec!r} is not a mapping")
+    kind = spec.get("kind")
+    try:
+        if kind == "cron":
+            return CronTrigger(str(spec["expression"]), timezone=str(spec.get("timezone", "UTC")))
+        if kind == "interval":
+            anchor = spec.get("anchor")
+            return IntervalTrigger(
+                timedelta(seconds=float(spec["every"])),
+                anchor=None if anchor is None else parse_instant(anchor, "anchor"),
+            )
+        if kind == "once":
+            return OnceTrigger(parse_instant(spec["at"], "at"))
+        if kind == "solar":
+            return SolarTrigger(
+                event=str(spec["event"]),
+                latitude=float(spec["latitude"]),
+                longitude=float(spec["longitude"]),
+            )
+    except KeyError as exc:
+        raise InvalidSchedule("trigger", dict(spec), f"{kind} trigger needs {exc.args[0]!r}") from None
+    except (TypeError, OverflowError) as exc:
+        raise InvalidSchedule("trigger", dict(spec), f"invalid {kind} trigger: {exc}") from None
+    raise InvalidSchedule("trigger.kind", kind, f"{kind!r} is not one of cron, interval, once, solar")

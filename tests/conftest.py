@@ -1,0 +1,90 @@
+"""Session-wide fixtures: throwaway PostgreSQL and Redis servers, fresh databases per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.services import PostgresServer, RedisServer
+
+_db_counter = itertools.count()
+
+
+class ExternalPostgres:
+    """A server somebody else runs (GOATBEAT_TEST_PG_DSN): we only create databases on it."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def dsn_for(self, dbname: str) -> str:
+        base, _, _ = self.dsn.rpartition("/")
+        return f"{base}/{dbname}"
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer | ExternalPostgres]:
+    external = os.environ.get("GOATBEAT_TEST_PG_DSN")
+    if external:
+        yield ExternalPostgres(external)
+        return
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def create_database(server: PostgresServer | ExternalPostgres) -> str:
+    """A fresh, empty database on the test server; returns its DSN."""
+    import psycopg
+
+    name = f"gb_{os.getpid()}_{next(_db_counter)}"
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return server.dsn_for(name)
+
+
+def drop_database(server: PostgresServer | ExternalPostgres, dsn: str) -> None:
+    import psycopg
+
+    name = dsn.rsplit("/", 1)[1]
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_dsn(postgres_server: PostgresServer | ExternalPostgres) -> Iterator[str]:
+    """DSN of a fresh empty PostgreSQL database, dropped after the test."""
+    dsn = create_database(postgres_server)
+    try:
+        yield dsn
+    finally:
+        drop_database(postgres_server, dsn)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer | str]:
+    external = os.environ.get("GOATBEAT_TEST_REDIS_URL")
+    if external:
+        yield external
+        return
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer | str) -> Iterator[str]:
+    """URL of the test Redis, flushed before each test."""
+    import redis
+
+    url = redis_server if isinstance(redis_server, str) else redis_server.url
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    client.close()
+    yield url
