@@ -1,0 +1,224 @@
+"""Submit occurrences to Celery by task name (``app.send_task``).
+
+The task module is never imported: the scheduler only needs the broker, not the project's code.
+The idempotency key travels twice, as the Celery task id and as the ``goatbeat_idempotency_key``
+message header (with ``goatbeat_scheduled_at``), so a task sees it as ``self.request.id`` and in
+``self.request.headers``, and a resubmission after a crash carries the same id.
+
+One producer is taken from the app's pool and kept for the submitter's lifetime: acquiring one
+per message costs a pool round trip that a scheduler dispatching thousands of occurrences per
+batch can feel. kombu's publish retry reconnects that producer when the broker restarts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from goatbeat.core.errors import (
+    InvalidSchedule,
+    InvalidValue,
+    PermanentSubmitError,
+    RetryableSubmitError,
+)
+from goatbeat.core.model import Occurrence, Schedule
+from goatbeat.core.submit import check_supported
+from goatbeat.submitters._keys import RESERVED_HEADERS, key_headers
+
+__all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY"]
+
+DEFAULT_RETRY_POLICY: Mapping[str, float] = {
+    # Short on purpose: goatbeat retries a failed submission itself, with backoff, and a long
+    # in-place retry would stall every other due occurrence behind a dead broker.
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+
+# Celery's protocol-2 headers: a user header with one of these names would replace what Celery
+# wrote (the task name, its id...) and the worker would run something else or nothing at all.
+_CELERY_HEADERS = frozenset(
+    {
+        "lang", "task", "id", "shadow", "eta", "expires", "group", "group_index", "retries",
+        "timelimit", "root_id", "parent_id", "argsrepr", "kwargsrepr", "origin",
+        "ignore_result", "replaced_task_nesting", "stamped_headers", "stamps",
+    }
+)  # fmt: skip
+
+# Dotted or colon-separated names ("proj.tasks.add", "celery.backend_cleanup", "app:job"):
+# Celery accepts any string, but an empty segment is always a typo in a dotted path.
+_TASK_NAME = re.compile(r"[^\s.:]+(?:[.:][^\s.:]+)*")
+
+_MAX_PRIORITY = 255
+
+
+def _load_app(app: Any) -> tuple[Any, bool]:
+    """The Celery app and whether this submitter created it (and so must close it)."""
+    if not isinstance(app, str):
+        return app, False
+    if "://" in app:
+        from celery import Celery
+
+        created = Celery("goatbeat", broker=app, set_as_current=False)
+        created.conf.task_serializer = "json"
+        return created, True
+    module_name, _, attr = app.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidValue("celery_app", app, f"cannot import {module_name!r}: {exc}") from None
+    candidates = [attr] if attr else ["app", "celery"]
+    for candidate in candidates:
+        found = getattr(module, candidate, None)
+        if found is not None:
+            return found, False
+    raise InvalidValue(
+        "celery_app", app, f"{module_name!r} has no attribute {' or '.join(candidates)}"
+    )
+
+
+def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(retryable, permanent) exception classes of the installed kombu / redis."""
+    from kombu import exceptions as kombu_exc
+
+    retryable: list[type[BaseException]] = [
+        kombu_exc.OperationalError,
+        kombu_exc.ChannelError,
+        kombu_exc.ConnectionError,
+        ConnectionError,
+        TimeoutError,
+        OSError,
+    ]
+    try:
+        from redis import exceptions as redis_exc
+    except ImportError:  # an AMQP-only project: kombu wraps its errors already
+        pass
+    else:
+        retryable.append(redis_exc.RedisError)
+    permanent: list[type[BaseException]] = [
+        kombu_exc.EncodeError,
+        kombu_exc.ContentDisallowed,
+        pickle.PicklingError,
+        TypeError,
+        ValueError,
+    ]
+    return tuple(retryable), tuple(permanent)
+
+
+class CelerySubmitter:
+    """Send each occurrence as a Celery task message.
+
+    ``app`` is a ``celery.Celery``, a broker URL (``"redis://..."``; a JSON-serialising app is
+    created for it) or an import path ``"module:attr"`` (``"module"`` alone looks for ``app``
+    then ``celery``, as ``celery -A`` does). ``retry_policy`` is kombu's publish retry policy.
+    """
+
+    name: ClassVar[str] = "celery"
+    supports_queue: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_exchange: ClassVar[bool] = True
+    supports_expires: ClassVar[bool] = True
+    supports_headers: ClassVar[bool] = True
+
+    def __init__(self, app: Any, *, retry_policy: Mapping[str, float] | None = None) -> None:
+        self.app, self._owns_app = _load_app(app)
+        self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
+        self._retryable, self._permanent = _error_classes()
+        self._producer: Any = None
+        # The scheduler may submit from more than one thread; a kombu producer must not be.
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def validate(self, schedule: Schedule) -> None:
+        check_supported(self, schedule)
+        if not _TASK_NAME.fullmatch(schedule.task):
+            raise InvalidSchedule(
+                "task", schedule.task, f"{schedule.task!r} is not a Celery task name"
+            )
+        routing = schedule.routing
+        if routing.priority is not None and not 0 <= routing.priority <= _MAX_PRIORITY:
+            raise InvalidSchedule(
+                "priority",
+                routing.priority,
+                f"priority={routing.priority} is outside Celery's range 0..{_MAX_PRIORITY}",
+            )
+        clashing = sorted(set(routing.headers) & (_CELERY_HEADERS | RESERVED_HEADERS))
+        if clashing:
+            raise InvalidSchedule(
+                "headers",
+                dict(routing.headers),
+                f"header(s) {', '.join(map(repr, clashing))} are reserved by Celery or goatbeat",
+            )
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        routing = occurrence.routing
+        options: dict[str, Any] = {}
+        if routing.queue is not None:
+            options["queue"] = routing.queue
+        if routing.exchange is not None:
+            options["exchange"] = routing.exchange
+        if routing.routing_key is not None:
+            options["routing_key"] = routing.routing_key
+        if routing.priority is not None:
+            options["priority"] = routing.priority
+        if routing.expires is not None:
+            options["expires"] = routing.expires
+        # goatbeat's headers last: a user header must not forge the key.
+        headers = {**routing.headers, **key_headers(occurrence)}
+        with self._lock:
+            if self._closed:
+                raise RetryableSubmitError("the Celery submitter is closed")
+            try:
+                if self._producer is None:
+                    self._producer = self.app.producer_pool.acquire(block=True)
+                result = self.app.send_task(
+                    occurrence.task,
+                    args=list(occurrence.args),
+                    kwargs=dict(occurrence.kwargs),
+                    task_id=occurrence.idempotency_key,
+                    producer=self._producer,
+                    headers=headers,
+                    retry=True,
+                    retry_policy=self._retry_policy,
+                    **options,
+                )
+            except self._permanent as exc:
+                raise PermanentSubmitError(
+                    f"celery refused task {occurrence.task!r} "
+                    f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
+                ) from exc
+            except self._retryable as exc:
+                # The connection may be half-dead: start from a fresh producer next time.
+                self._drop_producer()
+                raise RetryableSubmitError(
+                    f"celery broker unavailable for {occurrence.idempotency_key}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return str(result.id)
+
+    def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.release()
+            except Exception:  # noqa: BLE001 - best effort on an already failing connection
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            producer, self._producer = self._producer, None
+            if producer is not None:
+                try:
+                    producer.release()
+                except Exception:  # noqa: BLE001 - closing must not raise
+                    pass
+            if self._owns_app:
+                self.app.close()

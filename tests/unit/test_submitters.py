@@ -1,0 +1,354 @@
+"""The Celery, Dramatiq and RQ submitters without workers: validation, error mapping, ids.
+
+Messages are published to the throwaway Redis and read back from it; no broker is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+
+from goatbeat.core.errors import (
+    InvalidSchedule,
+    InvalidValue,
+    PermanentSubmitError,
+    RetryableSubmitError,
+    UnsupportedOption,
+)
+from goatbeat.core.model import Occurrence, Routing, Schedule, idempotency_key
+from goatbeat.core.submit import TaskSubmitter
+from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.submitters._keys import derived_uuid
+from goatbeat.submitters.celery import CelerySubmitter
+from goatbeat.submitters.dramatiq import DramatiqSubmitter
+from goatbeat.submitters.rq import RQSubmitter, job_id_for
+
+SCHEDULED_AT = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+TASKS = {
+    CelerySubmitter: "proj.tasks.report",
+    DramatiqSubmitter: "send_report",
+    RQSubmitter: "proj.jobs.send_report",
+}
+
+# One value per routing option, each valid for the Routing model.
+OPTION_VALUES: dict[str, Any] = {
+    "queue": "emails",
+    "priority": 5,
+    "exchange": "reports",
+    "routing_key": "reports.daily",
+    "expires": 30.0,
+    "headers": {"x-tenant": "acme"},
+}
+
+FLAG_FOR_OPTION = {
+    "queue": "supports_queue",
+    "priority": "supports_priority",
+    "exchange": "supports_exchange",
+    "routing_key": "supports_exchange",
+    "expires": "supports_expires",
+    "headers": "supports_headers",
+}
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens there once the socket is closed: connections are refused at once.
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def make_schedule(task: str, **routing: Any) -> Schedule:
+    return Schedule(
+        name="report",
+        task=task,
+        trigger=IntervalTrigger(every=timedelta(minutes=5)),
+        routing=Routing(**routing),
+    )
+
+
+def make_occurrence(task: str, *, name: str = "report", args: tuple[Any, ...] = (1, "a"),
+                    **routing: Any) -> Occurrence:  # fmt: skip
+    return Occurrence(
+        execution_id=1,
+        schedule_id=1,
+        schedule_name=name,
+        task=task,
+        args=args,
+        kwargs={"mode": "full"},
+        routing=Routing(**routing),
+        scheduled_at=SCHEDULED_AT,
+        idempotency_key=idempotency_key(name, SCHEDULED_AT),
+    )
+
+
+def build(cls: type, url: str) -> Any:
+    return cls(url)
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    conn = redis.Redis.from_url(redis_url)
+    yield conn
+    conn.close()
+
+
+# -- capabilities ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [CelerySubmitter, DramatiqSubmitter, RQSubmitter])
+def test_submitters_satisfy_the_protocol(cls: type) -> None:
+    submitter = build(cls, closed_port_url())
+    try:
+        assert isinstance(submitter, TaskSubmitter)
+    finally:
+        submitter.close()
+
+
+@pytest.mark.parametrize("option", sorted(OPTION_VALUES))
+@pytest.mark.parametrize("cls", [CelerySubmitter, DramatiqSubmitter, RQSubmitter])
+def test_validate_accepts_exactly_the_options_the_flags_declare(cls: type, option: str) -> None:
+    submitter = build(cls, closed_port_url())
+    try:
+        schedule = make_schedule(TASKS[cls], **{option: OPTION_VALUES[option]})
+        if getattr(cls, FLAG_FOR_OPTION[option]):
+            submitter.validate(schedule)
+        else:
+            with pytest.raises(UnsupportedOption) as info:
+                submitter.validate(schedule)
+            assert info.value.field == option
+            assert option in str(info.value)
+            assert cls.name in str(info.value)
+    finally:
+        submitter.close()
+
+
+def test_flags_are_what_each_backend_can_honour() -> None:
+    assert CelerySubmitter.supports_priority and CelerySubmitter.supports_exchange
+    # Dramatiq priority is per actor, RQ has none; neither routes through AMQP exchanges.
+    for cls in (DramatiqSubmitter, RQSubmitter):
+        assert not cls.supports_priority
+        assert not cls.supports_exchange
+        assert cls.supports_queue and cls.supports_expires and cls.supports_headers
+
+
+@pytest.mark.parametrize(
+    ("cls", "task"),
+    [
+        (CelerySubmitter, "proj..report"),
+        (CelerySubmitter, ".report"),
+        (DramatiqSubmitter, "proj/report"),
+        (DramatiqSubmitter, "1report"),
+        (RQSubmitter, "send_report"),
+        (RQSubmitter, "proj.jobs.send-report"),
+    ],
+)
+def test_validate_rejects_task_names_the_backend_cannot_resolve(cls: type, task: str) -> None:
+    submitter = build(cls, closed_port_url())
+    try:
+        with pytest.raises(InvalidSchedule) as info:
+            submitter.validate(make_schedule(task))
+        assert info.value.field == "task"
+        assert repr(task) in str(info.value)
+    finally:
+        submitter.close()
+
+
+@pytest.mark.parametrize(
+    ("cls", "header"),
+    [
+        (CelerySubmitter, "task"),
+        (CelerySubmitter, "goatbeat_idempotency_key"),
+        (DramatiqSubmitter, "redis_message_id"),
+        (DramatiqSubmitter, "goatbeat_scheduled_at"),
+        (RQSubmitter, "goatbeat_idempotency_key"),
+    ],
+)
+def test_validate_rejects_headers_that_would_overwrite_reserved_ones(
+    cls: type, header: str
+) -> None:
+    submitter = build(cls, closed_port_url())
+    try:
+        with pytest.raises(InvalidSchedule) as info:
+            submitter.validate(make_schedule(TASKS[cls], headers={header: "forged"}))
+        assert info.value.field == "headers"
+        assert repr(header) in str(info.value)
+    finally:
+        submitter.close()
+
+
+def test_celery_rejects_a_negative_priority() -> None:
+    submitter = CelerySubmitter(closed_port_url())
+    try:
+        with pytest.raises(InvalidSchedule) as info:
+            submitter.validate(make_schedule(TASKS[CelerySubmitter], priority=-1))
+        assert info.value.field == "priority"
+        assert "-1" in str(info.value)
+    finally:
+        submitter.close()
+
+
+def test_dramatiq_rejects_a_queue_name_dramatiq_refuses() -> None:
+    submitter = DramatiqSubmitter(closed_port_url())
+    try:
+        with pytest.raises(InvalidSchedule) as info:
+            submitter.validate(make_schedule("send_report", queue="bad queue!"))
+        assert info.value.field == "queue"
+    finally:
+        submitter.close()
+
+
+# -- error mapping ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [CelerySubmitter, DramatiqSubmitter, RQSubmitter])
+def test_broker_down_is_a_retryable_error(cls: type) -> None:
+    submitter = build(cls, closed_port_url())
+    try:
+        with pytest.raises(RetryableSubmitError) as info:
+            submitter.submit(make_occurrence(TASKS[cls]))
+        assert "report:2026-12-01T08:00:00Z" in str(info.value)
+    finally:
+        submitter.close()
+
+
+@pytest.mark.parametrize("cls", [CelerySubmitter, DramatiqSubmitter, RQSubmitter])
+def test_unserialisable_arguments_are_a_permanent_error(cls: type, redis_url: str) -> None:
+    submitter = build(cls, redis_url)
+    try:
+        # Schedules only hold JSON, but an occurrence built by other code may not.
+        with pytest.raises(PermanentSubmitError) as info:
+            submitter.submit(make_occurrence(TASKS[cls], args=(lambda: None,)))
+        assert "report:2026-12-01T08:00:00Z" in str(info.value)
+    finally:
+        submitter.close()
+
+
+@pytest.mark.parametrize("cls", [CelerySubmitter, DramatiqSubmitter, RQSubmitter])
+def test_submit_after_close_fails_and_close_is_idempotent(cls: type, redis_url: str) -> None:
+    submitter = build(cls, redis_url)
+    submitter.close()
+    submitter.close()
+    with pytest.raises(RetryableSubmitError):
+        submitter.submit(make_occurrence(TASKS[cls]))
+
+
+# -- what reaches the broker --------------------------------------------------------------------
+
+
+def test_celery_message_carries_the_key_as_task_id_and_header(
+    redis_url: str, client: redis.Redis
+) -> None:
+    submitter = CelerySubmitter(redis_url)
+    try:
+        occurrence = make_occurrence(
+            TASKS[CelerySubmitter], queue="emails", priority=4, headers={"x-tenant": "acme"}
+        )
+        task_id = submitter.submit(occurrence)
+    finally:
+        submitter.close()
+    assert task_id == "report:2026-12-01T08:00:00Z"
+    # kombu's Redis transport keeps one list per priority band: "emails", "emails\x06\x163"...
+    lists = [k for k in client.keys("emails*") if client.type(k) == b"list"]
+    assert len(lists) == 1
+    raw = client.lrange(lists[0], 0, -1)
+    assert len(raw) == 1
+    message = json.loads(raw[0])
+    headers = message["headers"]
+    assert headers["id"] == task_id
+    assert headers["task"] == "proj.tasks.report"
+    assert headers["goatbeat_idempotency_key"] == task_id
+    assert headers["goatbeat_scheduled_at"] == "2026-12-01T08:00:00Z"
+    assert headers["x-tenant"] == "acme"
+    assert message["properties"]["priority"] == 4
+
+
+def test_celery_app_can_be_named_by_import_path(redis_url: str, client: redis.Redis) -> None:
+    submitter = CelerySubmitter("tests.e2e.backend_apps.celery_app:app")
+    try:
+        from tests.e2e.backend_apps.celery_app import app
+
+        assert submitter.app is app
+    finally:
+        submitter.close()
+    with pytest.raises(InvalidValue) as info:
+        CelerySubmitter("tests.e2e.backend_apps.no_such_module:app")
+    assert info.value.field == "celery_app"
+
+
+def test_dramatiq_message_id_is_derived_from_the_key(redis_url: str, client: redis.Redis) -> None:
+    submitter = DramatiqSubmitter(redis_url)
+    try:
+        occurrence = make_occurrence("send_report", expires=2.5, headers={"x-tenant": "acme"})
+        first = submitter.submit(occurrence)
+        again = submitter.submit(occurrence)
+        other = submitter.submit(make_occurrence("send_report", name="other"))
+    finally:
+        submitter.close()
+    assert first == again == derived_uuid("report:2026-12-01T08:00:00Z")
+    assert other != first
+    stored = [json.loads(v) for v in client.hvals("dramatiq:default.msgs")]
+    mine = [m for m in stored if m["message_id"] == first]
+    # Dramatiq does not de-duplicate; the shared id is what lets a worker recognise the repeat.
+    assert len(mine) == 2
+    options = mine[0]["options"]
+    assert mine[0]["actor_name"] == "send_report"
+    assert mine[0]["args"] == [1, "a"]
+    assert options["goatbeat_idempotency_key"] == "report:2026-12-01T08:00:00Z"
+    assert options["max_age"] == 2500
+    assert options["x-tenant"] == "acme"
+
+
+def test_rq_resubmission_returns_the_same_job_and_enqueues_it_once(
+    redis_url: str, client: redis.Redis
+) -> None:
+    from rq import Queue
+    from rq.job import Job
+
+    submitter = RQSubmitter(redis_url)
+    try:
+        occurrence = make_occurrence("proj.jobs.send_report", queue="emails", expires=1.2)
+        first = submitter.submit(occurrence)
+        again = submitter.submit(occurrence)
+    finally:
+        submitter.close()
+    assert first == again == job_id_for("report:2026-12-01T08:00:00Z")
+    assert Queue("emails", connection=client).job_ids == [first]
+    job = Job.fetch(first, connection=client)
+    assert job.func_name == "proj.jobs.send_report"
+    assert job.args == (1, "a")
+    assert job.kwargs == {"mode": "full"}
+    assert job.meta["goatbeat_idempotency_key"] == "report:2026-12-01T08:00:00Z"
+    # expires -> RQ ttl in whole seconds, rounded up so a job never expires early.
+    assert job.ttl == 2
+
+
+def test_rq_job_ids_are_valid_for_any_key() -> None:
+    from rq.job import validate_job_id
+
+    for key in ("report:2026-12-01T08:00:00Z", "weird name/é:manual:2026-01-01T00:00:00Z"):
+        job_id = job_id_for(key)
+        validate_job_id(job_id)
+        assert job_id == job_id_for(key)
+
+
+def test_registry_builds_each_submitter_by_name(redis_url: str) -> None:
+    from goatbeat.submitters import load_submitter
+
+    for name, cls, option in (
+        ("celery", CelerySubmitter, "app"),
+        ("dramatiq", DramatiqSubmitter, "broker"),
+        ("rq", RQSubmitter, "connection"),
+    ):
+        submitter = load_submitter(name, **{option: redis_url})
+        try:
+            assert type(submitter) is cls
+        finally:
+            submitter.close()
