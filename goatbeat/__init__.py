@@ -23,6 +23,7 @@ from goatbeat.core.triggers import CronTrigger, IntervalTrigger, OnceTrigger, So
 __version__ = "0.1.0"
 
 __all__ = [
+    "Beat",
     "ConfigError",
     "CronTrigger",
     "GoatbeatError",
@@ -40,3 +41,12 @@ __all__ = [
     "SolarTrigger",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Beat is loaded on first use so that `import goatbeat` stays as light as the core.
+    if name == "Beat":
+        from goatbeat.beat import Beat
+
+        return Beat
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

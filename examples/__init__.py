@@ -1,0 +1,1 @@
+"""Example goatbeat apps (``examples.demo`` is what ``./dev demo`` runs)."""

@@ -1,0 +1,458 @@
+"""Beat: the plain-Python API. Declare schedules in code, publish them, run the scheduler.
+
+::
+
+    from goatbeat.beat import Beat
+
+    beat = Beat("postgresql://app@db/app", submitter="celery", timezone="Europe/Paris")
+    beat.schedule(name="daily-report", task="reports.tasks.generate", cron="0 9 * * mon-fri")
+    beat.schedule(name="ping", task=send_ping, args=[42], every="5m", queue="emails")
+
+    @beat.schedule(name="cleanup", every="1h")
+    def cleanup() -> None: ...
+
+Every declaration is validated at once (a bad value raises an ``InvalidValue`` naming the
+field), including by the submitter (``validate``): a routing option the backend cannot honour
+fails at import time, not at 3 a.m. Nothing touches the database until :attr:`Beat.store` is
+used; ``goatbeat --app module:beat ...`` drives the rest (``migrate``, ``scheduler``,
+``schedule list`` ...).
+
+The embedded default (``sqlite:///goatbeat.db`` with the inline submitter) migrates its own
+schema when opened; PostgreSQL is migrated explicitly (``goatbeat migrate``), as production
+schemas should be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from goatbeat.core.clock import Clock
+from goatbeat.core.config import Settings, parse_settings
+from goatbeat.core.durations import parse_duration
+from goatbeat.core.errors import InvalidSchedule, InvalidValue
+from goatbeat.core.model import (
+    DEFAULT_CATCH_UP_LIMIT,
+    Execution,
+    MisfirePolicy,
+    Routing,
+    Schedule,
+    Source,
+)
+from goatbeat.core.observability import log_event
+from goatbeat.core.scheduler import Scheduler
+from goatbeat.core.store import PublishResult, ScheduleStore
+from goatbeat.core.submit import TaskSubmitter
+from goatbeat.core.timeutil import get_zone, parse_instant
+from goatbeat.core.triggers import (
+    CronTrigger,
+    IntervalTrigger,
+    OnceTrigger,
+    SolarTrigger,
+    Trigger,
+)
+
+__all__ = ["Beat", "task_path", "build_trigger"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SOLAR_KEYS = frozenset({"event", "latitude", "longitude"})
+_EMBEDDED_PREFIXES = ("sqlite:", "memory:")
+
+
+def task_path(task: object) -> str:
+    """The task name stored for ``task``: a string as given; a Celery task's ``name``; a
+    Django Tasks ``Task``'s ``module_path``; otherwise the callable's ``module.qualname``."""
+    if isinstance(task, str):
+        return task
+    name = getattr(task, "name", None)
+    if isinstance(name, str) and callable(getattr(task, "apply_async", None)):
+        return name  # a Celery task: its registered name is what send_task needs
+    module_path = getattr(task, "module_path", None)
+    if isinstance(module_path, str):
+        return module_path  # a django.tasks.Task
+    func = getattr(task, "fn", None) if callable(getattr(task, "send", None)) else None
+    target = func if func is not None else task  # a Dramatiq actor wraps its function in .fn
+    if not callable(target):
+        raise InvalidSchedule("task", task, f"{task!r} is neither a callable nor a dotted path")
+    module = getattr(target, "__module__", None)
+    qualname = getattr(target, "__qualname__", None)
+    if not module or not qualname:
+        raise InvalidSchedule("task", task, f"{task!r} has no importable name; pass a dotted path")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise InvalidSchedule(
+            "task",
+            f"{module}.{qualname}",
+            "a nested function or lambda cannot be found by a scheduler process; "
+            "define the task at module level",
+        )
+    return f"{module}.{qualname}"
+
+
+def build_trigger(
+    *,
+    cron: str | None = None,
+    every: str | float | timedelta | None = None,
+    at: datetime | str | None = None,
+    solar: Mapping[str, Any] | None = None,
+    trigger: Trigger | None = None,
+    timezone: str = "UTC",
+    anchor: datetime | None = None,
+) -> Trigger:
+    """Exactly one of ``cron=``, ``every=``, ``at=``, ``solar=``, ``trigger=`` -> a Trigger."""
+    given = {
+        name: value
+        for name, value in (
+            ("cron", cron),
+            ("every", every),
+            ("at", at),
+            ("solar", solar),
+            ("trigger", trigger),
+        )
+        if value is not None
+    }
+    if len(given) != 1:
+        got = ", ".join(f"{k}=" for k in given) or "none"
+        raise InvalidSchedule(
+            "trigger",
+            sorted(given),
+            f"give exactly one of cron=, every=, at=, solar= (got {got})",
+        )
+    if cron is not None:
+        if not isinstance(cron, str):
+            raise InvalidSchedule("cron", cron, f"{cron!r} is not a cron expression string")
+        return CronTrigger(cron, timezone=timezone)
+    if every is not None:
+        return IntervalTrigger(every, anchor=anchor)
+    if at is not None:
+        return OnceTrigger(parse_instant(at, "at"))
+    if solar is not None:
+        if not isinstance(solar, Mapping):
+            raise InvalidSchedule(
+                "solar", solar, "must be a dict(event=..., latitude=..., longitude=...)"
+            )
+        missing = sorted(_SOLAR_KEYS - set(solar))
+        unknown = sorted(set(solar) - _SOLAR_KEYS)
+        if missing or unknown:
+            problems = []
+            if missing:
+                problems.append(f"missing {', '.join(missing)}")
+            if unknown:
+                problems.append(f"unknown {', '.join(map(str, unknown))}")
+            raise InvalidSchedule("solar", dict(solar), "; ".join(problems))
+        return SolarTrigger(
+            event=solar["event"], latitude=solar["latitude"], longitude=solar["longitude"]
+        )
+    assert trigger is not None
+    if not isinstance(trigger, Trigger):
+        raise InvalidSchedule("trigger", trigger, f"{trigger!r} is not a trigger")
+    return trigger
+
+
+class Beat:
+    """Schedules declared in code, a store, a submitter and the settings of the loop.
+
+    ``database``: ``"sqlite:///goatbeat.db"`` (default), ``"memory://"`` or
+    ``"postgresql://user@host/db"``. ``submitter``: a name for
+    :func:`goatbeat.submitters.load_submitter` (``"inline"``, ``"celery"`` ...) or a
+    :class:`~goatbeat.core.submit.TaskSubmitter`; ``submitter_options`` go to its constructor
+    (``{"app": "proj.celery:app"}``, ``{"connection": "redis://..."}``). ``timezone``: the zone of cron schedules
+    that do not name one. ``settings``: a :class:`Settings` or a mapping of the ``GOATBEAT``
+    keys (``lease_ttl``, ``batch_size`` ...), validated at once."""
+
+    def __init__(
+        self,
+        database: str = "sqlite:///goatbeat.db",
+        *,
+        submitter: str | TaskSubmitter = "inline",
+        submitter_options: Mapping[str, Any] | None = None,
+        timezone: str = "UTC",
+        settings: Settings | Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(database, str) or not database.strip():
+            raise InvalidValue("database", database, f"{database!r} is not a database URL")
+        get_zone(timezone, "timezone")
+        if isinstance(settings, Settings):
+            self.settings = dataclasses.replace(settings, database=database, timezone=timezone)
+        else:
+            self.settings = parse_settings(
+                settings, defaults={"database": database, "timezone": timezone}
+            )
+        self.clock = clock
+        self._submitter_spec = submitter
+        self._submitter_options = dict(submitter_options or {})
+        self._submitter: TaskSubmitter | None = None
+        self._store: ScheduleStore | None = None
+        self._declared: dict[str, Schedule] = {}
+        self._callables: dict[str, Callable[..., Any]] = {}
+
+    def __repr__(self) -> str:
+        return (
+            f"<Beat {self.database!r} submitter={self._submitter_name()!r} "
+            f"schedules={len(self._declared)}>"
+        )
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    @property
+    def database(self) -> str:
+        return self.settings.database
+
+    @property
+    def timezone(self) -> str:
+        return self.settings.timezone
+
+    def use_database(self, database: str) -> None:
+        """Point at another database (the CLI's ``--database``); only before the store opens."""
+        if self._store is not None:
+            raise InvalidValue("database", database, "the store is already open")
+        if not isinstance(database, str) or not database.strip():
+            raise InvalidValue("database", database, f"{database!r} is not a database URL")
+        self.settings = dataclasses.replace(self.settings, database=database)
+
+    def configure(self, **overrides: Any) -> Settings:
+        """Change settings keys (``lease_ttl="3s"`` ...), validated like ``GOATBEAT``."""
+        if "database" in overrides and self._store is not None:
+            raise InvalidValue("database", overrides["database"], "the store is already open")
+        current = dataclasses.asdict(self.settings)
+        self.settings = parse_settings(overrides, defaults=current)
+        return self.settings
+
+    @property
+    def submitter(self) -> TaskSubmitter:
+        """The submitter, created on first use (and bound to the store if it wants it)."""
+        if self._submitter is None:
+            from goatbeat.submitters import load_submitter
+
+            submitter = load_submitter(self._submitter_spec, **self._submitter_options)
+            register = getattr(submitter, "register", None)
+            if callable(register):
+                for path, func in self._callables.items():
+                    register(path, func)
+            self._submitter = submitter
+            if self._store is not None:
+                self._bind(submitter, self._store)
+        return self._submitter
+
+    def _submitter_name(self) -> str:
+        spec = self._submitter_spec
+        return spec if isinstance(spec, str) else getattr(spec, "name", type(spec).__name__)
+
+    @property
+    def store(self) -> ScheduleStore:
+        """The store, opened on first use. SQLite and memory stores are migrated on opening."""
+        if self._store is None:
+            from goatbeat.stores import open_store
+
+            store = open_store(self.database, clock=self.clock)
+            if self.database.startswith(_EMBEDDED_PREFIXES):
+                store.migrate()
+            self._store = store
+            if self._submitter is not None:
+                self._bind(self._submitter, store)
+        return self._store
+
+    @staticmethod
+    def _bind(submitter: TaskSubmitter, store: ScheduleStore) -> None:
+        bind = getattr(submitter, "bind", None)
+        if callable(bind):
+            bind(store)
+
+    # -- declaring -------------------------------------------------------------------------------
+
+    @property
+    def schedules(self) -> list[Schedule]:
+        """The schedules declared in code, in declaration order."""
+        return list(self._declared.values())
+
+    @overload
+    def schedule(
+        self,
+        *,
+        name: str | None = ...,
+        task: None = ...,
+        **options: Any,
+    ) -> Callable[[F], F]: ...
+
+    @overload
+    def schedule(
+        self,
+        *,
+        name: str,
+        task: str | Callable[..., Any],
+        **options: Any,
+    ) -> Schedule: ...
+
+    def schedule(
+        self,
+        *,
+        name: str | None = None,
+        task: str | Callable[..., Any] | None = None,
+        **options: Any,
+    ) -> Schedule | Callable[[F], F]:
+        """Declare a schedule, validated at once. Returns the :class:`Schedule`.
+
+        Without ``task=`` it is a decorator: ``@beat.schedule(name="x", every="5m")``
+        declares the decorated function (``name`` defaults to its ``__name__``).
+
+        Options: exactly one of ``cron=`` (5 or 6 fields), ``every=`` (``"5m"``, seconds or a
+        timedelta), ``at=`` (an aware datetime or ISO string), ``solar=dict(event=, latitude=,
+        longitude=)``, ``trigger=`` (a Trigger); ``args=()``, ``kwargs={}``; routing
+        ``queue=``, ``exchange=``, ``routing_key=``, ``priority=``, ``expires=`` (seconds or a
+        duration), ``headers=``; ``misfire="run_once"|"skip"|"run_all"``,
+        ``misfire_grace="60s"``, ``catch_up_limit=100``; ``start_at=``, ``end_at=``;
+        ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``.
+        """
+        if task is None:
+
+            def decorator(func: F) -> F:
+                self._declare(name=str(name or getattr(func, "__name__", "")), task=func, **options)
+                return func
+
+            return decorator
+        if name is None:
+            raise InvalidSchedule("name", None, "every schedule needs a name=")
+        return self._declare(name=name, task=task, **options)
+
+    def _declare(
+        self,
+        *,
+        name: str,
+        task: str | Callable[..., Any],
+        cron: str | None = None,
+        every: str | float | timedelta | None = None,
+        at: datetime | str | None = None,
+        solar: Mapping[str, Any] | None = None,
+        trigger: Trigger | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        exchange: str | None = None,
+        routing_key: str | None = None,
+        priority: int | None = None,
+        expires: float | str | timedelta | None = None,
+        headers: Mapping[str, Any] | None = None,
+        misfire: str | MisfirePolicy = MisfirePolicy.RUN_ONCE,
+        misfire_grace: str | float | timedelta = "60s",
+        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
+        start_at: datetime | str | None = None,
+        end_at: datetime | str | None = None,
+        timezone: str | None = None,
+        description: str = "",
+        enabled: bool = True,
+        one_off: bool = False,
+    ) -> Schedule:
+        if isinstance(name, str) and name in self._declared:
+            raise InvalidSchedule("name", name, f"{name!r} is declared twice")
+        path = task_path(task)
+        zone = self.timezone if timezone is None else timezone
+        get_zone(zone, "timezone")
+        start = None if start_at is None else parse_instant(start_at, "start_at")
+        end = None if end_at is None else parse_instant(end_at, "end_at")
+        built = build_trigger(
+            cron=cron,
+            every=every,
+            at=at,
+            solar=solar,
+            trigger=trigger,
+            timezone=zone,
+            # An interval that starts at start_at fires at start_at, start_at + every, ...
+            anchor=start,
+        )
+        if expires is None:
+            expires_s = None
+        else:
+            expires_s = parse_duration(expires, field="expires").total_seconds()
+        if not isinstance(enabled, bool):
+            raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
+        schedule = Schedule(
+            name=name,
+            task=path,
+            trigger=built,
+            args=args,  # type: ignore[arg-type]  # Schedule coerces and validates
+            kwargs=kwargs if kwargs is not None else {},
+            routing=Routing(
+                queue=queue,
+                exchange=exchange,
+                routing_key=routing_key,
+                priority=priority,
+                expires=expires_s,
+                headers=headers if headers is not None else {},
+            ),
+            misfire=misfire,  # type: ignore[arg-type]  # Schedule coerces and validates
+            misfire_grace=parse_duration(misfire_grace, field="misfire_grace"),
+            catch_up_limit=catch_up_limit,
+            start_at=start,
+            end_at=end,
+            one_off=one_off,
+            description=description,
+            source=Source.CODE,
+            enabled=enabled,
+        )
+        if callable(task) and not isinstance(task, str):
+            self._callables[path] = task
+            register = getattr(self._submitter, "register", None)
+            if callable(register):
+                register(path, task)
+        self.submitter.validate(schedule)
+        self._declared[schedule.name] = schedule
+        return schedule
+
+    # -- talking to the store ----------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Create or upgrade the schema (idempotent)."""
+        self.store.migrate()
+
+    def publish(self) -> PublishResult:
+        """Upsert the declared schedules (source ``code``) into the store."""
+        submitter = self.submitter
+        for schedule in self._declared.values():
+            submitter.validate(schedule)
+        result = self.store.publish(self.schedules, source=Source.CODE)
+        if result.created or result.updated:
+            log_event(
+                "schedule.published",
+                created=result.created,
+                updated=result.updated,
+                unchanged=len(result.unchanged),
+            )
+        return result
+
+    def prune(self) -> list[str]:
+        """Disable code schedules in the store that are no longer declared."""
+        names = self.store.prune(set(self._declared), source=Source.CODE)
+        if names:
+            log_event("schedule.pruned", schedules=names)
+        return names
+
+    def run_now(self, name: str) -> Execution:
+        """Ask the leader for an extra run of ``name`` now."""
+        execution = self.store.request_run(name)
+        log_event(
+            "schedule.run_requested", schedule=name, idempotency_key=execution.idempotency_key
+        )
+        return execution
+
+    def scheduler(self, **overrides: Any) -> Scheduler:
+        """A :class:`Scheduler` on this store and submitter; ``overrides`` are settings keys."""
+        settings = self.settings
+        if overrides:
+            settings = parse_settings(overrides, defaults=dataclasses.asdict(settings))
+        return Scheduler(self.store, self.submitter, settings=settings, clock=self.clock)
+
+    def run(self, **overrides: Any) -> None:
+        """Publish, then run the scheduler until SIGTERM/SIGINT."""
+        self.publish()
+        self.scheduler(**overrides).run()
+
+    def close(self) -> None:
+        """Close the submitter and the store. Idempotent."""
+        if self._submitter is not None:
+            self._submitter.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None

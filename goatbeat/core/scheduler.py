@@ -1,0 +1,566 @@
+"""The scheduler loop: lease, claim, submit, bookkeeping, sleep.
+
+One :meth:`Scheduler.run_once` is one iteration:
+
+1. Acquire or renew the lease when it is due for renewal. A store failure is logged
+   (``scheduler.error``), the lease is dropped locally and the loop backs off; it never crashes.
+2. Not the holder (or past the local deadline): dispatch nothing; sleep until the lease could
+   expire or a release NOTIFY arrives.
+3. On becoming leader (a new fencing token), resubmit every ``claimed`` execution the store
+   holds (``pending()``): a crash between submission and bookkeeping left them; their key is
+   unchanged, so dispatch is at least once. Every iteration also submits pending rows that are
+   not waiting for a retry: manual run requests arrive that way.
+4. Claim due occurrences in batches of ``batch_size`` while full batches come back and the local
+   deadline still holds, submit them, and record the outcomes of each batch in one call.
+5. Sleep (``store.wait``, so a NOTIFY ends it early) until the earliest of the next
+   ``next_run_at``, the lease renewal, a submit retry, and ``max_sleep``.
+
+Submit failures. A :class:`~goatbeat.core.errors.PermanentSubmitError` is final at once
+(``submit_failed``). Anything else is retried with exponential backoff (1 s, 2 s, 4 s ...
+capped at 60 s) — the row stays ``claimed`` with ``attempts`` counted in the store, so a new
+leader continues the count — until ``1 + max_submit_retries`` attempts have failed.
+
+Logging on the hot path. ``occurrence.submitted`` is logged at INFO for every occurrence: an
+operator must be able to see each fire, and with a formatter attached it costs a few
+microseconds per occurrence (a broker round trip costs 100x more). ``occurrence.claimed`` is
+DEBUG. Field construction is skipped entirely when the level is disabled.
+
+Test hook (fault injection only): with the environment variable
+``GOATBEAT_CRASH_AFTER_SUBMIT=<n>`` the process calls ``os._exit(137)`` right after its n-th
+successful submission, before the bookkeeping, to play a crash between the two.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import FrameType
+from typing import Any
+
+from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.config import Settings
+from goatbeat.core.errors import PermanentSubmitError, StoreError
+from goatbeat.core.lease import LeaseManager
+from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, SubmitOutcome
+from goatbeat.core.observability import log_event, logger
+from goatbeat.core.store import ScheduleStore
+from goatbeat.core.submit import TaskSubmitter
+
+__all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV"]
+
+CRASH_ENV = "GOATBEAT_CRASH_AFTER_SUBMIT"
+"""Test hook: exit with status 137 right after the n-th successful submission."""
+
+RETRY_BASE = 1.0
+RETRY_CAP = 60.0
+ERROR_BACKOFF_BASE = 0.5
+ERROR_BACKOFF_CAP = 30.0
+MIN_IDLE_SLEEP = 0.01
+"""Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
+(a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
+STOP_POLL = 0.2
+"""Longest single wait, so a stop request (signal or another thread) is seen promptly."""
+
+
+def retry_delay(attempts: int) -> float:
+    """Backoff before the next try after ``attempts`` failed attempts: 1 s, 2 s, 4 s ... 60 s."""
+    return float(min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempts - 1)))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IterationResult:
+    """What one iteration did, and how long the loop should sleep before the next."""
+
+    leader: bool
+    """Whether this scheduler held the lease (within its local deadline) during the iteration."""
+    fencing_token: int | None = None
+    became_leader: bool = False
+    claimed: int = 0
+    submitted: int = 0
+    """Successful submissions, resubmissions and manual runs included."""
+    resubmitted: int = 0
+    """Pending rows (left ``claimed`` earlier, or manual requests) submitted successfully."""
+    retrying: int = 0
+    """Failed submissions that will be retried."""
+    failed: int = 0
+    """Failed submissions marked ``submit_failed``."""
+    missed: int = 0
+    conflicts: int = 0
+    refused: bool = False
+    error: str | None = None
+    sleep: float = 0.0
+
+
+class _Tally:
+    __slots__ = (
+        "claimed",
+        "submitted",
+        "resubmitted",
+        "retrying",
+        "failed",
+        "missed",
+        "conflicts",
+        "refused",
+    )
+
+    def __init__(self) -> None:
+        self.claimed = 0
+        self.submitted = 0
+        self.resubmitted = 0
+        self.retrying = 0
+        self.failed = 0
+        self.missed = 0
+        self.conflicts = 0
+        self.refused = False
+
+
+class Scheduler:
+    """Ties the store, the lease and a submitter together. Not thread-safe: one loop per
+    instance (``request_stop`` may be called from any thread or a signal handler)."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        submitter: TaskSubmitter,
+        *,
+        settings: Settings,
+        clock: Clock | None = None,
+        lease_name: str = "scheduler",
+    ) -> None:
+        self.store = store
+        self.submitter = submitter
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.scheduler_id = settings.scheduler_id
+        self.lease = LeaseManager(
+            store,
+            holder=settings.scheduler_id,
+            ttl=settings.lease_ttl,
+            renew_interval=settings.lease_renew_interval,
+            name=lease_name,
+            clock=self.clock,
+        )
+        self._stop = threading.Event()
+        self._leader_token: int | None = None
+        self._standby_logged = False
+        # execution id -> monotonic instant before which it is not retried
+        self._retry_at: dict[int, float] = {}
+        self._error_streak = 0
+        self._submissions = 0
+        crash = os.environ.get(CRASH_ENV, "").strip()
+        self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
+        self._after_bookkeeping: Callable[[], None] | None = getattr(
+            submitter, "after_bookkeeping", None
+        )
+
+    # -- control --------------------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        """Ask the loop to stop after the current batch. Safe from signal handlers and threads."""
+        self._stop.set()
+
+    def release(self) -> bool:
+        """Give the lease up now (graceful stop) so a standby takes over at once."""
+        self._leader_token = None
+        try:
+            return self.lease.release()
+        except StoreError as exc:
+            # The lease then expires on its own within lease_ttl.
+            log_event(
+                "scheduler.error",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                stage="release",
+                error=str(exc),
+            )
+            return False
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Loop until ``stop`` is set, :meth:`request_stop` is called, or SIGTERM/SIGINT arrive
+        (handlers are installed only when called from the main thread). On the way out the
+        current batch is finished and the lease released."""
+        if stop is not None:
+            self._stop = stop
+        previous = self._install_signal_handlers()
+        log_event(
+            "scheduler.started",
+            scheduler_id=self.scheduler_id,
+            submitter=getattr(self.submitter, "name", type(self.submitter).__name__),
+            store=_safe_info(self.store),
+            lease_ttl=self.settings.lease_ttl,
+            lease_renew_interval=self.settings.lease_renew_interval,
+            batch_size=self.settings.batch_size,
+        )
+        try:
+            while not self._stop.is_set():
+                result = self.run_once()
+                if self._stop.is_set():
+                    break
+                self._sleep(result.sleep)
+        finally:
+            released = self.release()
+            self._restore_signal_handlers(previous)
+            log_event("scheduler.stopped", scheduler_id=self.scheduler_id, released=released)
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.request_stop()
+
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep in short slices so a stop request is seen quickly; a NOTIFY ends it at once."""
+        deadline = self.clock.monotonic() + seconds
+        while not self._stop.is_set():
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                if self.store.wait(min(remaining, STOP_POLL)):
+                    return
+            except StoreError as exc:
+                log_event(
+                    "scheduler.error",
+                    level=logging.WARNING,
+                    scheduler_id=self.scheduler_id,
+                    stage="wait",
+                    error=str(exc),
+                )
+                self._stop.wait(min(remaining, STOP_POLL))
+
+    # -- one iteration --------------------------------------------------------------------------
+
+    def run_once(self) -> IterationResult:
+        """One iteration; never raises for store or submitter failures (they are logged)."""
+        tally = _Tally()
+        became_leader = False
+        stage = "lease"
+        try:
+            # Past the local deadline we renew at once rather than wait for the renewal slot.
+            if self.lease.due_for_renewal() or not self.lease.is_held():
+                grant = self.lease.acquire()
+                if grant is None:
+                    self._on_standby()
+                elif grant.token != self._leader_token:
+                    became_leader = True
+                    self._leader_token = grant.token
+                    self._standby_logged = False
+                    # Backoff state belongs to the previous reign; pending rows go out now.
+                    self._retry_at.clear()
+                else:
+                    log_event(
+                        "lease.renewed",
+                        level=logging.DEBUG,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        lease=self.lease.name,
+                    )
+            if not self.lease.is_held():
+                self._error_streak = 0
+                return IterationResult(leader=False, sleep=self._standby_sleep())
+            grant = self.lease.grant
+            assert grant is not None
+            stage = "pending"
+            self._submit_pending(grant, tally, force=became_leader)
+            stage = "claim"
+            self._claim_and_submit(grant, tally)
+            stage = "sleep"
+            sleep = self._leader_sleep(tally)
+        except StoreError as exc:
+            self._error_streak += 1
+            backoff = min(
+                ERROR_BACKOFF_CAP,
+                self.settings.max_sleep.total_seconds(),
+                ERROR_BACKOFF_BASE * 2 ** (self._error_streak - 1),
+            )
+            log_event(
+                "scheduler.error",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                stage=stage,
+                error=str(exc),
+                retry_in=backoff,
+            )
+            # We cannot know whether a renewal or a claim landed: stop trusting the lease.
+            self._drop_lease()
+            return IterationResult(
+                leader=False,
+                became_leader=became_leader,
+                claimed=tally.claimed,
+                submitted=tally.submitted,
+                resubmitted=tally.resubmitted,
+                retrying=tally.retrying,
+                failed=tally.failed,
+                missed=tally.missed,
+                conflicts=tally.conflicts,
+                error=str(exc),
+                sleep=backoff,
+            )
+        self._error_streak = 0
+        return IterationResult(
+            leader=not tally.refused,
+            fencing_token=grant.token,
+            became_leader=became_leader,
+            claimed=tally.claimed,
+            submitted=tally.submitted,
+            resubmitted=tally.resubmitted,
+            retrying=tally.retrying,
+            failed=tally.failed,
+            missed=tally.missed,
+            conflicts=tally.conflicts,
+            refused=tally.refused,
+            sleep=sleep,
+        )
+
+    def _drop_lease(self) -> None:
+        self.lease.drop()
+        self._leader_token = None
+
+    def _on_standby(self) -> None:
+        self._leader_token = None
+        if self._standby_logged:
+            return
+        self._standby_logged = True
+        holder: str | None = None
+        try:
+            current = self.store.read_lease(self.lease.name)
+        except StoreError:
+            current = None
+        if current is not None:
+            holder = current[0]
+        log_event(
+            "lease.standby", scheduler_id=self.scheduler_id, lease=self.lease.name, holder=holder
+        )
+
+    # -- pending rows: resubmissions, retries, manual runs --------------------------------------
+
+    def _submit_pending(self, grant: LeaseGrant, tally: _Tally, *, force: bool) -> None:
+        rows = self.store.pending(limit=self.settings.batch_size)
+        if not rows:
+            return
+        now_m = self.clock.monotonic()
+        retry_at = self._retry_at
+        ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
+        if not ready:
+            return
+        info = logger.isEnabledFor(logging.INFO)
+        if info:
+            for occ in ready:
+                if occ.kind is ExecutionKind.SCHEDULED and occ.execution_id not in retry_at:
+                    log_event(
+                        "occurrence.resubmitted",
+                        schedule=occ.schedule_name,
+                        idempotency_key=occ.idempotency_key,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        scheduled_at=occ.scheduled_at,
+                        attempts=occ.attempts,
+                    )
+        self._submit_batch(ready, grant, tally, pending=True)
+
+    # -- claiming -------------------------------------------------------------------------------
+
+    def _claim_and_submit(self, grant: LeaseGrant, tally: _Tally) -> None:
+        limit = self.settings.batch_size
+        while self.lease.is_held():
+            result = self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit)
+            if result.refused:
+                tally.refused = True
+                log_event(
+                    "claim.refused",
+                    level=logging.WARNING,
+                    scheduler_id=self.scheduler_id,
+                    fencing_token=grant.token,
+                    lease=self.lease.name,
+                )
+                self._drop_lease()
+                return
+            occurrences = result.occurrences
+            tally.claimed += len(occurrences)
+            if result.missed:
+                tally.missed += result.missed
+                log_event(
+                    "occurrence.missed",
+                    level=logging.WARNING,
+                    scheduler_id=self.scheduler_id,
+                    fencing_token=grant.token,
+                    missed=result.missed,
+                    schedules=sorted({o.schedule_name for o in occurrences}) or None,
+                )
+            if result.conflicts:
+                tally.conflicts += result.conflicts
+                log_event(
+                    "claim.conflict",
+                    scheduler_id=self.scheduler_id,
+                    fencing_token=grant.token,
+                    conflicts=result.conflicts,
+                )
+            if occurrences and logger.isEnabledFor(logging.DEBUG):
+                now = self.clock.now()
+                for occ in occurrences:
+                    log_event(
+                        "occurrence.claimed",
+                        level=logging.DEBUG,
+                        schedule=occ.schedule_name,
+                        idempotency_key=occ.idempotency_key,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        scheduled_at=occ.scheduled_at,
+                        lateness=_lateness(now, occ.scheduled_at),
+                    )
+            if occurrences:
+                self._submit_batch(occurrences, grant, tally, pending=False)
+            full = max(result.schedules_seen, len(occurrences)) >= limit
+            if not full or self._stop.is_set():
+                return
+
+    # -- submission -----------------------------------------------------------------------------
+
+    def _submit_batch(
+        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally, *, pending: bool
+    ) -> None:
+        """Submit while the local deadline holds; record every outcome in one store call.
+        Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader."""
+        submit = self.submitter.submit
+        lease = self.lease
+        outcomes: list[SubmitOutcome] = []
+        info = logger.isEnabledFor(logging.INFO)
+        now = self.clock.now() if info else None
+        max_attempts = 1 + self.settings.max_submit_retries
+        for occ in occurrences:
+            if not lease.is_held():
+                break
+            try:
+                task_id = submit(occ)
+            except Exception as exc:  # every failure is retried or recorded
+                attempts = occ.attempts + 1
+                final = isinstance(exc, PermanentSubmitError) or attempts >= max_attempts
+                error = f"{type(exc).__name__}: {exc}"
+                outcomes.append(
+                    SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=final)
+                )
+                if final:
+                    tally.failed += 1
+                    self._retry_at.pop(occ.execution_id, None)
+                    log_event(
+                        "occurrence.submit_failed",
+                        level=logging.ERROR,
+                        schedule=occ.schedule_name,
+                        idempotency_key=occ.idempotency_key,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        scheduled_at=occ.scheduled_at,
+                        attempts=attempts,
+                        error=error,
+                    )
+                else:
+                    tally.retrying += 1
+                    delay = retry_delay(attempts)
+                    self._retry_at[occ.execution_id] = self.clock.monotonic() + delay
+                    log_event(
+                        "occurrence.submit_retry",
+                        level=logging.WARNING,
+                        schedule=occ.schedule_name,
+                        idempotency_key=occ.idempotency_key,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        scheduled_at=occ.scheduled_at,
+                        attempts=attempts,
+                        retry_in=delay,
+                        error=error,
+                    )
+                continue
+            outcomes.append(
+                SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
+            )
+            tally.submitted += 1
+            if pending:
+                tally.resubmitted += 1
+                self._retry_at.pop(occ.execution_id, None)
+            self._submissions += 1
+            if self._crash_after and self._submissions >= self._crash_after:
+                # Test hook: die between submission and bookkeeping (see module docstring).
+                os._exit(137)
+            if info:
+                assert now is not None
+                log_event(
+                    "occurrence.submitted",
+                    schedule=occ.schedule_name,
+                    idempotency_key=occ.idempotency_key,
+                    scheduler_id=self.scheduler_id,
+                    fencing_token=grant.token,
+                    scheduled_at=occ.scheduled_at,
+                    lateness=_lateness(now, occ.scheduled_at),
+                    kind=occ.kind,
+                    backend_task_id=task_id,
+                )
+        if outcomes:
+            self.store.record_outcomes(outcomes)
+            if self._after_bookkeeping is not None:
+                self._after_bookkeeping()
+
+    # -- sleeping -------------------------------------------------------------------------------
+
+    def _leader_sleep(self, tally: _Tally) -> float:
+        max_sleep = self.settings.max_sleep.total_seconds()
+        candidates = [max_sleep]
+        if self.lease.grant is None:
+            candidates.append(0.0)  # refused: try to re-acquire right away
+        else:
+            candidates.append(self.lease.seconds_until_renewal())
+        nxt = self.store.next_due_at()
+        if nxt is not None:
+            # Due-ness is judged by the store's clock, so the distance is too.
+            candidates.append((nxt - self.store.now()).total_seconds())
+        if self._retry_at:
+            candidates.append(min(self._retry_at.values()) - self.clock.monotonic())
+        sleep = max(0.0, min(candidates))
+        if sleep < MIN_IDLE_SLEEP and not (tally.claimed or tally.submitted or tally.failed):
+            sleep = MIN_IDLE_SLEEP
+        return sleep
+
+    def _standby_sleep(self) -> float:
+        max_sleep = self.settings.max_sleep.total_seconds()
+        try:
+            current = self.store.read_lease(self.lease.name)
+            if current is None:
+                return MIN_IDLE_SLEEP
+            _holder, _token, expires_at, expired = current
+            if expired:
+                return MIN_IDLE_SLEEP
+            until = (expires_at - self.store.now()).total_seconds()
+        except StoreError:
+            return min(max_sleep, ERROR_BACKOFF_BASE)
+        # Wake just after the expiry; a release NOTIFY ends the wait sooner.
+        return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
+
+
+def _lateness(now: datetime, scheduled_at: datetime) -> float:
+    return round((now - scheduled_at).total_seconds(), 6)
+
+
+def _safe_info(store: ScheduleStore) -> Any:
+    try:
+        return store.info()
+    except Exception:  # a log line's description must not stop the start
+        return type(store).__name__

@@ -1,0 +1,489 @@
+"""The scheduler loop against the real MemoryStore, a FakeClock and a recording submitter."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import pytest
+
+from goatbeat.core.clock import FakeClock, SystemClock
+from goatbeat.core.config import Settings
+from goatbeat.core.errors import PermanentSubmitError, RetryableSubmitError, StoreError
+from goatbeat.core.model import (
+    ClaimResult,
+    ExecutionKind,
+    ExecutionStatus,
+    LeaseGrant,
+    MisfirePolicy,
+    Occurrence,
+    Schedule,
+)
+from goatbeat.core.scheduler import IterationResult, Scheduler, retry_delay
+from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.stores.memory import MemoryStore
+
+START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+
+
+class RecordingSubmitter:
+    name: ClassVar[str] = "recording"
+    supports_queue: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_exchange: ClassVar[bool] = True
+    supports_expires: ClassVar[bool] = True
+    supports_headers: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.submitted: list[Occurrence] = []
+        self.failures: list[BaseException] = []  # raised, in order, before succeeding
+        self.on_submit: Callable[[Occurrence], None] | None = None
+
+    @property
+    def keys(self) -> list[str]:
+        return [o.idempotency_key for o in self.submitted]
+
+    def validate(self, schedule: Schedule) -> None:
+        return None
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        if self.on_submit is not None:
+            self.on_submit(occurrence)
+        if self.failures:
+            raise self.failures.pop(0)
+        self.submitted.append(occurrence)
+        return f"task-{occurrence.execution_id}"
+
+    def close(self) -> None:
+        return None
+
+
+class FlakyStore(MemoryStore):
+    """A real MemoryStore whose named methods raise StoreError a given number of times."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.fail: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+
+    def _maybe_fail(self, method: str) -> None:
+        self.calls[method] = self.calls.get(method, 0) + 1
+        if self.fail.get(method, 0) > 0:
+            self.fail[method] -= 1
+            raise StoreError(f"{method}: connection lost")
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        self._maybe_fail("acquire_lease")
+        return super().acquire_lease(name, holder, ttl)
+
+    def claim_due(
+        self,
+        lease: LeaseGrant,
+        *,
+        scheduler_id: str,
+        limit: int,
+        now: datetime | None = None,
+    ) -> ClaimResult:
+        self._maybe_fail("claim_due")
+        return super().claim_due(lease, scheduler_id=scheduler_id, limit=limit, now=now)
+
+
+def settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {"scheduler_id": "s1", "max_submit_retries": 3}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def every(name: str, seconds: float, **kw: Any) -> Schedule:
+    return Schedule(name=name, task=f"tasks.{name}", trigger=IntervalTrigger(seconds), **kw)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def store(clock: FakeClock) -> FlakyStore:
+    return FlakyStore(clock)
+
+
+@pytest.fixture
+def submitter() -> RecordingSubmitter:
+    return RecordingSubmitter()
+
+
+def make(
+    store: MemoryStore, submitter: RecordingSubmitter, clock: FakeClock, **kw: Any
+) -> Scheduler:
+    return Scheduler(store, submitter, settings=settings(**kw), clock=clock)
+
+
+def statuses(store: MemoryStore) -> dict[str, tuple[ExecutionStatus, int]]:
+    return {e.idempotency_key: (e.status, e.attempts) for e in store.executions(limit=1000)}
+
+
+# -- claiming and submitting -------------------------------------------------------------------
+
+
+def test_due_occurrences_are_claimed_submitted_and_recorded(store, submitter, clock):
+    store.publish([every("a", 10), every("b", 15)])
+    sched = make(store, submitter, clock)
+    first = sched.run_once()
+    assert first.leader and first.became_leader and first.submitted == 0
+
+    clock.advance(15)
+    result = sched.run_once()
+
+    assert sorted(submitter.keys) == ["a:2026-03-01T12:00:10Z", "b:2026-03-01T12:00:15Z"]
+    assert result.claimed == 2 and result.submitted == 2
+    assert {k: s for k, (s, _) in statuses(store).items()} == {
+        "a:2026-03-01T12:00:10Z": ExecutionStatus.SUBMITTED,
+        "b:2026-03-01T12:00:15Z": ExecutionStatus.SUBMITTED,
+    }
+    # Nothing due any more: a second iteration at the same instant submits nothing new.
+    assert sched.run_once().submitted == 0
+    assert len(submitter.submitted) == 2
+
+
+def test_every_occurrence_is_submitted_once_over_many_iterations(store, submitter, clock):
+    store.publish([every("a", 1), every("b", 3)])
+    sched = make(store, submitter, clock)
+    for _ in range(30):
+        sched.run_once()
+        clock.advance(1)
+    assert len(submitter.keys) == len(set(submitter.keys))
+    assert sum(k.startswith("a:") for k in submitter.keys) == 29
+    assert sum(k.startswith("b:") for k in submitter.keys) == 9
+
+
+def test_claims_batch_after_batch_while_batches_come_back_full(store, submitter, clock):
+    store.publish([every(f"s{i}", 10) for i in range(7)])
+    sched = make(store, submitter, clock, batch_size=2)
+    clock.advance(10)
+    result = sched.run_once()
+    assert result.claimed == 7 and result.submitted == 7
+    # 2 + 2 + 2 + 1: the partial batch ends the loop, no extra empty claim.
+    assert store.calls["claim_due"] == 4
+
+
+def test_missed_occurrences_are_counted_and_logged(store, submitter, clock, caplog):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("often", 10, misfire=MisfirePolicy.SKIP)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    clock.advance(timedelta(hours=1))
+    result = sched.run_once()
+    assert result.missed > 0
+    record = next(r for r in caplog.records if r.getMessage() == "occurrence.missed")
+    assert record.goatbeat["missed"] == result.missed  # type: ignore[attr-defined]
+    assert record.goatbeat["scheduler_id"] == "s1"  # type: ignore[attr-defined]
+
+
+def test_submitted_event_carries_the_structured_fields(store, submitter, clock, caplog):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 10)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    clock.advance(12)
+    sched.run_once()
+    record = next(r for r in caplog.records if r.getMessage() == "occurrence.submitted")
+    fields = record.goatbeat  # type: ignore[attr-defined]
+    assert fields["schedule"] == "a"
+    assert fields["idempotency_key"] == "a:2026-03-01T12:00:10Z"
+    assert fields["scheduler_id"] == "s1"
+    assert fields["fencing_token"] == sched.lease.grant.token
+    assert fields["scheduled_at"] == START + timedelta(seconds=10)
+    assert fields["lateness"] == pytest.approx(2.0)
+
+
+# -- submit failures ---------------------------------------------------------------------------
+
+
+def test_retryable_failures_back_off_exponentially_then_become_submit_failed(
+    store, submitter, clock, caplog
+):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 100)])
+    sched = make(store, submitter, clock, max_submit_retries=2)
+    sched.run_once()
+    submitter.failures = [RetryableSubmitError("broker down")] * 3
+    clock.advance(100)
+    key = "a:2026-03-01T12:01:40Z"
+
+    first = sched.run_once()
+    assert first.retrying == 1 and first.failed == 0
+    assert statuses(store)[key] == (ExecutionStatus.CLAIMED, 1)
+    assert first.sleep == pytest.approx(retry_delay(1))
+
+    clock.advance(0.5)  # inside the 1 s backoff: not retried yet
+    assert sched.run_once().retrying == 0
+    assert len(submitter.failures) == 2
+
+    clock.advance(0.5)
+    second = sched.run_once()
+    assert second.retrying == 1
+    assert statuses(store)[key] == (ExecutionStatus.CLAIMED, 2)
+    assert second.sleep == pytest.approx(retry_delay(2)) == 2.0
+
+    clock.advance(2)
+    third = sched.run_once()
+    assert third.failed == 1 and third.retrying == 0
+    assert statuses(store)[key] == (ExecutionStatus.SUBMIT_FAILED, 3)
+    execution = store.executions(name="a")[0]
+    assert execution.error is not None and "broker down" in execution.error
+    failed = [r for r in caplog.records if r.getMessage() == "occurrence.submit_failed"]
+    assert [r.goatbeat["idempotency_key"] for r in failed] == [key]  # type: ignore[attr-defined]
+
+    clock.advance(60)
+    assert sched.run_once().submitted == 0  # given up: never submitted again
+    assert submitter.submitted == []
+
+
+def test_an_unexpected_exception_is_retried_like_a_retryable_error(store, submitter, clock):
+    store.publish([every("a", 100)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    submitter.failures = [ConnectionResetError("reset by peer")]
+    clock.advance(100)
+    assert sched.run_once().retrying == 1
+    clock.advance(retry_delay(1))
+    result = sched.run_once()
+    assert result.submitted == 1 and result.resubmitted == 1
+    assert statuses(store) == {"a:2026-03-01T12:01:40Z": (ExecutionStatus.SUBMITTED, 2)}
+
+
+def test_permanent_error_is_final_at_once(store, submitter, clock):
+    store.publish([every("a", 100)])
+    sched = make(store, submitter, clock, max_submit_retries=5)
+    sched.run_once()
+    submitter.failures = [PermanentSubmitError("unknown task")]
+    clock.advance(100)
+    result = sched.run_once()
+    assert result.failed == 1 and result.retrying == 0
+    assert statuses(store) == {"a:2026-03-01T12:01:40Z": (ExecutionStatus.SUBMIT_FAILED, 1)}
+
+
+def test_zero_retries_makes_the_first_failure_final(store, submitter, clock):
+    store.publish([every("a", 100)])
+    sched = make(store, submitter, clock, max_submit_retries=0)
+    sched.run_once()
+    submitter.failures = [RetryableSubmitError("timeout")]
+    clock.advance(100)
+    assert sched.run_once().failed == 1
+
+
+def test_retry_delay_doubles_and_is_capped():
+    assert [retry_delay(n) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert retry_delay(30) == 60.0
+
+
+# -- leadership --------------------------------------------------------------------------------
+
+
+def test_claimed_rows_left_by_a_dead_leader_are_resubmitted_with_the_same_key(
+    store, submitter, clock, caplog
+):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 10)])
+    dead = store.acquire_lease("scheduler", "dead", timedelta(seconds=30))
+    assert dead is not None
+    clock.advance(10)
+    claimed = store.claim_due(dead, scheduler_id="dead", limit=10)  # ...then it crashed
+    assert [o.idempotency_key for o in claimed.occurrences] == ["a:2026-03-01T12:00:10Z"]
+
+    sched = make(store, submitter, clock)
+    assert not sched.run_once().leader  # the dead leader's lease has not expired yet
+    assert submitter.submitted == []
+
+    clock.advance(31)
+    result = sched.run_once()
+    assert result.became_leader and result.resubmitted == 1
+    assert submitter.keys[0] == "a:2026-03-01T12:00:10Z"
+    assert statuses(store)["a:2026-03-01T12:00:10Z"] == (ExecutionStatus.SUBMITTED, 1)
+    resubmitted = [r for r in caplog.records if r.getMessage() == "occurrence.resubmitted"]
+    assert [r.goatbeat["idempotency_key"] for r in resubmitted] == [  # type: ignore[attr-defined]
+        "a:2026-03-01T12:00:10Z"
+    ]
+
+
+def test_becoming_leader_resubmits_even_rows_waiting_for_a_retry(store, submitter, clock):
+    store.publish([every("a", 100)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    submitter.failures = [RetryableSubmitError("down")]
+    clock.advance(100)
+    assert sched.run_once().retrying == 1
+    # The lease is taken away and given back: a new reign starts with a new token.
+    grant = sched.lease.grant
+    assert grant is not None
+    store.release_lease("scheduler", "s1", grant.token)
+    assert store.acquire_lease("scheduler", "other", timedelta(seconds=1)) is not None
+    clock.advance(0.1)
+    assert sched.run_once().refused
+    clock.advance(1)
+    result = sched.run_once()
+    assert result.became_leader and result.resubmitted == 1
+
+
+def test_standby_dispatches_nothing_and_sleeps_until_the_lease_could_expire(
+    store, submitter, clock
+):
+    store.publish([every("a", 5)])
+    leader = make(store, submitter, clock, scheduler_id="leader")
+    other = RecordingSubmitter()
+    standby = make(store, other, clock, scheduler_id="standby")
+    assert leader.run_once().leader
+    clock.advance(5)
+    result = standby.run_once()
+    assert result == IterationResult(leader=False, sleep=result.sleep)
+    assert result.sleep == pytest.approx(25.0, abs=0.1)  # 30 s ttl granted 5 s ago
+    assert other.submitted == []
+    assert leader.run_once().submitted == 1
+    assert other.submitted == []
+
+
+def test_standby_takes_over_when_the_leader_stops_renewing(store, submitter, clock):
+    store.publish([every("a", 5)])
+    leader = make(store, RecordingSubmitter(), clock, scheduler_id="leader")
+    standby = make(store, submitter, clock, scheduler_id="standby")
+    leader.run_once()
+    standby.run_once()
+    clock.advance(31)  # the leader froze: no renewal
+    result = standby.run_once()
+    assert result.leader and result.became_leader
+    # Everything the frozen leader did not claim is still within the 60 s grace: all run.
+    assert submitter.keys == [f"a:2026-03-01T12:00:{s:02d}Z" for s in range(5, 31, 5)]
+
+
+def test_released_lease_is_taken_over_at_once(store, submitter, clock):
+    leader = make(store, RecordingSubmitter(), clock, scheduler_id="leader")
+    standby = make(store, submitter, clock, scheduler_id="standby")
+    leader.run_once()
+    assert not standby.run_once().leader
+    assert leader.release()
+    assert standby.run_once().leader
+
+
+def test_no_dispatch_past_the_local_deadline(store, submitter, clock):
+    # ttl 30 s, renew every 10 s: the lease is trusted for 20 s after it was requested.
+    store.publish([every(f"s{i}", 100) for i in range(5)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    clock.advance(100)
+    submitter.on_submit = lambda occ: clock.advance(8)  # each submission takes 8 s
+    result = sched.run_once()
+    # Submissions start at +0, +8, +16 s; at +24 s the deadline (20 s) has passed.
+    assert result.claimed == 5 and result.submitted == 3
+    assert len(submitter.submitted) == 3
+    left = [k for k, (s, _) in statuses(store).items() if s is ExecutionStatus.CLAIMED]
+    assert len(left) == 2
+    # Next iteration renews first, then the left-over claims go out (same keys).
+    submitter.on_submit = None
+    again = sched.run_once()
+    assert again.leader and again.resubmitted == 2
+    assert sorted(submitter.keys[3:]) == sorted(left)
+
+
+def test_a_refused_claim_drops_the_lease(store, submitter, clock, caplog):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 10)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    grant = sched.lease.grant
+    assert grant is not None
+    # Somebody else got the lease behind our back (we still trust our local deadline).
+    store.release_lease("scheduler", "s1", grant.token)
+    assert store.acquire_lease("scheduler", "thief", timedelta(seconds=30)) is not None
+    clock.advance(5)  # renewal not due yet: the claim itself finds out
+    result = sched.run_once()
+    assert result.refused and not result.leader and result.sleep < 0.1
+    assert submitter.submitted == []
+    assert sched.lease.grant is None
+    assert any(r.getMessage() == "claim.refused" for r in caplog.records)
+    assert not sched.run_once().leader  # the thief's lease is valid: standby
+
+
+# -- store failures ----------------------------------------------------------------------------
+
+
+def test_a_store_error_is_logged_and_backed_off_never_raised(store, submitter, clock, caplog):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 10)])
+    sched = make(store, submitter, clock)
+    store.fail["acquire_lease"] = 2
+    first = sched.run_once()
+    second = sched.run_once()
+    assert first.error and not first.leader
+    assert 0 < first.sleep < second.sleep  # growing backoff
+    errors = [r for r in caplog.records if r.getMessage() == "scheduler.error"]
+    assert len(errors) == 2 and errors[0].goatbeat["stage"] == "lease"  # type: ignore[attr-defined]
+    clock.advance(10)
+    third = sched.run_once()
+    assert third.leader and third.submitted == 1 and third.error is None
+
+
+def test_a_store_error_while_claiming_drops_the_lease_locally(store, submitter, clock):
+    store.publish([every("a", 10)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    store.fail["claim_due"] = 1
+    clock.advance(10)
+    result = sched.run_once()
+    assert result.error and sched.lease.grant is None
+    after = sched.run_once()
+    assert after.leader and after.submitted == 1
+
+
+# -- manual runs and sleeping ------------------------------------------------------------------
+
+
+def test_a_manual_run_request_is_submitted_on_the_next_iteration(store, submitter, clock):
+    store.publish([every("a", 3600)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    execution = store.request_run("a")
+    result = sched.run_once()
+    assert result.submitted == 1
+    assert submitter.submitted[0].kind is ExecutionKind.MANUAL
+    assert submitter.keys == [execution.idempotency_key]
+    assert statuses(store)[execution.idempotency_key][0] is ExecutionStatus.SUBMITTED
+
+
+def test_leader_sleeps_until_the_next_due_instant(store, submitter, clock):
+    store.publish([every("a", 5)])
+    sched = make(store, submitter, clock)
+    assert sched.run_once().sleep == pytest.approx(5.0)
+    clock.advance(2)
+    assert sched.run_once().sleep == pytest.approx(3.0)
+
+
+def test_leader_sleep_is_bounded_by_renewal_and_max_sleep(store, submitter, clock):
+    store.publish([every("rare", 3600)])
+    sched = make(store, submitter, clock)
+    assert sched.run_once().sleep == pytest.approx(10.0)  # lease renewal
+    short = make(MemoryStore(clock), submitter, clock, max_sleep=timedelta(seconds=3))
+    assert short.run_once().sleep == pytest.approx(3.0)  # nothing at all: max_sleep
+
+
+# -- the loop ----------------------------------------------------------------------------------
+
+
+def test_run_stops_on_request_and_releases_the_lease():
+    store = MemoryStore(SystemClock())
+    store.publish([every("a", 0.05)])
+    submitter = RecordingSubmitter()
+    stop = threading.Event()
+    sched = Scheduler(store, submitter, settings=settings())
+    submitter.on_submit = lambda occ: stop.set() if len(submitter.submitted) >= 2 else None
+    thread = threading.Thread(target=sched.run, kwargs={"stop": stop})
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert len(submitter.submitted) >= 2
+    lease = store.read_lease("scheduler")
+    assert lease is not None and lease[3]  # released: expired by the store's clock
+    assert sched.lease.grant is None
