@@ -1,0 +1,390 @@
+"""Celery schedule objects -> goatbeat triggers, keeping celery's meaning (not cron's).
+
+This module owns the translation rules:
+
+* ``crontab`` -> a cron trigger in the app's time zone (or the django-celery-beat row's), built
+  from the *expanded* field sets celery computed, so celery's parsing quirks (wrapping ranges
+  such as ``hour="22-2"``, ints, sets) are honoured exactly. Celery ANDs ``day_of_month`` and
+  ``day_of_week``; cron ORs them when both are restricted. When both are restricted the result
+  is a :class:`CeleryCrontabTrigger`, which ANDs them.
+* ``schedule(timedelta)`` -> :class:`~goatbeat.core.triggers.IntervalTrigger` counting elapsed
+  time from ``last_run_at`` (its anchor), as celery does; ``relative=True`` rounds to the
+  interval's resolution as celery does.
+* ``solar`` -> :class:`~goatbeat.core.triggers.SolarTrigger`.
+* django-celery-beat's ``clocked`` -> :class:`~goatbeat.core.triggers.OnceTrigger`.
+
+Anything else raises :class:`UnsupportedSchedule` saying why. Only celery's schedule classes
+are inspected (duck-typed by class name and attributes), so importing this module does not
+need celery.
+
+Where celery's behaviour is a bug, goatbeat keeps its own semantics (see ``CELERY_BUGS``);
+``goatbeat diff`` names the rule whenever the two disagree.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any, ClassVar
+from zoneinfo import ZoneInfo
+
+from goatbeat.core.cron import CronTrigger, parse_cron
+from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.timeutil import ensure_aware, get_zone, to_utc
+from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, SolarTrigger, Trigger
+
+__all__ = [
+    "CELERY_BUGS",
+    "CeleryCrontabTrigger",
+    "UnsupportedSchedule",
+    "crontab_expression",
+    "timezone_name",
+    "to_trigger",
+]
+
+CELERY_BUGS: dict[str, str] = {
+    "dst_gap": (
+        "DST spring-forward: celery runs a wall time that does not exist (02:30) one hour late "
+        "(03:30); goatbeat fires when the clocks jump (03:00), as Debian/ISC cron does"
+    ),
+    "dst_repeat": (
+        "DST fall-back: celery skips the second pass of the repeated hour for wildcard-hour "
+        "crontabs (and may run a fixed time twice); goatbeat fires wildcard times on both "
+        "passes and fixed times once, as Debian/ISC cron does"
+    ),
+    "dow_7": (
+        "django-celery-beat accepts day_of_week=7 (Sunday) in the admin but celery rejects it, "
+        "so the row is silently never scheduled; goatbeat runs it on Sundays"
+    ),
+    "dusk_sign": (
+        "celery < 5.3 used +18 degrees as the dusk_astronomical horizon (sign error); goatbeat "
+        "uses -18 degrees like later celery"
+    ),
+}
+"""Known celery / django-celery-beat bugs where goatbeat keeps correct semantics."""
+
+
+class UnsupportedSchedule(InvalidSchedule):
+    """A celery schedule goatbeat cannot convert; the message names the type and why.
+
+    A ``GoatbeatError`` and a ``ValueError`` (through ``InvalidSchedule``)."""
+
+    def __init__(self, value: Any, reason: str) -> None:
+        super().__init__("schedule", value, f"{type(value).__name__} {value!r}: {reason}")
+
+
+def timezone_name(zone: object, field_name: str = "timezone") -> str:
+    """The IANA name of ``zone`` (a name, ZoneInfo, ``datetime.timezone.utc``, pytz zone)."""
+    if zone is None:
+        return "UTC"
+    if isinstance(zone, str):
+        return get_zone(zone, field_name).key
+    if isinstance(zone, ZoneInfo):
+        if zone.key is None:
+            raise InvalidSchedule(field_name, zone, f"{zone!r} has no IANA name")
+        return zone.key
+    if zone is UTC:
+        return "UTC"
+    key = getattr(zone, "key", None) or getattr(zone, "zone", None)  # zoneinfo / pytz
+    if isinstance(key, str):
+        return get_zone(key, field_name).key
+    raise InvalidSchedule(
+        field_name,
+        zone,
+        f"{zone!r} is not an IANA time zone; set app.conf.timezone (CELERY_TIMEZONE) to one",
+    )
+
+
+# -- crontab ------------------------------------------------------------------------------
+
+
+_FIELDS = (
+    # attribute, original-text attribute, low, high
+    ("minute", "_orig_minute", 0, 59),
+    ("hour", "_orig_hour", 0, 23),
+    ("day_of_month", "_orig_day_of_month", 1, 31),
+    ("month_of_year", "_orig_month_of_year", 1, 12),
+    ("day_of_week", "_orig_day_of_week", 0, 6),
+)
+
+
+def _ranges(values: list[int]) -> str:
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in values[1:]:
+        if v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = v
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)
+
+
+def _render_field(values: set[int], original: object, low: int, high: int) -> str:
+    """One cron field for an expanded celery field.
+
+    A full set is ``*``. A celery ``*/k`` stays ``*/k`` when cron expands it to the same set:
+    the leading star matters to cron (day fields AND, and the Debian DST rule treats star
+    minute/hour fields as wildcards), and keeping the user's spelling keeps their intent."""
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    if isinstance(original, str):
+        text = original.strip().replace(" ", "")
+        if text.startswith("*/") and text[2:].isdigit():
+            step = int(text[2:])
+            # cron's day-of-week star runs 0-7; 7 is Sunday again, which celery's 0 covers.
+            cron_high = 7 if (low, high) == (0, 6) else high
+            expanded = {v % 7 if cron_high == 7 else v for v in range(low, cron_high + 1, step)}
+            if expanded == values:
+                return text
+    return _ranges(ordered)
+
+
+def crontab_expression(crontab: Any) -> str:
+    """The 5-field cron expression (``min hour dom month dow``) with celery's field sets."""
+    fields: dict[str, str] = {}
+    for attr, orig_attr, low, high in _FIELDS:
+        values = getattr(crontab, attr, None)
+        if not isinstance(values, (set, frozenset)) or not values:
+            raise UnsupportedSchedule(crontab, f"its {attr} field is empty or not a set")
+        if any(not isinstance(v, int) or not low <= v <= high for v in values):
+            raise UnsupportedSchedule(
+                crontab, f"its {attr} field {sorted(values)} leaves {low}-{high}"
+            )
+        fields[attr] = _render_field(set(values), getattr(crontab, orig_attr, None), low, high)
+    return " ".join(
+        fields[a] for a in ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+    )
+
+
+def _crontab_zone(crontab: Any, timezone: object) -> str:
+    # django-celery-beat's TzAwareCrontab carries the row's zone on the instance.
+    own = vars(crontab).get("tz") if hasattr(crontab, "__dict__") else None
+    if own is not None:
+        return timezone_name(own)
+    if timezone is not None:
+        return timezone_name(timezone)
+    app = getattr(crontab, "_app", None)
+    if app is not None:
+        conf_tz = app.conf.timezone
+        if conf_tz:
+            return timezone_name(conf_tz)
+        if not app.conf.enable_utc:
+            raise UnsupportedSchedule(
+                crontab,
+                "the app runs in the host's local time (enable_utc=False, no timezone); "
+                "set app.conf.timezone to an IANA zone",
+            )
+    return "UTC"
+
+
+def _crontab_trigger(crontab: Any, zone: str) -> Trigger:
+    expression = crontab_expression(crontab)
+    fields = parse_cron(expression)
+    if fields.all_days_of_month or fields.all_weekdays or fields.days_and:
+        # cron already ANDs here (one day field is a star), which is celery's meaning.
+        return CronTrigger(expression, timezone=zone)
+    return CeleryCrontabTrigger(expression, timezone=zone)
+
+
+@dataclass(frozen=True, slots=True)
+class CeleryCrontabTrigger:
+    """A cron expression whose day-of-month and day-of-week fields are ANDed, as celery's
+    ``crontab`` does (cron ORs them when both are restricted).
+
+    Otherwise exactly :class:`~goatbeat.core.cron.CronTrigger`, DST rules included: it is the
+    intersection of the expression with its day-of-week field starred and the expression with
+    its day-of-month field starred, found by leapfrogging the two."""
+
+    kind: ClassVar[str] = "celery_crontab"
+    expression: str
+    timezone: str = "UTC"
+    _by_dom: CronTrigger = field(init=False, repr=False, compare=False)
+    _by_dow: CronTrigger = field(init=False, repr=False, compare=False)
+
+    def __init__(self, expression: str, *, timezone: str = "UTC") -> None:
+        parts = expression.split()
+        if len(parts) != 5:
+            raise InvalidSchedule(
+                "expression", expression, f"{expression!r} needs 5 fields (min hour dom month dow)"
+            )
+        minute, hour, dom, month, dow = parts
+        by_dom = CronTrigger(f"{minute} {hour} {dom} {month} *", timezone=timezone)
+        by_dow = CronTrigger(f"{minute} {hour} * {month} {dow}", timezone=timezone)
+        # Validates the whole expression (and that dom AND dow can ever meet).
+        parse_cron(f"{minute} {hour} {dom} {month} {dow}")
+        if not _days_can_meet(dom, month, dow):
+            raise InvalidSchedule(
+                "expression",
+                expression,
+                f"day-of-month {dom} and day-of-week {dow} never fall on the same day in "
+                f"month(s) {month}",
+            )
+        setattr_ = object.__setattr__
+        setattr_(self, "expression", " ".join(parts))
+        setattr_(self, "timezone", by_dom.timezone)
+        setattr_(self, "_by_dom", by_dom)
+        setattr_(self, "_by_dow", by_dow)
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        after = to_utc(ensure_aware(instant, "instant"))
+        # Both sequences share the time-of-day tables, so they meet on days matching both
+        # day fields; each step skips at least to the later candidate's day.
+        for _ in range(100_000):
+            a = self._by_dom.next_after(after)
+            if a is None:
+                return None
+            b = self._by_dow.next_after(a - timedelta(microseconds=1))
+            if b is None:
+                return None
+            if a == b:
+                return a
+            after = b - timedelta(microseconds=1)
+        return None
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "expression": self.expression, "timezone": self.timezone}
+
+    def describe(self) -> str:
+        return f"celery crontab {self.expression} ({self.timezone}), days ANDed"
+
+
+def _days_can_meet(dom: str, month: str, dow: str) -> bool:
+    # Month shapes repeat within a 28-year cycle of weekdays; two leap/non-leap cycles cover all.
+    fields = parse_cron(f"0 0 {dom} {month} {dow}")
+    days = set(fields.days)
+    weekdays = set(fields.weekdays)
+    for year in range(2000, 2028):
+        for m in fields.months:
+            length = calendar.monthrange(year, m)[1]
+            for d in days:
+                if d <= length and (date(year, m, d).isoweekday() % 7) in weekdays:
+                    return True
+    return False
+
+
+# -- interval -----------------------------------------------------------------------------
+
+
+_RESOLUTIONS = (timedelta(days=1), timedelta(hours=1), timedelta(minutes=1))
+
+
+def _interval_trigger(
+    sched: Any, every: timedelta, relative: bool, zone: str, last_run_at: datetime | None
+) -> Trigger:
+    if every <= timedelta(0):
+        raise UnsupportedSchedule(sched, f"the interval {every} is not positive")
+    anchor = None if last_run_at is None else to_utc(ensure_aware(last_run_at, "last_run_at"))
+    if not relative:
+        return IntervalTrigger(every, anchor=anchor)
+    resolution = next((r for r in _RESOLUTIONS if every >= r), None)
+    if resolution is None:
+        return IntervalTrigger(every, anchor=anchor)  # under a minute: celery does not round
+    if every % resolution:
+        raise UnsupportedSchedule(
+            sched,
+            f"relative=True rounds each run down to the {_unit(resolution)}, so celery runs it "
+            f"every {(every // resolution) * resolution}, not every {every}; declare that "
+            "interval explicitly",
+        )
+    if resolution == timedelta(days=1):
+        if every != resolution:
+            raise UnsupportedSchedule(
+                sched,
+                "relative=True with a multi-day interval runs at local midnight every "
+                f"{every.days} calendar days, which no goatbeat trigger expresses; use a crontab",
+            )
+        return CronTrigger("0 0 * * *", timezone=zone)
+    # Celery rounds to the local minute/hour boundary; anchor the grid on one.
+    local_zone = get_zone(zone)
+    base = (anchor or datetime(1970, 1, 1, tzinfo=UTC)).astimezone(local_zone)
+    if resolution == timedelta(hours=1):
+        base = base.replace(minute=0, second=0, microsecond=0)
+    else:
+        base = base.replace(second=0, microsecond=0)
+    return IntervalTrigger(every, anchor=to_utc(base))
+
+
+def _unit(resolution: timedelta) -> str:
+    return {timedelta(days=1): "day", timedelta(hours=1): "hour"}.get(resolution, "minute")
+
+
+# -- entry point --------------------------------------------------------------------------
+
+
+def to_trigger(
+    celery_schedule: object,
+    *,
+    timezone: str | tzinfo | None = None,
+    last_run_at: datetime | None = None,
+    relative: bool | None = None,
+) -> Trigger:
+    """The goatbeat trigger with the meaning celery gives ``celery_schedule``.
+
+    ``celery_schedule``: a celery ``crontab`` (django-celery-beat's ``TzAwareCrontab``
+    included), ``schedule``, ``solar``, django-celery-beat's ``clocked``, a ``timedelta`` or a
+    number of seconds. ``timezone``: the app's zone (``app.conf.timezone``) for crontabs that
+    carry none of their own; when omitted, the zone of the crontab's app, else UTC.
+    ``last_run_at``: the anchor of interval schedules (celery counts from the last run);
+    without it the grid is aligned on the Unix epoch. ``relative`` overrides the schedule's.
+
+    Raises :class:`UnsupportedSchedule` for anything else, saying why."""
+    sched: Any = celery_schedule
+    if isinstance(sched, bool):
+        raise UnsupportedSchedule(sched, "a boolean is not a schedule")
+    if isinstance(sched, (int, float)):
+        if sched <= 0:
+            raise UnsupportedSchedule(sched, "an interval must be a positive number of seconds")
+        return _interval_trigger(
+            sched, timedelta(seconds=sched), bool(relative), _zone_or_utc(timezone), last_run_at
+        )
+    if isinstance(sched, timedelta):
+        return _interval_trigger(sched, sched, bool(relative), _zone_or_utc(timezone), last_run_at)
+    names = {cls.__name__ for cls in type(sched).__mro__}
+    module = type(sched).__module__
+    if "crontab" in names and hasattr(sched, "day_of_week"):
+        return _crontab_trigger(sched, _crontab_zone(sched, timezone))
+    if "solar" in names and hasattr(sched, "event"):
+        try:
+            return SolarTrigger(
+                event=str(sched.event), latitude=float(sched.lat), longitude=float(sched.lon)
+            )
+        except InvalidSchedule:
+            raise
+        except ValueError as exc:
+            raise UnsupportedSchedule(sched, str(exc)) from None
+    if "clocked" in names and hasattr(sched, "clocked_time"):
+        at = sched.clocked_time
+        if not isinstance(at, datetime):
+            raise UnsupportedSchedule(sched, f"clocked_time {at!r} is not a datetime")
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)  # django-celery-beat's maybe_make_aware: naive is UTC
+        return OnceTrigger(at)
+    if "schedule" in names and hasattr(sched, "run_every"):
+        every = sched.run_every
+        if isinstance(every, (int, float)) and not isinstance(every, bool):
+            every = timedelta(seconds=every)
+        if not isinstance(every, timedelta):
+            raise UnsupportedSchedule(sched, f"run_every {every!r} is not a duration")
+        rel = bool(getattr(sched, "relative", False)) if relative is None else relative
+        zone = _zone_or_utc(timezone)
+        if timezone is None and getattr(sched, "_app", None) is not None:
+            zone = timezone_name(sched._app.conf.timezone or "UTC")
+        return _interval_trigger(sched, every, rel, zone, last_run_at)
+    if module.startswith("celery") or hasattr(sched, "is_due"):
+        raise UnsupportedSchedule(
+            sched,
+            "a custom schedule only tells celery whether it is due now (is_due / "
+            "remaining_estimate), so goatbeat cannot know its future fire times; "
+            "express it as a crontab, an interval or a solar event",
+        )
+    raise UnsupportedSchedule(
+        sched, "not a celery schedule (crontab, schedule, solar), timedelta or number of seconds"
+    )
+
+
+def _zone_or_utc(timezone: object) -> str:
+    return "UTC" if timezone is None else timezone_name(timezone)

@@ -1,0 +1,216 @@
+"""Read a Celery app's ``beat_schedule`` (Django: ``CELERY_BEAT_SCHEDULE``) as source entries.
+
+An entry is a dict with ``task``, ``schedule`` (crontab / schedule / solar / timedelta / number
+of seconds), and optionally ``args``, ``kwargs``, ``options`` (queue, exchange, routing_key,
+priority, expires, headers) and ``relative``: the keys celery's ``ScheduleEntry`` takes. Each
+becomes a :class:`~goatbeat.importers.entries.SourceEntry` of source ``celery``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Collection, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from goatbeat.compat.convert import timezone_name, to_trigger
+from goatbeat.core.errors import GoatbeatError, InvalidValue
+from goatbeat.core.model import Routing, Schedule, Source
+from goatbeat.importers import kombu_json
+from goatbeat.importers.entries import SourceEntry
+
+__all__ = ["load_app", "app_timezone", "known_tasks", "read_beat_schedule", "read_app"]
+
+_ENTRY_KEYS = {"task", "schedule", "args", "kwargs", "options", "relative"}
+_ROUTING_OPTIONS = {"queue", "exchange", "routing_key", "priority", "expires", "headers"}
+
+
+def load_app(spec: str) -> Any:
+    """The Celery app named by ``module:attribute`` (or ``module``, finding ``app`` or
+    ``celery`` in it, as ``celery -A`` does)."""
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    candidates = [attr] if attr else ["app", "celery"]
+    for name in candidates:
+        obj: Any = module
+        try:
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        if hasattr(obj, "conf") and hasattr(obj, "tasks"):
+            return obj
+    raise InvalidValue("app", spec, f"{spec!r} does not name a Celery app (module:attribute)")
+
+
+def app_timezone(app: Any) -> str:
+    """The IANA zone celery evaluates crontabs in for ``app``."""
+    conf = app.conf
+    if conf.timezone:
+        return timezone_name(conf.timezone)
+    if not conf.enable_utc:
+        raise InvalidValue(
+            "timezone",
+            None,
+            "the Celery app uses the host's local time (enable_utc=False and no timezone); "
+            "set app.conf.timezone (CELERY_TIMEZONE) to an IANA zone first",
+        )
+    return "UTC"
+
+
+def known_tasks(app: Any) -> set[str]:
+    """Task names registered in ``app`` once its task modules are imported."""
+    app.loader.import_default_modules()
+    return set(app.tasks.keys())
+
+
+def read_app(app: Any, *, check_tasks: bool = True) -> list[SourceEntry]:
+    """The source entries of ``app.conf.beat_schedule``."""
+    tasks = known_tasks(app) if check_tasks else None
+    return read_beat_schedule(
+        app.conf.beat_schedule or {}, timezone=app_timezone(app), known_tasks=tasks
+    )
+
+
+def read_beat_schedule(
+    beat_schedule: Mapping[str, Any],
+    *,
+    timezone: str = "UTC",
+    known_tasks: Collection[str] | None = None,
+) -> list[SourceEntry]:
+    """Convert every entry of a beat schedule; never raises for a bad entry.
+
+    ``timezone``: the app's zone (crontabs are evaluated in it). ``known_tasks``: task names
+    the app registers; when given, an entry naming another task is reported, not imported."""
+    if not isinstance(beat_schedule, Mapping):
+        raise InvalidValue("beat_schedule", beat_schedule, "must be a mapping of name -> entry")
+    return [
+        _read_entry(str(name), entry, timezone, known_tasks)
+        for name, entry in beat_schedule.items()
+    ]
+
+
+def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None) -> SourceEntry:
+    def failed(reason: str, **extra: Any) -> SourceEntry:
+        return SourceEntry(name=name, source=Source.CELERY, problem=reason, **extra)
+
+    if not isinstance(entry, Mapping):
+        return failed(f"the entry is a {type(entry).__name__}, not a dict")
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        return failed(
+            f"unknown key(s) {sorted(unknown)}; celery beat accepts {sorted(_ENTRY_KEYS)}"
+        )
+    task = entry.get("task")
+    if not isinstance(task, str) or not task.strip():
+        return failed(f"'task' is {task!r}, not a task name")
+    if tasks is not None and task not in tasks:
+        return failed(
+            f"task {task!r} is not registered in the Celery app; check the name or make sure "
+            "its module is imported (app.autodiscover_tasks / imports)"
+        )
+    if "schedule" not in entry:
+        return failed("the entry has no 'schedule'")
+    sched = entry["schedule"]
+    relative = bool(entry.get("relative", False))
+    notes: list[str] = []
+    try:
+        trigger = to_trigger(sched, timezone=zone, relative=relative)
+        args = kombu_json.encode(list(_sequence(entry.get("args", ()), "args")), field="args")
+        kwargs = kombu_json.encode(
+            dict(_mapping(entry.get("kwargs") or {}, "kwargs")), field="kwargs"
+        )
+        routing, end_at, route_notes = _routing(entry.get("options") or {})
+        notes.extend(route_notes)
+        schedule = Schedule(
+            name=name,
+            task=task,
+            trigger=trigger,
+            args=args,
+            kwargs=kwargs,
+            routing=routing,
+            end_at=end_at,
+            source=Source.CELERY,
+        )
+    except GoatbeatError as exc:
+        return failed(str(exc), task=task)
+    return SourceEntry(
+        name=name,
+        source=Source.CELERY,
+        schedule=schedule,
+        notes=tuple(notes),
+        celery_schedule=_celery_schedule(sched, relative),
+        celery_tz=zone,
+        task=task,
+        args=schedule.args,
+        kwargs=schedule.kwargs,
+        routing=schedule.routing.to_dict(),
+    )
+
+
+def _celery_schedule(sched: Any, relative: bool) -> Any:
+    if isinstance(sched, (int, float, timedelta)) and not isinstance(sched, bool):
+        from celery.schedules import schedule as celery_schedule
+
+        every = sched if isinstance(sched, timedelta) else timedelta(seconds=sched)
+        return celery_schedule(every, relative)
+    return sched
+
+
+def _sequence(value: Any, field: str) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise InvalidValue(field, value, f"{value!r} must be a list or tuple")
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    if isinstance(value, Mapping):
+        return value
+    raise InvalidValue(field, value, f"{value!r} must be a dict")
+
+
+def _routing(options: Any) -> tuple[Routing, datetime | None, list[str]]:
+    """Routing from apply_async options; an absolute ``expires`` becomes the schedule's end."""
+    if not isinstance(options, Mapping):
+        raise InvalidValue("options", options, f"{options!r} must be a dict")
+    unknown = set(options) - _ROUTING_OPTIONS
+    if unknown:
+        raise InvalidValue(
+            "options",
+            dict(options),
+            f"option(s) {sorted(unknown)} have no goatbeat equivalent (goatbeat routes with "
+            f"{sorted(_ROUTING_OPTIONS)}); move them to the task's own options and re-run",
+        )
+    notes: list[str] = []
+    expires = options.get("expires")
+    end_at: datetime | None = None
+    seconds: float | None = None
+    if isinstance(expires, datetime):
+        end_at = expires if expires.tzinfo is not None else None
+        if end_at is None:
+            raise InvalidValue("expires", expires, f"{expires.isoformat()} is naive")
+        notes.append(
+            f"options.expires={expires.isoformat()} is an absolute instant: imported as the "
+            "schedule's end_at (nothing runs after it, as celery's expired messages would not)"
+        )
+    elif isinstance(expires, timedelta):
+        seconds = expires.total_seconds()
+    elif expires is not None:
+        if isinstance(expires, bool) or not isinstance(expires, (int, float)):
+            raise InvalidValue("expires", expires, f"{expires!r} is not seconds or a datetime")
+        seconds = float(expires)
+    headers = options.get("headers") or {}
+    routing = Routing(
+        queue=options.get("queue"),
+        exchange=_name(options.get("exchange")),
+        routing_key=options.get("routing_key"),
+        priority=options.get("priority"),
+        expires=seconds,
+        headers=kombu_json.encode(dict(_mapping(headers, "headers")), field="headers"),
+    )
+    return routing, end_at, notes
+
+
+def _name(value: Any) -> Any:
+    # kombu Exchange objects carry a name; celery accepts either.
+    return getattr(value, "name", value)

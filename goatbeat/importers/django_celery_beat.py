@@ -1,0 +1,415 @@
+"""Read django-celery-beat's tables with SQL, as source entries.
+
+django-celery-beat pins ``Django<6.1``, so this never imports it: it reads
+``django_celery_beat_periodictask`` joined to ``…_intervalschedule``, ``…_crontabschedule``
+(with its ``timezone`` column), ``…_solarschedule`` and ``…_clockedschedule`` through psycopg
+(PostgreSQL), sqlite3 (SQLite) or any DB-API connection (Django's ``connection``). Columns
+added by later django-celery-beat versions are optional.
+
+Meaning follows django-celery-beat's ``DatabaseScheduler``: a crontab is evaluated in its row's
+zone; ``args``/``kwargs``/``headers`` are kombu JSON; ``headers`` gain ``periodic_task_name``;
+a row that never ran counts from ``date_changed``; ``expire_seconds`` is the message expiry;
+an absolute ``expires`` becomes the schedule's end. Where django-celery-beat silently drops a
+row (``day_of_week=7``), goatbeat imports it with a note.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from goatbeat.compat.convert import CELERY_BUGS, to_trigger
+from goatbeat.core.cron import parse_cron
+from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
+from goatbeat.core.model import Routing, Schedule, Source
+from goatbeat.core.timeutil import get_zone
+from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
+from goatbeat.importers import kombu_json
+from goatbeat.importers.entries import SourceEntry
+
+__all__ = ["read_django_celery_beat", "connect", "TABLE"]
+
+TABLE = "django_celery_beat_periodictask"
+
+_TASK_COLUMNS = (
+    "name task args kwargs queue exchange routing_key priority headers expires expire_seconds "
+    "enabled one_off start_time description last_run_at total_run_count date_changed "
+    "interval_id crontab_id solar_id clocked_id"
+).split()
+_JOINS = {
+    "interval": ("django_celery_beat_intervalschedule", "i", ("every", "period")),
+    "crontab": (
+        "django_celery_beat_crontabschedule",
+        "c",
+        ("minute", "hour", "day_of_week", "day_of_month", "month_of_year", "timezone"),
+    ),
+    "solar": ("django_celery_beat_solarschedule", "s", ("event", "latitude", "longitude")),
+    "clocked": ("django_celery_beat_clockedschedule", "k", ("clocked_time",)),
+}
+_PERIODS = {"days", "hours", "minutes", "seconds", "microseconds"}
+
+
+@contextmanager
+def connect(url: str) -> Iterator[Any]:
+    """A DB-API connection for ``postgresql://…`` / ``postgres://…`` or ``sqlite:///path``."""
+    scheme = urlsplit(url).scheme.lower()
+    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+        import psycopg
+
+        try:
+            pg = psycopg.connect(url.replace("postgresql+psycopg", "postgresql", 1))
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {_redact(url)}: {exc}") from None
+        try:
+            yield pg
+        finally:
+            pg.close()
+    elif scheme == "sqlite":
+        path = unquote(url[len("sqlite:///") :]) if url.startswith("sqlite:///") else ""
+        if not path:
+            raise InvalidValue(
+                "database", url, f"{url!r}: use sqlite:///relative or sqlite:////abs"
+            )
+        try:
+            lite = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open {url}: {exc}") from None
+        try:
+            yield lite
+        finally:
+            lite.close()
+    else:
+        raise InvalidValue(
+            "database", url, f"{_redact(url)!r} is not a postgresql:// or sqlite:/// URL"
+        )
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+def _columns(cursor: Any, table: str) -> set[str]:
+    try:
+        cursor.execute(f"SELECT * FROM {table} WHERE 1 = 0")  # noqa: S608 - fixed table names
+    except Exception as exc:  # any driver: the table is missing or unreadable
+        raise StoreError(
+            f"cannot read {table}: {exc}; is this django-celery-beat's database?"
+        ) from None
+    names = {d[0] for d in cursor.description}
+    cursor.fetchall()
+    return names
+
+
+def _query(cursor: Any) -> str:
+    have = _columns(cursor, TABLE)
+    select = [f"t.{c}" if c in have else f"NULL AS {c}" for c in _TASK_COLUMNS]
+    joins: list[str] = []
+    for key, (table, alias, cols) in _JOINS.items():
+        fk = f"{key}_id"
+        if fk not in have:
+            select.append(f"NULL AS {key}_row")
+            select.extend(f"NULL AS {key}_{c}" for c in cols)
+            continue
+        table_cols = _columns(cursor, table)
+        select.append(f"{alias}.id AS {key}_row")
+        select.extend(
+            f"{alias}.{c} AS {key}_{c}" if c in table_cols else f"NULL AS {key}_{c}" for c in cols
+        )
+        joins.append(f"LEFT JOIN {table} {alias} ON {alias}.id = t.{fk}")
+    return f"SELECT {', '.join(select)} FROM {TABLE} t {' '.join(joins)} ORDER BY t.name"
+
+
+def _rollback(conn: Any) -> None:
+    rollback = getattr(conn, "rollback", None)
+    if rollback is not None:
+        try:
+            rollback()
+        except Exception:  # noqa: BLE001 - best effort after a failed probe
+            pass
+
+
+def read_django_celery_beat(
+    conn_or_url: Any,
+    *,
+    known_tasks: Collection[str] | None = None,
+    default_timezone: str = "UTC",
+    naive_timezone: str = "UTC",
+) -> list[SourceEntry]:
+    """Every row of ``django_celery_beat_periodictask`` as a source entry, ordered by name.
+
+    ``conn_or_url``: a URL (see :func:`connect`) or an open DB-API connection (read only).
+    ``known_tasks``: when given, rows naming another task are reported, not imported.
+    ``default_timezone``: for crontab rows without a timezone column (old versions).
+    ``naive_timezone``: the zone of naive datetimes (SQLite stores UTC when ``USE_TZ``).
+    Raises ``StoreError`` when the tables cannot be read; a bad row never raises."""
+    if isinstance(conn_or_url, str):
+        with connect(conn_or_url) as conn:
+            return read_django_celery_beat(
+                conn,
+                known_tasks=known_tasks,
+                default_timezone=default_timezone,
+                naive_timezone=naive_timezone,
+            )
+    conn = conn_or_url
+    cursor = conn.cursor()
+    try:
+        try:
+            sql = _query(cursor)
+        except StoreError:
+            _rollback(conn)
+            raise
+        cursor.execute(sql)
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+    finally:
+        cursor.close()
+    _rollback(conn)  # end the read transaction; we wrote nothing
+    return [_entry(r, known_tasks, default_timezone, naive_timezone) for r in rows]
+
+
+def _instant(value: Any, field: str, naive_tz: str) -> datetime | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidValue(field, value, f"{value!r} is not a datetime") from None
+    if not isinstance(value, datetime):
+        raise InvalidValue(field, value, f"{value!r} is not a datetime")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=get_zone(naive_tz))
+    result: datetime = value.astimezone(UTC)
+    return result
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return text or None
+
+
+def _entry(
+    row: dict[str, Any], tasks: Collection[str] | None, default_tz: str, naive_tz: str
+) -> SourceEntry:
+    name = str(row["name"])
+    task = str(row["task"] or "")
+    enabled = bool(row["enabled"]) if row["enabled"] is not None else True
+
+    def failed(reason: str) -> SourceEntry:
+        return SourceEntry(
+            name=name, source=Source.DJANGO_CELERY_BEAT, problem=reason, task=task, enabled=enabled
+        )
+
+    if not task.strip():
+        return failed("the row has no task")
+    if tasks is not None and task not in tasks:
+        return failed(
+            f"task {task!r} is not registered in the Celery app; check the name or make sure its "
+            "module is imported"
+        )
+    notes: list[str] = []
+    bugs: list[str] = []
+    try:
+        last_run_at = _instant(row["last_run_at"], "last_run_at", naive_tz)
+        date_changed = _instant(row["date_changed"], "date_changed", naive_tz)
+        start_at = _instant(row["start_time"], "start_time", naive_tz)
+        expires_at = _instant(row["expires"], "expires", naive_tz)
+        # django-celery-beat counts a never-run row from its last change.
+        anchor = last_run_at or date_changed
+        trigger, celery_sched, celery_tz = _trigger(row, anchor, default_tz, naive_tz, notes, bugs)
+        args = kombu_json.loads(_text(row["args"]), field="args", default=[])
+        kwargs = kombu_json.loads(_text(row["kwargs"]), field="kwargs", default={})
+        if not isinstance(args, list):
+            raise InvalidValue("args", args, f"{args!r} is not a JSON list")
+        if not isinstance(kwargs, dict):
+            raise InvalidValue("kwargs", kwargs, f"{kwargs!r} is not a JSON object")
+        headers = kombu_json.loads(_text(row["headers"]), field="headers", default={})
+        if not isinstance(headers, dict):
+            raise InvalidValue("headers", headers, f"{headers!r} is not a JSON object")
+        headers["periodic_task_name"] = name  # django-celery-beat always sends it
+        expire_seconds = row["expire_seconds"]
+        if expires_at is not None:
+            notes.append(
+                f"expires={expires_at.isoformat()} is an absolute instant: imported as the "
+                "schedule's end_at (nothing runs after it, as celery's expired messages would not)"
+            )
+        priority = row["priority"]
+        routing = Routing(
+            queue=_text(row["queue"]),
+            exchange=_text(row["exchange"]),
+            routing_key=_text(row["routing_key"]),
+            priority=None if priority is None else int(priority),
+            expires=None if not expire_seconds else float(expire_seconds),
+            headers=kombu_json.encode(headers, field="headers"),
+        )
+        one_off = bool(row["one_off"])
+        if row["clocked_row"] is not None and not one_off:
+            notes.append("a clocked schedule runs once: imported as one_off")
+            one_off = True
+        end_at = expires_at
+        if start_at is not None and end_at is not None and end_at < start_at:
+            raise InvalidValue("expires", end_at, "expires is before start_time")
+        schedule = Schedule(
+            name=name,
+            task=task,
+            trigger=trigger,
+            args=kombu_json.encode(args, field="args"),
+            kwargs=kombu_json.encode(kwargs, field="kwargs"),
+            routing=routing,
+            start_at=start_at,
+            end_at=end_at,
+            one_off=one_off,
+            description=str(row["description"] or ""),
+            source=Source.DJANGO_CELERY_BEAT,
+            enabled=enabled,
+            last_run_at=anchor,
+            total_run_count=int(row["total_run_count"] or 0),
+        )
+    except GoatbeatError as exc:
+        return failed(str(exc))
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        return failed(f"unreadable row: {exc}")
+    return SourceEntry(
+        name=name,
+        source=Source.DJANGO_CELERY_BEAT,
+        schedule=schedule,
+        notes=tuple(notes),
+        celery_schedule=celery_sched,
+        celery_tz=celery_tz,
+        last_run_at=anchor,
+        enabled=enabled,
+        task=task,
+        args=schedule.args,
+        kwargs=schedule.kwargs,
+        routing=routing.to_dict(),
+        bugs=tuple(bugs),
+    )
+
+
+def _trigger(
+    row: dict[str, Any],
+    anchor: datetime | None,
+    default_tz: str,
+    naive_tz: str,
+    notes: list[str],
+    bugs: list[str],
+) -> tuple[Trigger, Any, str]:
+    """(goatbeat trigger, the celery schedule django-celery-beat would use or None, zone)."""
+    kinds = [k for k in ("interval", "crontab", "solar", "clocked") if row[f"{k}_id"] is not None]
+    if not kinds:
+        raise InvalidValue(
+            "schedule", None, "no interval, crontab, solar or clocked schedule is set"
+        )
+    if len(kinds) > 1:
+        notes.append(
+            f"several schedules are set ({', '.join(kinds)}); like django-celery-beat, "
+            f"goatbeat uses the {kinds[0]}"
+        )
+    kind = kinds[0]
+    if row[f"{kind}_row"] is None:
+        raise InvalidValue(
+            f"{kind}_id",
+            row[f"{kind}_id"],
+            f"{kind}_id {row[f'{kind}_id']} points to no row of {_JOINS[kind][0]} (deleted?)",
+        )
+    if kind == "interval":
+        every, period = row["interval_every"], str(row["interval_period"] or "")
+        if period not in _PERIODS:
+            raise InvalidValue("period", period, f"{period!r} is not one of {sorted(_PERIODS)}")
+        if every is None or int(every) < 1:
+            raise InvalidValue("every", every, f"{every!r} must be a positive integer")
+        delta = timedelta(**{period: int(every)})
+        from celery.schedules import schedule as celery_schedule
+
+        return IntervalTrigger(delta, anchor=anchor), celery_schedule(delta), "UTC"
+    if kind == "crontab":
+        return _crontab(row, default_tz, notes, bugs)
+    if kind == "solar":
+        from celery.schedules import solar
+
+        event = str(row["solar_event"])
+        lat = _decimal(row["solar_latitude"], "latitude")
+        lon = _decimal(row["solar_longitude"], "longitude")
+        try:
+            sched = solar(event, lat, lon)
+        except ValueError as exc:
+            raise InvalidValue("solar", event, str(exc).strip()) from None
+        return to_trigger(sched), sched, "UTC"
+    at = _instant(row["clocked_clocked_time"], "clocked_time", naive_tz)
+    if at is None:
+        raise InvalidValue("clocked_time", None, "the clocked schedule has no time")
+    trigger = OnceTrigger(at)
+    return trigger, trigger, "UTC"
+
+
+def _decimal(value: Any, field: str) -> float:
+    try:
+        return float(Decimal(str(value)))
+    except ArithmeticError:
+        raise InvalidValue(field, value, f"{value!r} is not a number") from None
+
+
+def _crontab(
+    row: dict[str, Any], default_tz: str, notes: list[str], bugs: list[str]
+) -> tuple[Trigger, Any, str]:
+    from celery.schedules import crontab
+
+    zone = str(row["crontab_timezone"] or default_tz)
+    get_zone(zone, "timezone")
+    fields = {
+        key: str(row[f"crontab_{key}"] if row[f"crontab_{key}"] is not None else "*").strip() or "*"
+        for key in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+    }
+    celery_sched: Any
+    try:
+        celery_sched = crontab(**fields)
+    except (ValueError, TypeError) as exc:
+        dow = fields["day_of_week"]
+        weekdays = _weekdays_with_seven(dow)
+        if weekdays is None:
+            raise InvalidValue("crontab", _describe(fields), _celery_message(exc)) from None
+        try:
+            converted = crontab(**{**fields, "day_of_week": weekdays})
+        except (ValueError, TypeError) as exc2:
+            raise InvalidValue("crontab", _describe(fields), _celery_message(exc2)) from None
+        # Keep the user's spelling for the other fields; only the weekdays change.
+        converted._orig_day_of_week = ",".join(str(d) for d in sorted(weekdays))
+        converted.tz = get_zone(zone)
+        bugs.append("dow_7")
+        notes.append(
+            f"day_of_week={dow!r}: {CELERY_BUGS['dow_7']}; imported as Sunday, so it WILL run "
+            "after the cutover (disable it if that is not wanted)"
+        )
+        return to_trigger(converted, timezone=zone), None, zone
+    celery_sched.tz = get_zone(zone)  # what TzAwareCrontab does
+    return to_trigger(celery_sched, timezone=zone), celery_sched, zone
+
+
+def _weekdays_with_seven(dow: str) -> set[int] | None:
+    """The weekday set of a day_of_week field that only fails celery because of a 7."""
+    if "7" not in dow:
+        return None
+    try:
+        return set(parse_cron(f"0 0 * * {dow}").weekdays)
+    except GoatbeatError:
+        return None
+
+
+def _describe(fields: dict[str, str]) -> str:
+    return " ".join(
+        fields[k] for k in ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+    )
+
+
+def _celery_message(exc: Exception) -> str:
+    return f"celery rejects it: {' '.join(str(exc).split())}"
