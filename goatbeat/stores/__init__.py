@@ -1,0 +1,73 @@
+"""The ScheduleStore implementations and :func:`open_store`, which picks one from a URL.
+
+- ``memory://`` -> :class:`~goatbeat.stores.memory.MemoryStore` (tests, one process)
+- ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` ->
+  :class:`~goatbeat.stores.sqlite.SQLiteStore` (the embedded default; processes on one host)
+- ``postgresql://...`` or ``postgres://...`` -> :class:`~goatbeat.stores.postgres.PostgresStore`
+  (production; needs psycopg 3, imported only here)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from goatbeat.core.clock import Clock
+from goatbeat.core.errors import InvalidValue
+from goatbeat.core.store import ScheduleStore
+from goatbeat.stores.memory import MemoryStore
+from goatbeat.stores.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from goatbeat.stores.postgres import PostgresStore
+
+__all__ = ["open_store", "MemoryStore", "SQLiteStore", "PostgresStore"]
+
+_EXAMPLES = "memory://, sqlite:///relative.db, sqlite:////abs/path.db, postgresql://user@host/db"
+
+
+def open_store(url: str, *, clock: Clock | None = None) -> ScheduleStore:
+    """The store ``url`` names. Does not connect or migrate yet (PostgreSQL connects on first
+    use); raises InvalidValue (field ``database``) for a URL it cannot use."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidValue("database", url, f"{url!r} is not a store URL (try {_EXAMPLES})")
+    text = url.strip()
+    scheme, sep, rest = text.partition("://")
+    scheme = scheme.lower()
+    if not sep:
+        raise InvalidValue("database", url, f"{url!r} has no scheme (try {_EXAMPLES})")
+    if scheme == "memory":
+        if rest not in ("", "/"):
+            raise InvalidValue("database", url, f"{url!r}: memory:// takes no path")
+        return MemoryStore(clock=clock)
+    if scheme == "sqlite":
+        # sqlite:///x.db -> "x.db" (relative); sqlite:////abs/x.db -> "/abs/x.db"
+        if not rest.startswith("/") or rest in ("/", "//"):
+            raise InvalidValue(
+                "database",
+                url,
+                f"{url!r}: write sqlite:///relative.db or sqlite:////absolute/path.db",
+            )
+        path = rest[1:]
+        if "?" in path or "#" in path:
+            raise InvalidValue("database", url, f"{url!r}: SQLite URLs take no query string")
+        return SQLiteStore(path, clock=clock)
+    if scheme in ("postgresql", "postgres"):
+        try:
+            from goatbeat.stores.postgres import PostgresStore
+        except ImportError as exc:
+            raise InvalidValue(
+                "database",
+                url,
+                f"PostgreSQL needs psycopg 3: pip install 'goatbeat[postgres]' ({exc})",
+            ) from None
+        return PostgresStore(text, clock=clock)
+    raise InvalidValue("database", url, f"unknown store scheme {scheme!r} (try {_EXAMPLES})")
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore is importable from here without making psycopg a hard dependency.
+    if name == "PostgresStore":
+        from goatbeat.stores.postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,509 @@
+"""MemoryStore: the whole ScheduleStore contract in a few dicts, for tests and demos.
+
+Thread-safe (one lock), single process, nothing persisted. It keeps the same rows the SQL
+stores keep and passes the same conformance suite, so users can test their own scheduling code
+against it. Its clock is injectable (:class:`~goatbeat.core.clock.FakeClock` in tests).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
+from goatbeat.core.misfire import plan as default_plan
+from goatbeat.core.model import (
+    ClaimResult,
+    Execution,
+    ExecutionKind,
+    ExecutionStatus,
+    LeaseGrant,
+    Occurrence,
+    Schedule,
+    Source,
+    SubmitOutcome,
+    manual_key,
+)
+from goatbeat.core.store import SCHEMA_VERSION, PublishResult
+from goatbeat.stores import _common as common
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """An in-process ScheduleStore. ``migrate()`` is a no-op; ``wait()`` wakes on ``notify()``
+    from any thread."""
+
+    def __init__(
+        self, clock: Clock | None = None, *, planner: common.Planner | None = None
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.planner: common.Planner = planner or default_plan
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(threading.Lock())
+        self._notified = 0
+        self._seen = 0
+        self._schedules: dict[int, dict[str, Any]] = {}
+        self._by_name: dict[str, int] = {}
+        self._executions: dict[int, dict[str, Any]] = {}
+        self._by_key: dict[str, int] = {}
+        self._leases: dict[str, dict[str, Any]] = {}
+        self._schedule_ids = itertools.count(1)
+        self._execution_ids = itertools.count(1)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def now(self) -> datetime:
+        return common.utc(self.clock.now())  # type: ignore[return-value]
+
+    def info(self) -> dict[str, Any]:
+        return {"kind": "memory", "database": None, "schema_version": SCHEMA_VERSION}
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def _insert(self, row: dict[str, Any], now: datetime) -> dict[str, Any]:
+        row = dict(row)
+        row.update(
+            id=next(self._schedule_ids),
+            last_status=None,
+            missed_count=0,
+            version=1,
+            created_at=now,
+            updated_at=now,
+        )
+        self._schedules[row["id"]] = row
+        self._by_name[row["name"]] = row["id"]
+        return row
+
+    def _row(self, name: str) -> dict[str, Any]:
+        sid = self._by_name.get(name)
+        if sid is None:
+            raise ScheduleNotFound(name)
+        return self._schedules[sid]
+
+    def publish(
+        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+    ) -> PublishResult:
+        schedules = list(schedules)
+        common.validate_batch(schedules)
+        with self._lock:
+            now = self.now()
+            existing = {
+                s.name: self._schedules[self._by_name[s.name]]
+                for s in schedules
+                if s.name in self._by_name
+            }
+            actions = common.plan_publish(schedules, existing, source=source, now=now)
+            for row in actions.inserts:
+                self._insert(row, now)
+            for rep in actions.replaces:
+                stored = self._schedules[rep.id]
+                stored.update(rep.values, version=stored["version"] + 1, updated_at=now)
+        if actions.changed:
+            self.notify("schedule:0")
+        return PublishResult(
+            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+        )
+
+    def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
+        keep_set = set(keep)
+        source = Source(source)
+        pruned: list[str] = []
+        with self._lock:
+            now = self.now()
+            for row in self._schedules.values():
+                if row["source"] == source.value and row["enabled"] and row["name"] not in keep_set:
+                    row.update(
+                        enabled=False,
+                        next_run_at=None,
+                        version=row["version"] + 1,
+                        updated_at=now,
+                    )
+                    pruned.append(row["name"])
+        if pruned:
+            self.notify("schedule:0")
+        return sorted(pruned)
+
+    def create(self, schedule: Schedule) -> Schedule:
+        common.validate_schedule(schedule)
+        with self._lock:
+            if schedule.name in self._by_name:
+                raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
+            now = self.now()
+            row = common.schedule_to_row(
+                schedule,
+                source=schedule.source,
+                enabled=schedule.enabled,
+                next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+            )
+            stored = self._insert(row, now)
+            result = common.schedule_from_row(stored)
+        self.notify(f"schedule:{result.id}")
+        return result
+
+    def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
+        common.validate_schedule(schedule)
+        with self._lock:
+            row = self._row(schedule.name)
+            if expected_version is not None and row["version"] != expected_version:
+                raise ConflictError(
+                    f"schedule {schedule.name!r} is at version {row['version']}, "
+                    f"not {expected_version}"
+                )
+            now = self.now()
+            values = common.update_values(schedule, row, now=now)
+            row.update(values, version=row["version"] + 1, updated_at=now)
+            result = common.schedule_from_row(row)
+        self.notify(f"schedule:{result.id}")
+        return result
+
+    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+        with self._lock:
+            row = self._row(name)
+            if bool(row["enabled"]) == bool(enabled):
+                return common.schedule_from_row(row)
+            now = self.now()
+            schedule = common.schedule_from_row(row)
+            next_run_at = schedule.first_run_after(now) if enabled else None
+            row.update(
+                enabled=bool(enabled),
+                next_run_at=next_run_at,
+                version=row["version"] + 1,
+                updated_at=now,
+            )
+            result = common.schedule_from_row(row)
+        self.notify(f"schedule:{result.id}")
+        return result
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            row = self._row(name)
+            del self._schedules[row["id"]]
+            del self._by_name[name]
+            for execution in self._executions.values():
+                if execution["schedule_id"] == row["id"]:
+                    execution["schedule_id"] = None
+        self.notify(f"schedule:{row['id']}")
+
+    def get(self, name: str) -> Schedule:
+        with self._lock:
+            return common.schedule_from_row(self._row(name))
+
+    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+        with self._lock:
+            rows = [
+                row
+                for row in self._schedules.values()
+                if source is None or row["source"] == Source(source).value
+            ]
+            return [common.schedule_from_row(r) for r in sorted(rows, key=lambda r: r["name"])]
+
+    # -- the lease -------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        with self._lock:
+            now = self.now()
+            lease = self._leases.get(name)
+            if lease is None:
+                lease = {"holder": holder, "token": 1, "expires_at": now + ttl, "acquired_at": now}
+                self._leases[name] = lease
+            elif lease["holder"] == holder or lease["expires_at"] <= now:
+                if lease["holder"] != holder:
+                    lease.update(holder=holder, token=lease["token"] + 1, acquired_at=now)
+                lease["expires_at"] = now + ttl
+            else:
+                return None
+            return LeaseGrant(
+                name=name, holder=holder, token=lease["token"], expires_at=lease["expires_at"]
+            )
+
+    def release_lease(self, name: str, holder: str, token: int) -> bool:
+        with self._lock:
+            now = self.now()
+            lease = self._leases.get(name)
+            if (
+                lease is None
+                or lease["holder"] != holder
+                or lease["token"] != token
+                or lease["expires_at"] <= now
+            ):
+                return False
+            lease["expires_at"] = now
+        payload = common.lease_payload(name)
+        if payload is not None:
+            self.notify(payload)
+        return True
+
+    def read_lease(self, name: str) -> tuple[str, int, datetime, bool] | None:
+        with self._lock:
+            lease = self._leases.get(name)
+            if lease is None:
+                return None
+            return (
+                lease["holder"],
+                lease["token"],
+                lease["expires_at"],
+                lease["expires_at"] <= self.now(),
+            )
+
+    def _lease_valid(self, lease: LeaseGrant) -> bool:
+        row = self._leases.get(lease.name)
+        return (
+            row is not None
+            and row["holder"] == lease.holder
+            and row["token"] == lease.token
+            and row["expires_at"] > self.now()
+        )
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def next_due_at(self) -> datetime | None:
+        with self._lock:
+            due = [
+                r["next_run_at"]
+                for r in self._schedules.values()
+                if r["enabled"] and r["next_run_at"] is not None
+            ]
+            return min(due, default=None)
+
+    def claim_due(
+        self,
+        lease: LeaseGrant,
+        *,
+        scheduler_id: str,
+        limit: int,
+        now: datetime | None = None,
+    ) -> ClaimResult:
+        common.check_positive("limit", limit)
+        with self._lock:
+            if not self._lease_valid(lease):
+                return ClaimResult(occurrences=[], refused=True)
+            at = common.utc(now) or self.now()
+            rows = heapq.nsmallest(
+                limit,
+                (
+                    r
+                    for r in self._schedules.values()
+                    if r["enabled"] and r["next_run_at"] is not None and r["next_run_at"] <= at
+                ),
+                key=lambda r: (r["next_run_at"], r["id"]),
+            )
+            seen = [common.schedule_from_row(r) for r in rows]
+        # Planned without the lock, like the SQL stores plan between their read and their
+        # write: an edit that lands meanwhile must win the compare-and-set below.
+        batch = common.plan_batch(seen, at, self.planner)
+        with self._lock:
+            if not self._lease_valid(lease):
+                return ClaimResult(occurrences=[], refused=True)
+            claimed_at = self.now()
+            advanced: set[int] = set()
+            for adv in batch.advances:
+                assert adv.schedule.id is not None
+                row = self._schedules.get(adv.schedule.id)
+                if row is None or row["version"] != adv.schedule.version:
+                    continue
+                advanced.add(adv.schedule.id)
+                row.update(
+                    next_run_at=None if adv.disable else adv.plan.next_run_at,
+                    last_run_at=adv.last_run_at or row["last_run_at"],
+                    last_status=adv.last_status or row["last_status"],
+                    total_run_count=row["total_run_count"] + len(adv.plan.run_at),
+                    missed_count=row["missed_count"] + adv.plan.missed,
+                    enabled=row["enabled"] and not adv.disable,
+                    version=row["version"] + 1,
+                )
+            occurrences: list[Occurrence] = []
+            for schedule, scheduled_at, key in batch.executions_for(advanced):
+                if key in self._by_key:
+                    continue
+                execution_id = self._insert_execution(
+                    schedule_id=schedule.id,
+                    schedule_name=schedule.name,
+                    scheduled_at=scheduled_at,
+                    key=key,
+                    kind=ExecutionKind.SCHEDULED,
+                    token=lease.token,
+                    scheduler_id=scheduler_id,
+                    claimed_at=claimed_at,
+                )
+                occurrences.append(
+                    common.occurrence_for(
+                        schedule,
+                        execution_id=execution_id,
+                        scheduled_at=scheduled_at,
+                        key=key,
+                        token=lease.token,
+                    )
+                )
+        return ClaimResult(
+            occurrences=occurrences,
+            conflicts=len(batch.advances) - len(advanced),
+            missed=batch.missed_for(advanced),
+            schedules_seen=batch.schedules_seen,
+        )
+
+    def _insert_execution(
+        self,
+        *,
+        schedule_id: int | None,
+        schedule_name: str,
+        scheduled_at: datetime,
+        key: str,
+        kind: ExecutionKind,
+        token: int | None,
+        scheduler_id: str | None,
+        claimed_at: datetime,
+    ) -> int:
+        execution_id = next(self._execution_ids)
+        self._executions[execution_id] = {
+            "id": execution_id,
+            "schedule_id": schedule_id,
+            "schedule_name": schedule_name,
+            "scheduled_at": scheduled_at,
+            "idempotency_key": key,
+            "kind": kind.value,
+            "status": ExecutionStatus.CLAIMED.value,
+            "fencing_token": token,
+            "scheduler_id": scheduler_id,
+            "claimed_at": claimed_at,
+            "submitted_at": None,
+            "finished_at": None,
+            "attempts": 0,
+            "backend_task_id": None,
+            "error": None,
+        }
+        self._by_key[key] = execution_id
+        return execution_id
+
+    def pending(self, *, limit: int) -> list[Occurrence]:
+        common.check_positive("limit", limit)
+        with self._lock:
+            rows = sorted(
+                (
+                    e
+                    for e in self._executions.values()
+                    if e["status"] == ExecutionStatus.CLAIMED.value
+                    and e["schedule_id"] in self._schedules
+                ),
+                key=lambda e: (e["claimed_at"], e["id"]),
+            )[:limit]
+            out: list[Occurrence] = []
+            for e in rows:
+                schedule = self._schedules[e["schedule_id"]]
+                joined = {name: schedule[name] for name in common.DEFINITION_COLUMNS}
+                joined.update(e, execution_id=e["id"])
+                out.append(common.occurrence_from_row(joined))
+            return out
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        with self._lock:
+            now = self.now()
+            latest: dict[int, dict[str, Any]] = {}
+            for outcome in outcomes:
+                e = self._executions.get(outcome.execution_id)
+                if e is None or e["status"] != ExecutionStatus.CLAIMED.value:
+                    continue
+                if outcome.ok:
+                    e.update(
+                        status=ExecutionStatus.SUBMITTED.value,
+                        submitted_at=now,
+                        backend_task_id=outcome.backend_task_id,
+                        error=None,
+                    )
+                else:
+                    status = (
+                        ExecutionStatus.SUBMIT_FAILED if outcome.final else ExecutionStatus.CLAIMED
+                    )
+                    e.update(status=status.value, error=outcome.error)
+                e["attempts"] += 1
+                sid = e["schedule_id"]
+                if sid is not None and (
+                    sid not in latest or latest[sid]["scheduled_at"] <= e["scheduled_at"]
+                ):
+                    latest[sid] = e
+            for sid, e in latest.items():
+                if sid in self._schedules:
+                    self._schedules[sid]["last_status"] = e["status"]
+
+    def record_finished(
+        self, idempotency_key: str, *, succeeded: bool, error: str | None = None
+    ) -> bool:
+        with self._lock:
+            execution_id = self._by_key.get(idempotency_key)
+            if execution_id is None:
+                return False
+            e = self._executions[execution_id]
+            status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
+            e.update(status=status.value, finished_at=self.now(), error=error)
+            if e["schedule_id"] in self._schedules:
+                self._schedules[e["schedule_id"]]["last_status"] = status.value
+            return True
+
+    def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
+        with self._lock:
+            row = self._row(name)
+            at = common.utc(now) or self.now()
+            key = manual_key(name, at)
+            execution_id = self._by_key.get(key)
+            if execution_id is None:
+                execution_id = self._insert_execution(
+                    schedule_id=row["id"],
+                    schedule_name=name,
+                    scheduled_at=at,
+                    key=key,
+                    kind=ExecutionKind.MANUAL,
+                    token=None,
+                    scheduler_id=None,
+                    claimed_at=self.now(),
+                )
+            execution = common.execution_from_row(self._executions[execution_id])
+        self.notify(f"run:{execution.id}")
+        return execution
+
+    def executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        limit: int = 50,
+    ) -> list[Execution]:
+        common.check_positive("limit", limit)
+        wanted = None if status is None else ExecutionStatus(status).value
+        with self._lock:
+            rows = [
+                e
+                for e in self._executions.values()
+                if (name is None or e["schedule_name"] == name)
+                and (wanted is None or e["status"] == wanted)
+            ]
+            rows.sort(key=lambda e: (e["scheduled_at"], e["id"]), reverse=True)
+            return [common.execution_from_row(e) for e in rows[:limit]]
+
+    # -- wake-ups --------------------------------------------------------------------------
+
+    def notify(self, payload: str) -> None:
+        common.check_payload(payload)
+        with self._wakeup:
+            self._notified += 1
+            self._wakeup.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        # A notification sent while nobody waited is not lost: like a LISTENing connection,
+        # the store remembers what it has already reported.
+        with self._wakeup:
+            arrived = self._wakeup.wait_for(
+                lambda: self._notified != self._seen, timeout=max(0.0, timeout)
+            )
+            self._seen = self._notified
+            return arrived

@@ -1,0 +1,595 @@
+"""PostgresStore: the production store, on psycopg 3.
+
+One connection, in autocommit mode, reused for everything and replaced only after an error
+(an ``OperationalError`` discards it and raises ``StoreError``; the next call reconnects).
+Multi-statement work runs in explicit ``conn.transaction()`` blocks, so the same SQL also runs
+on a connection somebody else opened (Django's, through a :class:`ConnectionProvider`).
+
+Every instant that coordinates schedulers comes from the DATABASE clock (``now()``): lease
+expiry, lease checks, and due-ness unless the caller passes ``now``. The store LISTENs on
+:data:`~goatbeat.core.store.NOTIFY_CHANNEL` on its connection; :meth:`PostgresStore.wait`
+returns as soon as a notification arrives.
+
+A claim batch is a fixed number of statements whatever its size: lease check (``FOR SHARE``),
+due select (index walk, no row locks), one compare-and-set UPDATE over arrays, one INSERT of
+the executions over arrays.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.errors import (
+    ConflictError,
+    InvalidSchedule,
+    InvalidValue,
+    ScheduleNotFound,
+    StoreError,
+)
+from goatbeat.core.misfire import plan as default_plan
+from goatbeat.core.model import (
+    ClaimResult,
+    Execution,
+    ExecutionStatus,
+    LeaseGrant,
+    Occurrence,
+    Schedule,
+    Source,
+    SubmitOutcome,
+    manual_key,
+)
+from goatbeat.core.store import NOTIFY_CHANNEL, PublishResult
+from goatbeat.stores import _common as common
+from goatbeat.stores import schema
+
+__all__ = ["PostgresStore", "ConnectionProvider", "DsnConnectionProvider"]
+
+_JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
+_WAIT_SLICE = 0.5  # wait() gives the connection back to other threads this often
+_CLAIM_ATTEMPTS = 3  # a deadlock or serialization failure rolls the batch back: try again
+_ROLLED_BACK = (
+    pg_errors.TransactionRollback,
+    pg_errors.SerializationFailure,
+    pg_errors.DeadlockDetected,
+)
+
+
+@runtime_checkable
+class ConnectionProvider(Protocol):
+    """Where PostgresStore gets its connection. The connection must be in autocommit mode
+    (the store opens its own transactions)."""
+
+    def get(self) -> psycopg.Connection[Any]:
+        """The connection to use now; open a new one if the previous one was discarded."""
+        ...
+
+    def discard(self) -> None:
+        """Drop the current connection (it failed); the next ``get()`` must give a fresh one."""
+        ...
+
+
+class DsnConnectionProvider:
+    """The default provider: one psycopg connection opened from a DSN, on demand."""
+
+    def __init__(
+        self, dsn: str, *, connect_timeout: float = 10.0, application_name: str = "goatbeat"
+    ) -> None:
+        self.dsn = dsn
+        self.connect_timeout = connect_timeout
+        self.application_name = application_name
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def get(self) -> psycopg.Connection[Any]:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            if conn is not None:
+                self.discard()
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                application_name=self.application_name,
+            )
+            self._conn = conn
+        return conn
+
+    def discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # it is already broken; closing is best effort
+
+
+class _RetryableStoreError(StoreError):
+    """The transaction was rolled back by a deadlock or serialization failure."""
+
+
+def _params(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+class PostgresStore:
+    """A ScheduleStore on PostgreSQL.
+
+    ``PostgresStore("postgresql://...")`` or ``PostgresStore(connection_provider=...)``.
+    ``clock`` is accepted for symmetry with the other stores, but coordination never reads it:
+    the database's ``now()`` is the only clock that counts here."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        connection_provider: ConnectionProvider | None = None,
+        clock: Clock | None = None,
+        planner: common.Planner | None = None,
+    ) -> None:
+        if connection_provider is None:
+            if not dsn:
+                raise InvalidValue("database", dsn, "PostgresStore needs a DSN or a provider")
+            connection_provider = DsnConnectionProvider(dsn)
+        self.dsn = dsn
+        self.provider = connection_provider
+        self.clock: Clock = clock or SystemClock()
+        self.planner: common.Planner = planner or default_plan
+        self.last_payload: str | None = None
+        """The last valid payload wait() saw (for logs); invalid ones are plain wake-ups."""
+        self._q = schema.queries("postgres")
+        self._lock = threading.RLock()
+        self._listening: psycopg.Connection[Any] | None = None
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        conn = self.provider.get()
+        if conn is not self._listening:
+            # A new connection (first use, or after a failure) must LISTEN again.
+            conn.execute(self._q["listen"])
+            self._listening = conn
+        return conn
+
+    @contextmanager
+    def _session(self) -> Iterator[psycopg.Connection[Any]]:
+        """The connection under the store lock; connection failures discard it and become
+        StoreError so the next call starts afresh."""
+        with self._lock:
+            try:
+                yield self._connection()
+            except _ROLLED_BACK as exc:
+                raise _RetryableStoreError(f"postgres: {exc}") from exc
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                self._listening = None
+                self.provider.discard()
+                raise StoreError(f"postgres: {exc}") from exc
+            except psycopg.Error as exc:
+                raise StoreError(f"postgres: {exc}") from exc
+
+    def _fetch(
+        self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._q[name], params)
+            return cur.fetchall() if cur.description is not None else []
+
+    def _fetch_one(
+        self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        rows = self._fetch(conn, name, params)
+        return rows[0] if rows else None
+
+    def _notify(self, conn: psycopg.Connection[Any], payload: str) -> None:
+        # Inside a transaction the notification goes out at commit, with the change.
+        conn.execute(self._q["notify"], {"payload": common.check_payload(payload)})
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        with self._session() as conn, conn.transaction():
+            conn.execute(self._q["migrate_lock"])
+            conn.execute(schema.version_table_sql("postgres"))
+            applied = {int(r["version"]) for r in self._fetch(conn, "applied_versions")}
+            for version in schema.migration_versions("postgres"):
+                if version not in applied:
+                    conn.execute(schema.postgres_migration_sql(version))
+
+    def close(self) -> None:
+        with self._lock:
+            self._listening = None
+            self.provider.discard()
+
+    def now(self) -> datetime:
+        with self._session() as conn:
+            row = self._fetch_one(conn, "now")
+        assert row is not None
+        return row["now"].astimezone(UTC)  # type: ignore[no-any-return]
+
+    def info(self) -> dict[str, Any]:
+        with self._session() as conn:
+            try:
+                with conn.transaction():
+                    versions = [int(r["version"]) for r in self._fetch(conn, "applied_versions")]
+            except pg_errors.UndefinedTable:
+                versions = []
+            return {
+                "kind": "postgres",
+                "database": f"{conn.info.dbname}@{conn.info.host}:{conn.info.port}",
+                "schema_version": max(versions, default=0),
+            }
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def _required(self, conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
+        row = self._fetch_one(conn, "schedule_by_name", {"name": name})
+        if row is None:
+            raise ScheduleNotFound(name)
+        return row
+
+    def _db_now(self, conn: psycopg.Connection[Any]) -> datetime:
+        row = self._fetch_one(conn, "now")
+        assert row is not None
+        return row["now"].astimezone(UTC)  # type: ignore[no-any-return]
+
+    def publish(
+        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+    ) -> PublishResult:
+        schedules = list(schedules)
+        common.validate_batch(schedules)
+        with self._session() as conn, conn.transaction():
+            conn.execute(self._q["publish_lock"])
+            now = self._db_now(conn)
+            existing = {
+                r["name"]: r
+                for r in self._fetch(
+                    conn, "schedules_by_names", {"names": [s.name for s in schedules]}
+                )
+            }
+            actions = common.plan_publish(schedules, existing, source=source, now=now)
+            with conn.cursor() as cur:
+                if actions.inserts:
+                    cur.executemany(
+                        self._q["schedule_insert"], [_params(r) for r in actions.inserts]
+                    )
+                if actions.replaces:
+                    params = []
+                    for rep in actions.replaces:
+                        p = _params(rep.values)
+                        p.update(id=rep.id, version=rep.version)
+                        params.append(p)
+                    cur.executemany(self._q["schedule_replace"], params)
+                    if cur.rowcount != len(params):
+                        raise ConflictError("a schedule changed while it was being published")
+            if actions.changed:
+                self._notify(conn, "schedule:0")
+        return PublishResult(
+            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+        )
+
+    def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
+        with self._session() as conn, conn.transaction():
+            rows = self._fetch(
+                conn, "prune", {"source": Source(source).value, "keep": sorted(set(keep))}
+            )
+            if rows:
+                self._notify(conn, "schedule:0")
+        return sorted(r["name"] for r in rows)
+
+    def create(self, schedule: Schedule) -> Schedule:
+        common.validate_schedule(schedule)
+        try:
+            with self._session() as conn, conn.transaction():
+                if self._fetch_one(conn, "schedule_by_name", {"name": schedule.name}) is not None:
+                    raise InvalidSchedule(
+                        "name", schedule.name, f"{schedule.name!r} already exists"
+                    )
+                now = self._db_now(conn)
+                row = common.schedule_to_row(
+                    schedule,
+                    source=schedule.source,
+                    enabled=schedule.enabled,
+                    next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                )
+                stored = self._fetch_one(conn, "schedule_insert", _params(row))
+                assert stored is not None
+                self._notify(conn, f"schedule:{stored['id']}")
+        except StoreError as exc:
+            if isinstance(exc.__cause__, pg_errors.UniqueViolation):  # lost a race for the name
+                raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
+            raise
+        return common.schedule_from_row(stored)
+
+    def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
+        common.validate_schedule(schedule)
+        with self._session() as conn, conn.transaction():
+            row = self._required(conn, schedule.name)
+            if expected_version is not None and row["version"] != expected_version:
+                raise ConflictError(
+                    f"schedule {schedule.name!r} is at version {row['version']}, "
+                    f"not {expected_version}"
+                )
+            params = _params(common.update_values(schedule, row, now=self._db_now(conn)))
+            params.update(id=row["id"], version=row["version"])
+            stored = self._fetch_one(conn, "schedule_replace", params)
+            if stored is None:
+                raise ConflictError(f"schedule {schedule.name!r} changed while being updated")
+            self._notify(conn, f"schedule:{stored['id']}")
+        return common.schedule_from_row(stored)
+
+    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+        with self._session() as conn, conn.transaction():
+            row = self._required(conn, name)
+            if bool(row["enabled"]) == bool(enabled):
+                return common.schedule_from_row(row)
+            schedule = common.schedule_from_row(row)
+            next_run_at = schedule.first_run_after(self._db_now(conn)) if enabled else None
+            stored = self._fetch_one(
+                conn,
+                "schedule_set_enabled",
+                {
+                    "enabled": bool(enabled),
+                    "next_run_at": next_run_at,
+                    "id": row["id"],
+                    "version": row["version"],
+                },
+            )
+            if stored is None:
+                raise ConflictError(f"schedule {name!r} changed while being toggled")
+            self._notify(conn, f"schedule:{stored['id']}")
+        return common.schedule_from_row(stored)
+
+    def delete(self, name: str) -> None:
+        with self._session() as conn, conn.transaction():
+            row = self._fetch_one(conn, "schedule_delete", {"name": name})
+            if row is None:
+                raise ScheduleNotFound(name)
+            self._notify(conn, f"schedule:{row['id']}")
+
+    def get(self, name: str) -> Schedule:
+        with self._session() as conn:
+            return common.schedule_from_row(self._required(conn, name))
+
+    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+        with self._session() as conn:
+            rows = self._fetch(
+                conn, "list_schedules", {"source": None if source is None else Source(source).value}
+            )
+        return [common.schedule_from_row(r) for r in rows]
+
+    # -- the lease -------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        with self._session() as conn:
+            row = self._fetch_one(
+                conn, "lease_acquire", {"name": name, "holder": holder, "ttl": ttl}
+            )
+        if row is None:
+            return None
+        return LeaseGrant(
+            name=row["name"],
+            holder=row["holder"],
+            token=int(row["token"]),
+            expires_at=row["expires_at"].astimezone(UTC),
+        )
+
+    def release_lease(self, name: str, holder: str, token: int) -> bool:
+        payload = common.lease_payload(name)
+        with self._session() as conn, conn.transaction():
+            released = (
+                self._fetch_one(
+                    conn, "lease_release", {"name": name, "holder": holder, "token": token}
+                )
+                is not None
+            )
+            if released and payload is not None:
+                self._notify(conn, payload)
+        return released
+
+    def read_lease(self, name: str) -> tuple[str, int, datetime, bool] | None:
+        with self._session() as conn:
+            row = self._fetch_one(conn, "lease_read", {"name": name})
+        if row is None:
+            return None
+        return (
+            row["holder"],
+            int(row["token"]),
+            row["expires_at"].astimezone(UTC),
+            bool(row["expired"]),
+        )
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def next_due_at(self) -> datetime | None:
+        with self._session() as conn:
+            row = self._fetch_one(conn, "next_due_at")
+        value = None if row is None else row["next_due_at"]
+        return None if value is None else value.astimezone(UTC)
+
+    def claim_due(
+        self,
+        lease: LeaseGrant,
+        *,
+        scheduler_id: str,
+        limit: int,
+        now: datetime | None = None,
+    ) -> ClaimResult:
+        common.check_positive("limit", limit)
+        for attempt in range(1, _CLAIM_ATTEMPTS + 1):
+            try:
+                return self._claim_once(lease, scheduler_id=scheduler_id, limit=limit, now=now)
+            except _RetryableStoreError:
+                # Rolled back as a whole, so nothing was written: safe to run again.
+                if attempt == _CLAIM_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _claim_once(
+        self, lease: LeaseGrant, *, scheduler_id: str, limit: int, now: datetime | None
+    ) -> ClaimResult:
+        with self._session() as conn, conn.transaction():
+            check = self._fetch_one(
+                conn,
+                "claim_check_lease",
+                {"name": lease.name, "holder": lease.holder, "token": lease.token},
+            )
+            if check is None:
+                return ClaimResult(occurrences=[], refused=True)
+            at = (now or check["now"]).astimezone(UTC)
+            rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit})
+            batch = common.plan_batch([common.schedule_from_row(r) for r in rows], at, self.planner)
+            if not batch.advances:
+                return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
+            advs = batch.advances
+            advanced = {
+                int(r["id"])
+                for r in self._fetch(
+                    conn,
+                    "claim_advance",
+                    {
+                        "ids": [a.schedule.id for a in advs],
+                        "versions": [a.schedule.version for a in advs],
+                        "next_run_at": [a.plan.next_run_at for a in advs],
+                        "last_run_at": [a.last_run_at for a in advs],
+                        "last_status": [a.last_status for a in advs],
+                        "runs": [len(a.plan.run_at) for a in advs],
+                        "missed": [a.plan.missed for a in advs],
+                        "disable": [a.disable for a in advs],
+                    },
+                )
+            }
+            planned = batch.executions_for(advanced)
+            occurrences: list[Occurrence] = []
+            if planned:
+                inserted = {
+                    r["idempotency_key"]: int(r["id"])
+                    for r in self._fetch(
+                        conn,
+                        "claim_insert_executions",
+                        {
+                            "token": lease.token,
+                            "scheduler_id": scheduler_id,
+                            "schedule_ids": [s.id for s, _, _ in planned],
+                            "names": [s.name for s, _, _ in planned],
+                            "scheduled_at": [at_ for _, at_, _ in planned],
+                            "keys": [key for _, _, key in planned],
+                        },
+                    )
+                }
+                for schedule, scheduled_at, key in planned:
+                    execution_id = inserted.get(key)
+                    if execution_id is not None:
+                        occurrences.append(
+                            common.occurrence_for(
+                                schedule,
+                                execution_id=execution_id,
+                                scheduled_at=scheduled_at,
+                                key=key,
+                                token=lease.token,
+                            )
+                        )
+            return ClaimResult(
+                occurrences=occurrences,
+                conflicts=len(advs) - len(advanced),
+                missed=batch.missed_for(advanced),
+                schedules_seen=batch.schedules_seen,
+            )
+
+    def pending(self, *, limit: int) -> list[Occurrence]:
+        common.check_positive("limit", limit)
+        with self._session() as conn:
+            rows = self._fetch(conn, "pending", {"limit": limit})
+        return [common.occurrence_from_row(r) for r in rows]
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        if not outcomes:
+            return
+        with self._session() as conn:
+            conn.execute(
+                self._q["record_outcomes"],
+                {
+                    "ids": [o.execution_id for o in outcomes],
+                    "ok": [bool(o.ok) for o in outcomes],
+                    "final": [bool(o.final) for o in outcomes],
+                    "backend_task_ids": [o.backend_task_id for o in outcomes],
+                    "errors": [o.error for o in outcomes],
+                },
+            )
+
+    def record_finished(
+        self, idempotency_key: str, *, succeeded: bool, error: str | None = None
+    ) -> bool:
+        with self._session() as conn:
+            row = self._fetch_one(
+                conn,
+                "record_finished",
+                {"key": idempotency_key, "succeeded": bool(succeeded), "error": error},
+            )
+        return row is not None and int(row["matched"]) > 0
+
+    def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
+        with self._session() as conn, conn.transaction():
+            schedule = self._required(conn, name)
+            at = (now or self._db_now(conn)).astimezone(UTC)
+            key = manual_key(name, at)
+            row = self._fetch_one(
+                conn,
+                "request_run",
+                {"schedule_id": schedule["id"], "name": name, "at": at, "key": key},
+            )
+            if row is None:  # a concurrent identical request committed between our reads
+                raise ConflictError(f"run of {name!r} at {at.isoformat()} is being requested")
+            execution = common.execution_from_row(row)
+            self._notify(conn, f"run:{execution.id}")
+        return execution
+
+    def executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        limit: int = 50,
+    ) -> list[Execution]:
+        common.check_positive("limit", limit)
+        params: dict[str, Any] = {"limit": limit}
+        query = "executions"
+        if name is not None:
+            params["name"] = name
+            query = "executions_by_name"
+        if status is not None:
+            params["status"] = ExecutionStatus(status).value
+            query = "executions_by_name_status" if name is not None else "executions_by_status"
+        with self._session() as conn:
+            rows = self._fetch(conn, query, params)
+        return [common.execution_from_row(r) for r in rows]
+
+    # -- wake-ups --------------------------------------------------------------------------
+
+    def notify(self, payload: str) -> None:
+        with self._session() as conn:
+            self._notify(conn, payload)
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            with self._session() as conn:
+                for notification in conn.notifies(
+                    timeout=min(remaining, _WAIT_SLICE), stop_after=1
+                ):
+                    if notification.channel != NOTIFY_CHANNEL:
+                        continue
+                    payload = notification.payload
+                    self.last_payload = payload if common.validate_payload(payload) else None
+                    return True
+            if remaining <= 0 or time.monotonic() >= deadline:
+                return False

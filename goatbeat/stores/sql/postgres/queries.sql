@@ -1,0 +1,282 @@
+-- goatbeat queries for PostgreSQL (psycopg 3, named %(param)s placeholders).
+-- Loaded by name: each query starts at a "-- name: <name>" line. Keep them free of literal
+-- percent signs (psycopg would read them as placeholders).
+
+-- name: now
+SELECT now() AS now;
+
+-- name: publish_lock
+-- Serialises concurrent publishers (several replicas deploying at once) without touching the
+-- claim path: claims never take this lock.
+SELECT pg_advisory_xact_lock(7450411716450971649);
+
+-- name: schedules_by_names
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE name = ANY(%(names)s::text[]);
+
+-- name: schedule_by_name
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE name = %(name)s;
+
+-- name: list_schedules
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE %(source)s::text IS NULL OR source = %(source)s::text
+ORDER BY name;
+
+-- name: schedule_insert
+INSERT INTO goatbeat_schedule (
+    name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+    priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+    enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
+    version, created_at, updated_at)
+VALUES (
+    %(name)s, %(source)s, %(task)s, %(trigger)s, %(timezone)s, %(args)s, %(kwargs)s, %(queue)s,
+    %(exchange)s, %(routing_key)s, %(priority)s, %(expires)s, %(headers)s, %(misfire_policy)s,
+    %(misfire_grace)s, %(catch_up_limit)s, %(one_off)s, %(enabled)s, %(start_at)s, %(end_at)s,
+    %(next_run_at)s, %(last_run_at)s, %(total_run_count)s, %(description)s,
+    1, now(), now())
+RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+          priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+          enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+          missed_count, version, description, created_at, updated_at;
+
+-- name: schedule_replace
+-- Compare-and-set on version: a claim or an edit that landed since the row was read wins.
+UPDATE goatbeat_schedule SET
+    task = %(task)s, trigger = %(trigger)s, timezone = %(timezone)s, args = %(args)s,
+    kwargs = %(kwargs)s, queue = %(queue)s, exchange = %(exchange)s,
+    routing_key = %(routing_key)s, priority = %(priority)s, expires = %(expires)s,
+    headers = %(headers)s, misfire_policy = %(misfire_policy)s,
+    misfire_grace = %(misfire_grace)s, catch_up_limit = %(catch_up_limit)s,
+    one_off = %(one_off)s, enabled = %(enabled)s, start_at = %(start_at)s, end_at = %(end_at)s,
+    description = %(description)s, next_run_at = %(next_run_at)s,
+    version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s
+RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+          priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+          enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+          missed_count, version, description, created_at, updated_at;
+
+-- name: schedule_set_enabled
+UPDATE goatbeat_schedule SET
+    enabled = %(enabled)s, next_run_at = %(next_run_at)s,
+    version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s
+RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+          priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+          enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+          missed_count, version, description, created_at, updated_at;
+
+-- name: schedule_delete
+DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
+
+-- name: prune
+UPDATE goatbeat_schedule SET
+    enabled = false, next_run_at = NULL, version = version + 1, updated_at = now()
+WHERE source = %(source)s AND enabled AND NOT (name = ANY(%(keep)s::text[]))
+RETURNING name;
+
+-- name: next_due_at
+SELECT min(next_run_at) AS next_due_at
+FROM goatbeat_schedule
+WHERE enabled AND next_run_at IS NOT NULL;
+
+-- name: lease_acquire
+-- Succeeds when the row is absent, expired by the DATABASE clock, or ours already. The token
+-- grows only when the holder changes, so a renewal keeps it.
+INSERT INTO goatbeat_lease AS l (name, holder, token, expires_at, acquired_at)
+VALUES (%(name)s, %(holder)s, 1, now() + %(ttl)s::interval, now())
+ON CONFLICT (name) DO UPDATE SET
+    holder = EXCLUDED.holder,
+    token = CASE WHEN l.holder = EXCLUDED.holder THEN l.token ELSE l.token + 1 END,
+    expires_at = EXCLUDED.expires_at,
+    acquired_at = CASE WHEN l.holder = EXCLUDED.holder THEN l.acquired_at
+                       ELSE EXCLUDED.acquired_at END
+WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
+RETURNING name, holder, token, expires_at;
+
+-- name: lease_release
+UPDATE goatbeat_lease SET expires_at = now()
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+RETURNING name;
+
+-- name: lease_read
+SELECT holder, token, expires_at, expires_at <= now() AS expired
+FROM goatbeat_lease
+WHERE name = %(name)s;
+
+-- name: claim_check_lease
+-- FOR SHARE: a takeover (an UPDATE of this row) waits until this claim commits, so a claim
+-- that passed the check cannot overlap the next holder's.
+SELECT now() AS now
+FROM goatbeat_lease
+WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+FOR SHARE;
+
+-- name: claim_select_due
+-- Walks goatbeat_schedule_due_idx; no row lock (admin edits never wait for a claim: the
+-- compare-and-set below settles races).
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE enabled AND next_run_at <= %(now)s
+ORDER BY next_run_at
+LIMIT %(limit)s;
+
+-- name: claim_advance
+-- One compare-and-set for the whole batch. Rows are locked in id order (the VALUES are sorted
+-- and joined by a nested loop on the primary key) so two racing claimers cannot deadlock.
+UPDATE goatbeat_schedule AS s SET
+    next_run_at = CASE WHEN v.disable THEN NULL ELSE v.next_run_at END,
+    last_run_at = coalesce(v.last_run_at, s.last_run_at),
+    last_status = coalesce(v.last_status, s.last_status),
+    total_run_count = s.total_run_count + v.runs,
+    missed_count = s.missed_count + v.missed,
+    enabled = s.enabled AND NOT v.disable,
+    version = s.version + 1
+FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[], %(next_run_at)s::timestamptz[],
+            %(last_run_at)s::timestamptz[], %(last_status)s::text[], %(runs)s::bigint[],
+            %(missed)s::bigint[], %(disable)s::boolean[])
+     AS v(id, version, next_run_at, last_run_at, last_status, runs, missed, disable)
+WHERE s.id = v.id AND s.version = v.version
+RETURNING s.id;
+
+-- name: claim_insert_executions
+INSERT INTO goatbeat_execution (
+    schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, fencing_token,
+    scheduler_id, claimed_at)
+SELECT v.schedule_id, v.schedule_name, v.scheduled_at, v.idempotency_key, 'scheduled', 'claimed',
+       %(token)s, %(scheduler_id)s, now()
+FROM unnest(%(schedule_ids)s::bigint[], %(names)s::text[], %(scheduled_at)s::timestamptz[],
+            %(keys)s::text[]) AS v(schedule_id, schedule_name, scheduled_at, idempotency_key)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id, idempotency_key;
+
+-- name: pending
+SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
+       e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
+       s.routing_key, s.priority, s.expires, s.headers
+FROM goatbeat_execution e
+JOIN goatbeat_schedule s ON s.id = e.schedule_id
+WHERE e.status = 'claimed'
+ORDER BY e.claimed_at, e.id
+LIMIT %(limit)s;
+
+-- name: record_outcomes
+-- Only rows still 'claimed' change; the schedules get the status of their latest occurrence.
+WITH o AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(ok)s::boolean[], %(final)s::boolean[],
+                         %(backend_task_ids)s::text[], %(errors)s::text[])
+             AS o(id, ok, final, backend_task_id, error)
+), changed AS (
+    UPDATE goatbeat_execution AS e SET
+        status = CASE WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
+                      ELSE 'claimed' END,
+        submitted_at = CASE WHEN o.ok THEN now() ELSE e.submitted_at END,
+        backend_task_id = CASE WHEN o.ok THEN o.backend_task_id ELSE e.backend_task_id END,
+        error = CASE WHEN o.ok THEN NULL ELSE o.error END,
+        attempts = e.attempts + 1
+    FROM o
+    WHERE e.id = o.id AND e.status = 'claimed'
+    RETURNING e.schedule_id, e.scheduled_at, e.status
+)
+UPDATE goatbeat_schedule AS s SET last_status = latest.status
+FROM (SELECT DISTINCT ON (schedule_id) schedule_id, status
+      FROM changed WHERE schedule_id IS NOT NULL
+      ORDER BY schedule_id, scheduled_at DESC) AS latest
+WHERE s.id = latest.schedule_id;
+
+-- name: record_finished
+WITH changed AS (
+    UPDATE goatbeat_execution SET
+        status = CASE WHEN %(succeeded)s THEN 'succeeded' ELSE 'failed' END,
+        finished_at = now(),
+        error = %(error)s
+    WHERE idempotency_key = %(key)s
+    RETURNING schedule_id, status
+), touched AS (
+    UPDATE goatbeat_schedule AS s SET last_status = changed.status
+    FROM changed WHERE s.id = changed.schedule_id
+)
+SELECT count(*) AS matched FROM changed;
+
+-- name: request_run
+-- The same request twice at one instant is one run (the key is unique).
+WITH inserted AS (
+    INSERT INTO goatbeat_execution (
+        schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
+    VALUES (%(schedule_id)s, %(name)s, %(at)s, %(key)s, 'manual', 'claimed', now())
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+              fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+              backend_task_id, error
+)
+SELECT * FROM inserted
+UNION ALL
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- Four spellings rather than "param IS NULL OR ..." so each one gets an index plan.
+-- name: executions
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+ORDER BY scheduled_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: executions_by_name
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE schedule_name = %(name)s
+ORDER BY scheduled_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: executions_by_status
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE status = %(status)s
+ORDER BY scheduled_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: executions_by_name_status
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE schedule_name = %(name)s AND status = %(status)s
+ORDER BY scheduled_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: notify
+SELECT pg_notify('goatbeat', %(payload)s);
+
+-- name: listen
+LISTEN goatbeat;
+
+-- name: migrate_lock
+SELECT pg_advisory_xact_lock(7450411716450971648);
+
+-- name: applied_versions
+SELECT version FROM goatbeat_schema_version ORDER BY version;

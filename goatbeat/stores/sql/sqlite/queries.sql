@@ -1,0 +1,222 @@
+-- goatbeat queries for SQLite (stdlib sqlite3, named :param placeholders).
+-- Loaded by name: each query starts at a "-- name: <name>" line. Instants are passed in the
+-- store's fixed-width UTC text form, so comparing text compares time.
+
+-- name: schedules_all
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+ORDER BY name;
+
+-- name: schedules_by_source
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE source = :source
+ORDER BY name;
+
+-- name: schedule_by_name
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE name = :name;
+
+-- name: schedule_by_id
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE id = :id;
+
+-- name: schedule_insert
+INSERT INTO goatbeat_schedule (
+    name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+    priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+    enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
+    version, created_at, updated_at)
+VALUES (
+    :name, :source, :task, :trigger, :timezone, :args, :kwargs, :queue, :exchange,
+    :routing_key, :priority, :expires, :headers, :misfire_policy, :misfire_grace,
+    :catch_up_limit, :one_off, :enabled, :start_at, :end_at, :next_run_at, :last_run_at,
+    :total_run_count, :description, 1, :now, :now);
+
+-- name: schedule_replace
+UPDATE goatbeat_schedule SET
+    task = :task, trigger = :trigger, timezone = :timezone, args = :args, kwargs = :kwargs,
+    queue = :queue, exchange = :exchange, routing_key = :routing_key, priority = :priority,
+    expires = :expires, headers = :headers, misfire_policy = :misfire_policy,
+    misfire_grace = :misfire_grace, catch_up_limit = :catch_up_limit, one_off = :one_off,
+    enabled = :enabled, start_at = :start_at, end_at = :end_at, description = :description,
+    next_run_at = :next_run_at, version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: schedule_set_enabled
+UPDATE goatbeat_schedule SET
+    enabled = :enabled, next_run_at = :next_run_at, version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: schedule_delete
+DELETE FROM goatbeat_schedule WHERE id = :id;
+
+-- name: prune_candidates
+SELECT name FROM goatbeat_schedule WHERE source = :source AND enabled ORDER BY name;
+
+-- name: prune_one
+UPDATE goatbeat_schedule SET
+    enabled = 0, next_run_at = NULL, version = version + 1, updated_at = :now
+WHERE source = :source AND name = :name AND enabled;
+
+-- name: next_due_at
+SELECT min(next_run_at) AS next_due_at
+FROM goatbeat_schedule
+WHERE enabled AND next_run_at IS NOT NULL;
+
+-- name: lease_acquire
+INSERT INTO goatbeat_lease (name, holder, token, expires_at, acquired_at)
+VALUES (:name, :holder, 1, :expires_at, :now)
+ON CONFLICT (name) DO UPDATE SET
+    holder = excluded.holder,
+    token = CASE WHEN goatbeat_lease.holder = excluded.holder THEN goatbeat_lease.token
+                 ELSE goatbeat_lease.token + 1 END,
+    expires_at = excluded.expires_at,
+    acquired_at = CASE WHEN goatbeat_lease.holder = excluded.holder
+                       THEN goatbeat_lease.acquired_at ELSE excluded.acquired_at END
+WHERE goatbeat_lease.holder = excluded.holder OR goatbeat_lease.expires_at <= :now
+RETURNING name, holder, token, expires_at;
+
+-- name: lease_release
+UPDATE goatbeat_lease SET expires_at = :now
+WHERE name = :name AND holder = :holder AND token = :token AND expires_at > :now;
+
+-- name: lease_read
+SELECT holder, token, expires_at FROM goatbeat_lease WHERE name = :name;
+
+-- name: lease_check
+SELECT 1 FROM goatbeat_lease
+WHERE name = :name AND holder = :holder AND token = :token AND expires_at > :now;
+
+-- name: claim_select_due
+-- The predicate repeats the partial index's word for word so SQLite walks that index.
+SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+       missed_count, version, description, created_at, updated_at
+FROM goatbeat_schedule
+WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= :now
+ORDER BY next_run_at
+LIMIT :limit;
+
+-- name: claim_advance
+UPDATE goatbeat_schedule SET
+    next_run_at = CASE WHEN :disable THEN NULL ELSE :next_run_at END,
+    last_run_at = coalesce(:last_run_at, last_run_at),
+    last_status = coalesce(:last_status, last_status),
+    total_run_count = total_run_count + :runs,
+    missed_count = missed_count + :missed,
+    enabled = enabled AND NOT :disable,
+    version = version + 1
+WHERE id = :id AND version = :version;
+
+-- name: claim_insert_execution
+INSERT INTO goatbeat_execution (
+    schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, fencing_token,
+    scheduler_id, claimed_at)
+VALUES (:schedule_id, :schedule_name, :scheduled_at, :key, 'scheduled', 'claimed', :token,
+        :scheduler_id, :now)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: pending
+SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
+       e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
+       s.routing_key, s.priority, s.expires, s.headers
+FROM goatbeat_execution e
+JOIN goatbeat_schedule s ON s.id = e.schedule_id
+WHERE e.status = 'claimed'
+ORDER BY e.claimed_at, e.id
+LIMIT :limit;
+
+-- name: record_outcome
+UPDATE goatbeat_execution SET
+    status = CASE WHEN :ok THEN 'submitted' WHEN :final THEN 'submit_failed' ELSE 'claimed' END,
+    submitted_at = CASE WHEN :ok THEN :now ELSE submitted_at END,
+    backend_task_id = CASE WHEN :ok THEN :backend_task_id ELSE backend_task_id END,
+    error = CASE WHEN :ok THEN NULL ELSE :error END,
+    attempts = attempts + 1
+WHERE id = :id AND status = 'claimed'
+RETURNING schedule_id, scheduled_at, status;
+
+-- name: schedule_last_status
+UPDATE goatbeat_schedule SET last_status = :status WHERE id = :id;
+
+-- name: record_finished
+UPDATE goatbeat_execution SET
+    status = CASE WHEN :succeeded THEN 'succeeded' ELSE 'failed' END,
+    finished_at = :now,
+    error = :error
+WHERE idempotency_key = :key
+RETURNING schedule_id, status;
+
+-- name: request_run
+INSERT INTO goatbeat_execution (
+    schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
+VALUES (:schedule_id, :name, :at, :key, 'manual', 'claimed', :now)
+ON CONFLICT (idempotency_key) DO NOTHING;
+
+-- name: execution_by_key
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE idempotency_key = :key;
+
+-- name: executions
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+ORDER BY scheduled_at DESC, id DESC
+LIMIT :limit;
+
+-- name: executions_by_name
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE schedule_name = :name
+ORDER BY scheduled_at DESC, id DESC
+LIMIT :limit;
+
+-- name: executions_by_status
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE status = :status
+ORDER BY scheduled_at DESC, id DESC
+LIMIT :limit;
+
+-- name: executions_by_name_status
+SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
+       fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
+       backend_task_id, error
+FROM goatbeat_execution
+WHERE schedule_name = :name AND status = :status
+ORDER BY scheduled_at DESC, id DESC
+LIMIT :limit;
+
+-- name: notify
+UPDATE goatbeat_notify SET counter = counter + 1, payload = :payload WHERE id = 1;
+
+-- name: notify_counter
+SELECT counter FROM goatbeat_notify WHERE id = 1;
+
+-- name: applied_versions
+SELECT version FROM goatbeat_schema_version ORDER BY version;

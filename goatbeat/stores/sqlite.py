@@ -1,0 +1,657 @@
+"""SQLiteStore: the embedded default, on the standard library's sqlite3.
+
+Safe for several processes on one host: WAL mode, a busy timeout, and every write transaction
+starts with ``BEGIN IMMEDIATE`` so writers queue for the lock instead of failing to upgrade it.
+A claim reads and plans outside the write lock, then checks the lease and writes with
+compare-and-set inside one ``BEGIN IMMEDIATE`` transaction, so an edit made meanwhile wins,
+exactly as with PostgreSQL.
+
+The lease and due-ness use the store clock (an injectable :class:`~goatbeat.core.clock.Clock`,
+the host clock by default): processes on one host share it. SQLite has no LISTEN/NOTIFY;
+``notify()`` bumps a counter row and ``wait()`` polls ``PRAGMA data_version`` (free when
+nothing changed) to notice it from other processes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound, StoreError
+from goatbeat.core.misfire import plan as default_plan
+from goatbeat.core.model import (
+    ClaimResult,
+    Execution,
+    ExecutionStatus,
+    LeaseGrant,
+    Occurrence,
+    Schedule,
+    Source,
+    SubmitOutcome,
+    manual_key,
+)
+from goatbeat.core.store import PublishResult
+from goatbeat.stores import _common as common
+from goatbeat.stores import schema
+
+__all__ = ["SQLiteStore"]
+
+_POLL_STEP = 0.05  # seconds between two looks at PRAGMA data_version while waiting
+
+_JSON_COLUMNS = ("trigger", "args", "kwargs", "headers")
+_TIME_COLUMNS = (
+    "start_at",
+    "end_at",
+    "next_run_at",
+    "last_run_at",
+    "created_at",
+    "updated_at",
+    "scheduled_at",
+    "claimed_at",
+    "submitted_at",
+    "finished_at",
+    "expires_at",
+)
+
+
+def encode_time(value: datetime | None) -> str | None:
+    """Fixed-width UTC text: text order is time order (years 1000-9999)."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def decode_time(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        if key in _JSON_COLUMNS:
+            out[key] = json.dumps(value, sort_keys=True, allow_nan=False)
+        elif isinstance(value, datetime):
+            out[key] = encode_time(value)
+        elif isinstance(value, bool):
+            out[key] = int(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _decode(row: sqlite3.Row) -> dict[str, Any]:
+    out = dict(row)
+    for key in out.keys() & set(_JSON_COLUMNS):
+        if out[key] is not None:
+            out[key] = json.loads(out[key])
+    for key in out.keys() & set(_TIME_COLUMNS):
+        out[key] = decode_time(out[key])
+    return out
+
+
+class SQLiteStore:
+    """A ScheduleStore in one SQLite file. ``path`` may be ``":memory:"`` (single process)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        clock: Clock | None = None,
+        *,
+        busy_timeout: float = 30.0,
+        planner: common.Planner | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.clock: Clock = clock or SystemClock()
+        self.planner: common.Planner = planner or default_plan
+        self.busy_timeout = busy_timeout
+        self._q = schema.queries("sqlite")
+        self._lock = threading.RLock()
+        self._local = threading.Condition(threading.Lock())
+        self._local_notified = 0
+        self._conn: sqlite3.Connection | None = None
+        self._data_version: int | None = None
+        self._seen_counter: int | None = None
+        with self._lock:
+            self._connect()
+            self._seen_counter = self._read_counter()
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # we issue BEGIN ourselves
+                check_same_thread=False,  # guarded by self._lock
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.Error as exc:
+            raise StoreError(f"sqlite: cannot open {self.path!r}: {exc}") from exc
+        self._conn = conn
+        return conn
+
+    @contextmanager
+    def _session(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the store lock, with sqlite errors turned into StoreError."""
+        with self._lock:
+            conn = self._connect()
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise StoreError(f"sqlite: {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the database's write lock up front."""
+        with self._session() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _now_text(self) -> str:
+        text = encode_time(self.now())
+        assert text is not None
+        return text
+
+    def _read_counter(self) -> int | None:
+        assert self._conn is not None
+        try:
+            row = self._conn.execute(self._q["notify_counter"]).fetchone()
+        except sqlite3.OperationalError:
+            return None  # not migrated yet
+        return None if row is None else int(row[0])
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        with self._write() as conn:
+            for statement in schema.split_statements(schema.version_table_sql("sqlite")):
+                conn.execute(statement)
+            applied = {int(r[0]) for r in conn.execute(self._q["applied_versions"])}
+            for version in schema.migration_versions("sqlite"):
+                if version in applied:
+                    continue
+                for statement in schema.split_statements(schema.sqlite_migration_sql(version)):
+                    conn.execute(statement)
+        with self._lock:
+            if self._seen_counter is None:
+                self._seen_counter = self._read_counter()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def now(self) -> datetime:
+        return self.clock.now().astimezone(UTC)
+
+    def info(self) -> dict[str, Any]:
+        with self._session() as conn:
+            try:
+                versions = [int(r[0]) for r in conn.execute(self._q["applied_versions"])]
+            except sqlite3.OperationalError:
+                versions = []
+        return {"kind": "sqlite", "database": self.path, "schema_version": max(versions, default=0)}
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def _row_by_name(self, conn: sqlite3.Connection, name: str) -> dict[str, Any] | None:
+        row = conn.execute(self._q["schedule_by_name"], {"name": name}).fetchone()
+        return None if row is None else _decode(row)
+
+    def _required(self, conn: sqlite3.Connection, name: str) -> dict[str, Any]:
+        row = self._row_by_name(conn, name)
+        if row is None:
+            raise ScheduleNotFound(name)
+        return row
+
+    def _insert(self, conn: sqlite3.Connection, row: Mapping[str, Any], now: str) -> int:
+        params = _encode(row)
+        params["now"] = now
+        cur = conn.execute(self._q["schedule_insert"], params)
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def publish(
+        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+    ) -> PublishResult:
+        schedules = list(schedules)
+        common.validate_batch(schedules)
+        with self._write() as conn:
+            now = self.now()
+            now_text = encode_time(now)
+            assert now_text is not None
+            existing: dict[str, dict[str, Any]] = {}
+            if len(schedules) > 200:
+                # One scan beats thousands of lookups when a whole code base is published.
+                wanted = {s.name for s in schedules}
+                for r in conn.execute(self._q["schedules_all"]):
+                    if r["name"] in wanted:
+                        existing[r["name"]] = _decode(r)
+            else:
+                for s in schedules:
+                    row = self._row_by_name(conn, s.name)
+                    if row is not None:
+                        existing[s.name] = row
+            actions = common.plan_publish(schedules, existing, source=source, now=now)
+            for new in actions.inserts:
+                self._insert(conn, new, now_text)
+            for rep in actions.replaces:
+                params = _encode(rep.values)
+                params.update(id=rep.id, version=rep.version, now=now_text)
+                if conn.execute(self._q["schedule_replace"], params).rowcount != 1:
+                    raise ConflictError(f"schedule id {rep.id} changed while publishing")
+            if actions.changed:
+                self._bump(conn, "schedule:0")
+        if actions.changed:
+            self._wake_local()
+        return PublishResult(
+            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+        )
+
+    def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
+        keep_set = set(keep)
+        src = Source(source).value
+        pruned: list[str] = []
+        with self._write() as conn:
+            now = self._now_text()
+            for (name,) in conn.execute(self._q["prune_candidates"], {"source": src}).fetchall():
+                if name in keep_set:
+                    continue
+                conn.execute(self._q["prune_one"], {"source": src, "name": name, "now": now})
+                pruned.append(name)
+            if pruned:
+                self._bump(conn, "schedule:0")
+        if pruned:
+            self._wake_local()
+        return pruned
+
+    def create(self, schedule: Schedule) -> Schedule:
+        common.validate_schedule(schedule)
+        with self._write() as conn:
+            if self._row_by_name(conn, schedule.name) is not None:
+                raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
+            now = self.now()
+            row = common.schedule_to_row(
+                schedule,
+                source=schedule.source,
+                enabled=schedule.enabled,
+                next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+            )
+            now_text = encode_time(now)
+            assert now_text is not None
+            sid = self._insert(conn, row, now_text)
+            self._bump(conn, f"schedule:{sid}")
+            result = common.schedule_from_row(self._required(conn, schedule.name))
+        self._wake_local()
+        return result
+
+    def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
+        common.validate_schedule(schedule)
+        with self._write() as conn:
+            row = self._required(conn, schedule.name)
+            if expected_version is not None and row["version"] != expected_version:
+                raise ConflictError(
+                    f"schedule {schedule.name!r} is at version {row['version']}, "
+                    f"not {expected_version}"
+                )
+            now = self.now()
+            params = _encode(common.update_values(schedule, row, now=now))
+            params.update(id=row["id"], version=row["version"], now=encode_time(now))
+            conn.execute(self._q["schedule_replace"], params)
+            self._bump(conn, f"schedule:{row['id']}")
+            result = common.schedule_from_row(self._required(conn, schedule.name))
+        self._wake_local()
+        return result
+
+    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+        with self._write() as conn:
+            row = self._required(conn, name)
+            if bool(row["enabled"]) == bool(enabled):
+                return common.schedule_from_row(row)
+            now = self.now()
+            schedule = common.schedule_from_row(row)
+            next_run_at = schedule.first_run_after(now) if enabled else None
+            conn.execute(
+                self._q["schedule_set_enabled"],
+                {
+                    "enabled": int(bool(enabled)),
+                    "next_run_at": encode_time(next_run_at),
+                    "id": row["id"],
+                    "version": row["version"],
+                    "now": encode_time(now),
+                },
+            )
+            self._bump(conn, f"schedule:{row['id']}")
+            result = common.schedule_from_row(self._required(conn, name))
+        self._wake_local()
+        return result
+
+    def delete(self, name: str) -> None:
+        with self._write() as conn:
+            row = self._required(conn, name)
+            conn.execute(self._q["schedule_delete"], {"id": row["id"]})
+            self._bump(conn, f"schedule:{row['id']}")
+        self._wake_local()
+
+    def get(self, name: str) -> Schedule:
+        with self._session() as conn:
+            return common.schedule_from_row(self._required(conn, name))
+
+    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+        with self._session() as conn:
+            if source is None:
+                rows = conn.execute(self._q["schedules_all"]).fetchall()
+            else:
+                rows = conn.execute(
+                    self._q["schedules_by_source"], {"source": Source(source).value}
+                ).fetchall()
+            return [common.schedule_from_row(_decode(r)) for r in rows]
+
+    # -- the lease -------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        with self._write() as conn:
+            now = self.now()
+            row = conn.execute(
+                self._q["lease_acquire"],
+                {
+                    "name": name,
+                    "holder": holder,
+                    "now": encode_time(now),
+                    "expires_at": encode_time(now + ttl),
+                },
+            ).fetchone()
+        if row is None:
+            return None
+        expires_at = decode_time(row["expires_at"])
+        assert expires_at is not None
+        return LeaseGrant(name=name, holder=holder, token=int(row["token"]), expires_at=expires_at)
+
+    def release_lease(self, name: str, holder: str, token: int) -> bool:
+        payload = common.lease_payload(name)
+        with self._write() as conn:
+            released = (
+                conn.execute(
+                    self._q["lease_release"],
+                    {"name": name, "holder": holder, "token": token, "now": self._now_text()},
+                ).rowcount
+                == 1
+            )
+            if released and payload is not None:
+                self._bump(conn, payload)
+        if released:
+            self._wake_local()
+        return released
+
+    def read_lease(self, name: str) -> tuple[str, int, datetime, bool] | None:
+        with self._session() as conn:
+            row = conn.execute(self._q["lease_read"], {"name": name}).fetchone()
+        if row is None:
+            return None
+        expires_at = decode_time(row["expires_at"])
+        assert expires_at is not None
+        return (row["holder"], int(row["token"]), expires_at, expires_at <= self.now())
+
+    def _lease_ok(self, conn: sqlite3.Connection, lease: LeaseGrant) -> bool:
+        params = {
+            "name": lease.name,
+            "holder": lease.holder,
+            "token": lease.token,
+            "now": self._now_text(),
+        }
+        return conn.execute(self._q["lease_check"], params).fetchone() is not None
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def next_due_at(self) -> datetime | None:
+        with self._session() as conn:
+            row = conn.execute(self._q["next_due_at"]).fetchone()
+        return decode_time(row[0]) if row is not None else None
+
+    def claim_due(
+        self,
+        lease: LeaseGrant,
+        *,
+        scheduler_id: str,
+        limit: int,
+        now: datetime | None = None,
+    ) -> ClaimResult:
+        common.check_positive("limit", limit)
+        at = (now or self.now()).astimezone(UTC)
+        with self._session() as conn:
+            if not self._lease_ok(conn, lease):
+                return ClaimResult(occurrences=[], refused=True)
+            rows = conn.execute(
+                self._q["claim_select_due"], {"now": encode_time(at), "limit": limit}
+            ).fetchall()
+        seen = [common.schedule_from_row(_decode(r)) for r in rows]
+        # Planning happens outside the write lock: other processes keep claiming and editing,
+        # and the compare-and-set below settles any race.
+        batch = common.plan_batch(seen, at, self.planner)
+        if not batch.advances:
+            return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
+        occurrences: list[Occurrence] = []
+        with self._write() as conn:
+            if not self._lease_ok(conn, lease):
+                return ClaimResult(occurrences=[], refused=True)
+            claimed_at = self._now_text()
+            advanced: set[int] = set()
+            for adv in batch.advances:
+                assert adv.schedule.id is not None
+                cur = conn.execute(
+                    self._q["claim_advance"],
+                    {
+                        "id": adv.schedule.id,
+                        "version": adv.schedule.version,
+                        "next_run_at": encode_time(adv.plan.next_run_at),
+                        "last_run_at": encode_time(adv.last_run_at),
+                        "last_status": adv.last_status,
+                        "runs": len(adv.plan.run_at),
+                        "missed": adv.plan.missed,
+                        "disable": int(adv.disable),
+                    },
+                )
+                if cur.rowcount == 1:
+                    advanced.add(adv.schedule.id)
+            for schedule, scheduled_at, key in batch.executions_for(advanced):
+                inserted = conn.execute(
+                    self._q["claim_insert_execution"],
+                    {
+                        "schedule_id": schedule.id,
+                        "schedule_name": schedule.name,
+                        "scheduled_at": encode_time(scheduled_at),
+                        "key": key,
+                        "token": lease.token,
+                        "scheduler_id": scheduler_id,
+                        "now": claimed_at,
+                    },
+                ).fetchone()
+                if inserted is None:
+                    continue
+                occurrences.append(
+                    common.occurrence_for(
+                        schedule,
+                        execution_id=int(inserted[0]),
+                        scheduled_at=scheduled_at,
+                        key=key,
+                        token=lease.token,
+                    )
+                )
+        return ClaimResult(
+            occurrences=occurrences,
+            conflicts=len(batch.advances) - len(advanced),
+            missed=batch.missed_for(advanced),
+            schedules_seen=batch.schedules_seen,
+        )
+
+    def pending(self, *, limit: int) -> list[Occurrence]:
+        common.check_positive("limit", limit)
+        with self._session() as conn:
+            rows = conn.execute(self._q["pending"], {"limit": limit}).fetchall()
+        return [common.occurrence_from_row(_decode(r)) for r in rows]
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        if not outcomes:
+            return
+        with self._write() as conn:
+            now = self._now_text()
+            latest: dict[int, tuple[str, str]] = {}
+            for outcome in outcomes:
+                row = conn.execute(
+                    self._q["record_outcome"],
+                    {
+                        "id": outcome.execution_id,
+                        "ok": int(outcome.ok),
+                        "final": int(outcome.final),
+                        "backend_task_id": outcome.backend_task_id,
+                        "error": outcome.error,
+                        "now": now,
+                    },
+                ).fetchone()
+                if row is None or row["schedule_id"] is None:
+                    continue
+                sid = int(row["schedule_id"])
+                if sid not in latest or latest[sid][0] <= row["scheduled_at"]:
+                    latest[sid] = (row["scheduled_at"], row["status"])
+            for sid, (_, status) in latest.items():
+                conn.execute(self._q["schedule_last_status"], {"id": sid, "status": status})
+
+    def record_finished(
+        self, idempotency_key: str, *, succeeded: bool, error: str | None = None
+    ) -> bool:
+        with self._write() as conn:
+            row = conn.execute(
+                self._q["record_finished"],
+                {
+                    "key": idempotency_key,
+                    "succeeded": int(succeeded),
+                    "error": error,
+                    "now": self._now_text(),
+                },
+            ).fetchone()
+            if row is None:
+                return False
+            if row["schedule_id"] is not None:
+                conn.execute(
+                    self._q["schedule_last_status"],
+                    {"id": row["schedule_id"], "status": row["status"]},
+                )
+            return True
+
+    def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
+        with self._write() as conn:
+            schedule = self._required(conn, name)
+            at = (now or self.now()).astimezone(UTC)
+            key = manual_key(name, at)
+            conn.execute(
+                self._q["request_run"],
+                {
+                    "schedule_id": schedule["id"],
+                    "name": name,
+                    "at": encode_time(at),
+                    "key": key,
+                    "now": self._now_text(),
+                },
+            )
+            row = conn.execute(self._q["execution_by_key"], {"key": key}).fetchone()
+            execution = common.execution_from_row(_decode(row))
+            self._bump(conn, f"run:{execution.id}")
+        self._wake_local()
+        return execution
+
+    def executions(
+        self,
+        *,
+        name: str | None = None,
+        status: ExecutionStatus | None = None,
+        limit: int = 50,
+    ) -> list[Execution]:
+        common.check_positive("limit", limit)
+        params: dict[str, Any] = {"limit": limit}
+        query = "executions"
+        if name is not None:
+            params["name"] = name
+            query += "_by_name"
+        if status is not None:
+            params["status"] = ExecutionStatus(status).value
+            query = "executions_by_name_status" if name is not None else "executions_by_status"
+        with self._session() as conn:
+            rows = conn.execute(self._q[query], params).fetchall()
+        return [common.execution_from_row(_decode(r)) for r in rows]
+
+    # -- wake-ups --------------------------------------------------------------------------
+
+    def _bump(self, conn: sqlite3.Connection, payload: str) -> None:
+        conn.execute(self._q["notify"], {"payload": payload})
+        # Our own commits do not move PRAGMA data_version: force the next wait() to look.
+        self._data_version = None
+
+    def _wake_local(self) -> None:
+        with self._local:
+            self._local_notified += 1
+            self._local.notify_all()
+
+    def notify(self, payload: str) -> None:
+        common.check_payload(payload)
+        with self._write() as conn:
+            self._bump(conn, payload)
+        self._wake_local()
+
+    def _counter_moved(self) -> bool:
+        """Whether the notify counter moved since we last reported it. Reads the counter only
+        when PRAGMA data_version says another connection committed (or we did)."""
+        with self._session() as conn:
+            version = int(conn.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._data_version and self._seen_counter is not None:
+                return False
+            self._data_version = version
+            counter = self._read_counter()
+            if counter is None:
+                return False
+            if self._seen_counter is None:
+                self._seen_counter = counter
+                return False
+            moved = counter != self._seen_counter
+            self._seen_counter = counter
+            return moved
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            with self._local:
+                local_seen = self._local_notified
+            if self._counter_moved():
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            # A notify() from this very store wakes us at once; other processes within a step.
+            with self._local:
+                if self._local_notified == local_seen:
+                    self._local.wait(timeout=min(remaining, _POLL_STEP))

@@ -1,0 +1,96 @@
+"""The store under test: every conformance test runs once per store, unchanged.
+
+``backend.make()`` opens another store object on the same data (another connection for SQLite
+and PostgreSQL; the same object for memory, which has no second connection), so tests can play
+two schedulers or an admin editing while a scheduler claims.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from goatbeat.core.store import ScheduleStore
+from goatbeat.stores import MemoryStore, SQLiteStore
+
+
+@dataclass
+class Backend:
+    kind: str
+    url: str | None  # what another process passes to open_store (None: in-process only)
+    factory: Callable[[], ScheduleStore]
+    opened: list[ScheduleStore] = field(default_factory=list)
+
+    def make(self) -> ScheduleStore:
+        store = self.factory()
+        self.opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+
+
+@pytest.fixture(scope="session")
+def conformance_pg(postgres_server: Any) -> Iterator[str]:
+    """One migrated database for the whole suite, emptied before each test (creating a
+    database per test would cost more than all the tests together)."""
+    import psycopg
+
+    from goatbeat.stores.postgres import PostgresStore
+
+    name = f"gb_conformance_{os.getpid()}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    dsn: str = postgres_server.dsn_for(name)
+    store = PostgresStore(dsn)
+    store.migrate()
+    store.close()
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _empty_pg(dsn: str) -> str:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "TRUNCATE goatbeat_execution, goatbeat_schedule, goatbeat_lease RESTART IDENTITY"
+        )
+    return dsn
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    kind: str = request.param
+    if kind == "memory":
+        shared = MemoryStore()
+        b = Backend(kind, None, lambda: shared)
+    elif kind == "sqlite":
+        path = tmp_path / "goatbeat.db"
+        b = Backend(kind, f"sqlite:///{path}", lambda: SQLiteStore(path))
+    else:
+        from goatbeat.stores.postgres import PostgresStore
+
+        dsn = _empty_pg(request.getfixturevalue("conformance_pg"))
+        b = Backend(kind, dsn, lambda: PostgresStore(dsn))
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> ScheduleStore:
+    s = backend.make()
+    s.migrate()
+    return s
