@@ -34,11 +34,12 @@ __all__ = ["import_celery_beat", "collect_entries", "open_target_store"]
 _PROGRESS_THRESHOLD = 200
 
 
-def _fail(message: str, code: int = 2) -> click.ClickException:
+def _fail(message: str) -> click.ClickException:
+    """A usage error or an unreadable source: one line, exit status 2."""
     try:
         from goatbeat.cli import UserError
 
-        return UserError(message, exit_code=code)
+        return UserError(message)
     except ImportError:  # pragma: no cover - the CLI module ships with goatbeat
         return click.ClickException(message)
 
