@@ -188,7 +188,8 @@ def celery_fire_times(
         steps += 1
         local = t.astimezone(zone)  # beat stamps last_run_at with app.now(), in the app zone
         clock[0] = local
-        nxt = (local + stepper.remaining_estimate(local)).astimezone(UTC)
+        # remaining_estimate is elapsed time: add it in UTC, never to a local wall time.
+        nxt = t.astimezone(UTC) + stepper.remaining_estimate(local)
         if nxt <= t:
             nxt = t + timedelta(seconds=1)  # celery would spin; keep the walk finite
         if nxt > end:
@@ -262,7 +263,9 @@ def _compare_one(
         result.notes.append(f"the importer cannot convert it: {entry.problem}")
     phase = None
     if isinstance(new.trigger, IntervalTrigger):
-        phase = new.trigger.anchor or new.next_run_at
+        # The grid point just before ``start``: celery stepping from it lands on goatbeat's grid.
+        first = new.trigger.next_after(start)
+        phase = None if first is None else first - new.trigger.every
         if entry.last_run_at is None and entry.celery_schedule is not None:
             result.notes.append(
                 "celery's last run is unknown (beat keeps it in its schedule file): the "

@@ -25,7 +25,8 @@ from typing import Any
 
 import click
 
-from goatbeat.core.errors import GoatbeatError
+from goatbeat.core.errors import GoatbeatError, StoreError
+from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
 
@@ -241,6 +242,13 @@ def import_celery_beat(
     except (GoatbeatError, ImportError) as exc:
         raise _fail(f"cannot read the source: {exc}") from None
     with open_target_store(ctx, database) as store:
+        if not dry_run:
+            store.migrate()  # idempotent; a dry run must not even create tables
+        elif not _has_tables(store):
+            lines.append("the goatbeat database has no tables yet: everything would be created")
+            from goatbeat.stores.memory import MemoryStore
+
+            store = MemoryStore()
         report = _run(store, entries, dry_run=dry_run, quiet=as_json)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
@@ -248,6 +256,14 @@ def import_celery_beat(
         _print(report, lines)
     if report.failed:
         ctx.exit(1)
+
+
+def _has_tables(store: ScheduleStore) -> bool:
+    try:
+        store.list_schedules(source=Source.CELERY)
+    except StoreError:
+        return False
+    return True
 
 
 def _run(

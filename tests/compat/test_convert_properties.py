@@ -30,7 +30,8 @@ def _app(zone: str) -> Celery:
 def celery_next(sched: object, after: datetime) -> datetime:
     """What celery beat computes: with last_run_at = now = ``after``, the next run."""
     sched.nowfun = lambda: after  # type: ignore[attr-defined]
-    return after + sched.remaining_estimate(after)  # type: ignore[attr-defined]
+    # elapsed time: add it in UTC (aware local arithmetic would be wall-clock arithmetic)
+    return after.astimezone(UTC) + sched.remaining_estimate(after)  # type: ignore[attr-defined]
 
 
 def near_dst(instant: datetime, zone: str) -> bool:

@@ -151,7 +151,7 @@ def test_first_goatbeat_run_is_the_one_celery_would_make_next(loaded: str) -> No
     c.tz = ZoneInfo("Europe/Paris")
     last = datetime.fromisoformat(LAST).astimezone(ZoneInfo("Europe/Paris"))
     c.nowfun = lambda: last
-    celery_next = (last + c.remaining_estimate(last)).astimezone(UTC)
+    celery_next = last.astimezone(UTC) + c.remaining_estimate(last)
     assert store.get("paris-morning").next_run_at == celery_next
     assert store.get("paris-morning").last_run_at == datetime.fromisoformat(LAST)
 
