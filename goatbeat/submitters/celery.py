@@ -59,6 +59,11 @@ _MAX_PRIORITY = 255
 
 def _load_app(app: Any) -> tuple[Any, bool]:
     """The Celery app and whether this submitter created it (and so must close it)."""
+    if app is None:
+        from celery import current_app
+
+        # The project's app once its module is imported, as for ``@shared_task``.
+        return current_app._get_current_object(), False
     if not isinstance(app, str):
         return app, False
     if "://" in app:
@@ -113,7 +118,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
 class CelerySubmitter:
     """Send each occurrence as a Celery task message.
 
-    ``app`` is a ``celery.Celery``, a broker URL (``"redis://..."``; a JSON-serialising app is
+    ``app`` is a ``celery.Celery``, ``None`` (Celery's current app), a broker URL (``"redis://..."``; a JSON-serialising app is
     created for it) or an import path ``"module:attr"`` (``"module"`` alone looks for ``app``
     then ``celery``, as ``celery -A`` does). ``retry_policy`` is kombu's publish retry policy.
     """
@@ -125,7 +130,7 @@ class CelerySubmitter:
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
 
-    def __init__(self, app: Any, *, retry_policy: Mapping[str, float] | None = None) -> None:
+    def __init__(self, app: Any = None, *, retry_policy: Mapping[str, float] | None = None) -> None:
         self.app, self._owns_app = _load_app(app)
         self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
         self._retryable, self._permanent = _error_classes()

@@ -48,6 +48,11 @@ _BROKER_OPTIONS = frozenset({"redis_message_id", "eta", "max_age"})
 
 
 def _load_broker(broker: Any) -> tuple[Any, bool]:
+    if broker is None:
+        import dramatiq
+
+        # The project's broker once its actors module has called dramatiq.set_broker().
+        return dramatiq.get_broker(), False
     if not isinstance(broker, str):
         return broker, False
     from dramatiq.brokers.redis import RedisBroker
@@ -89,7 +94,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
 class DramatiqSubmitter:
     """Enqueue each occurrence as a Dramatiq message.
 
-    ``broker`` is a ``dramatiq.Broker`` or a Redis URL (a ``RedisBroker`` is created and closed
+    ``broker`` is a ``dramatiq.Broker``, ``None`` (``dramatiq.get_broker()``) or a Redis URL (a ``RedisBroker`` is created and closed
     with the submitter). ``default_queue`` is used when neither the schedule nor a declared actor
     names one.
     """
@@ -101,7 +106,7 @@ class DramatiqSubmitter:
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
 
-    def __init__(self, broker: Any, *, default_queue: str = "default") -> None:
+    def __init__(self, broker: Any = None, *, default_queue: str = "default") -> None:
         if not _NAME.fullmatch(default_queue):
             raise InvalidValue(
                 "default_queue", default_queue, f"{default_queue!r} is not a Dramatiq queue name"

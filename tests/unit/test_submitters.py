@@ -352,3 +352,81 @@ def test_registry_builds_each_submitter_by_name(redis_url: str) -> None:
             assert type(submitter) is cls
         finally:
             submitter.close()
+
+
+def test_celery_exchange_and_routing_key_reach_the_bound_queue(
+    redis_url: str, client: redis.Redis
+) -> None:
+    from kombu import Connection, Exchange, Queue
+
+    # What a worker with a custom exchange declares: queue "daily" bound to "reports.daily".
+    with Connection(redis_url) as conn:
+        Queue("daily", Exchange("reports", type="direct"), routing_key="reports.daily")(
+            conn.default_channel
+        ).declare()
+    submitter = CelerySubmitter(redis_url)
+    try:
+        submitter.submit(
+            make_occurrence(TASKS[CelerySubmitter], exchange="reports", routing_key="reports.daily")
+        )
+    finally:
+        submitter.close()
+    raw = client.lrange("daily", 0, -1)
+    assert len(raw) == 1
+    message = json.loads(raw[0])
+    assert message["headers"]["goatbeat_idempotency_key"] == "report:2026-12-01T08:00:00Z"
+    assert message["properties"]["delivery_info"]["exchange"] == "reports"
+    assert message["properties"]["delivery_info"]["routing_key"] == "reports.daily"
+
+
+def test_dramatiq_uses_the_queue_of_an_actor_the_broker_knows(
+    redis_url: str, client: redis.Redis
+) -> None:
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    broker = RedisBroker(url=redis_url)
+    dramatiq.actor(lambda: None, actor_name="send_report", queue_name="reports", broker=broker)
+    submitter = DramatiqSubmitter(broker)
+    try:
+        submitter.submit(make_occurrence("send_report"))
+        submitter.submit(make_occurrence("unknown_actor", name="other"))
+        submitter.submit(make_occurrence("send_report", name="routed", queue="urgent"))
+    finally:
+        submitter.close()
+        broker.close()
+
+    def actors_in(queue: str) -> list[str]:
+        return sorted(json.loads(v)["actor_name"] for v in client.hvals(f"dramatiq:{queue}.msgs"))
+
+    assert actors_in("reports") == ["send_report"]
+    assert actors_in("default") == ["unknown_actor"]
+    assert actors_in("urgent") == ["send_report"]
+
+
+def test_without_arguments_the_projects_own_app_and_broker_are_used(redis_url: str) -> None:
+    import dramatiq
+    import dramatiq.broker
+    from celery import Celery, _state
+    from dramatiq.brokers.redis import RedisBroker
+
+    previous_app = getattr(_state._tls, "current_app", None)
+    app = Celery("project", broker=redis_url, set_as_current=True)
+    submitter = CelerySubmitter()
+    try:
+        assert submitter.app is app
+    finally:
+        submitter.close()
+        app.close()
+        _state._set_current_app(previous_app)
+
+    previous = dramatiq.broker.global_broker
+    broker = RedisBroker(url=redis_url)
+    dramatiq.set_broker(broker)
+    try:
+        dramatiq_submitter = DramatiqSubmitter()
+        assert dramatiq_submitter.broker is broker
+        dramatiq_submitter.close()
+    finally:
+        dramatiq.broker.global_broker = previous
+        broker.close()
