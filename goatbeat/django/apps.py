@@ -1,0 +1,39 @@
+"""The Django app ``goatbeat.django`` (label ``goatbeat``): startup validation and wiring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+
+
+class GoatbeatConfig(AppConfig):  # type: ignore[misc]
+    name = "goatbeat.django"
+    label = "goatbeat"
+    verbose_name = "Goatbeat"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.core.signals import setting_changed
+
+        from goatbeat.django import conf, registry
+
+        # Validate now, so a bad GOATBEAT stops the project at startup and not at 3 a.m.
+        conf.reset()
+        conf.get()
+        setting_changed.connect(_settings_changed, dispatch_uid="goatbeat.settings_changed")
+
+        from django.tasks.signals import task_finished
+
+        from goatbeat.submitters.django_tasks import on_task_finished
+
+        task_finished.connect(on_task_finished, dispatch_uid="goatbeat.task_finished")
+        registry.autodiscover()
+
+
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in {"GOATBEAT", "DATABASES", "TIME_ZONE"}:
+        from goatbeat.django import conf, registry
+
+        conf.reset()
+        registry.reset_store()

@@ -1,0 +1,119 @@
+"""The ``GOATBEAT`` Django setting: validated once, every problem reported at once.
+
+The core's :func:`~goatbeat.core.config.parse_settings` checks the shared keys; this module adds
+what only makes sense inside Django: ``timezone`` defaults to ``TIME_ZONE``, ``database`` must
+name a PostgreSQL alias of ``DATABASES``, and the Django-only ``submitter`` key pins one task
+backend for every schedule instead of picking it from the task object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from goatbeat.core.config import Settings, parse_settings
+from goatbeat.core.errors import ConfigError
+
+__all__ = ["DjangoSettings", "SUBMITTERS", "load", "get", "reset"]
+
+SUBMITTERS = ("django_tasks", "celery", "dramatiq", "rq", "inline")
+"""Backends the ``submitter`` key may pin."""
+
+_DJANGO_ONLY_KEYS = ("submitter", "submitter_options")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DjangoSettings:
+    core: Settings
+    submitter: str | None = None
+    """None: each schedule's backend follows its task object (Django Task, Celery task...)."""
+    submitter_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Constructor options per backend: ``{"celery": {"app": "proj.celery:app"}}``."""
+
+    @property
+    def database(self) -> str:
+        return self.core.database
+
+
+def load(raw: Any = None) -> DjangoSettings:
+    """Validate ``raw`` (default: ``settings.GOATBEAT``); ImproperlyConfigured lists every problem."""
+    if raw is None:
+        raw = getattr(django_settings, "GOATBEAT", None) or {}
+    if not isinstance(raw, Mapping):
+        raise ImproperlyConfigured(
+            f"GOATBEAT setting is invalid:\n  - GOATBEAT must be a dict, not {type(raw).__name__}"
+        )
+    problems: list[str] = []
+    core_raw = {k: v for k, v in raw.items() if k not in _DJANGO_ONLY_KEYS}
+    zone = getattr(django_settings, "TIME_ZONE", None) or "UTC"
+    core: Settings | None = None
+    try:
+        core = parse_settings(core_raw, defaults={"timezone": zone})
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    submitter = raw.get("submitter")
+    if submitter is not None and submitter not in SUBMITTERS:
+        problems.append(f"submitter: {submitter!r} is not one of {', '.join(SUBMITTERS)}")
+    options = raw.get("submitter_options", {})
+    if not isinstance(options, Mapping) or not all(
+        isinstance(v, Mapping) and k in SUBMITTERS for k, v in options.items()
+    ):
+        problems.append(
+            f"submitter_options: {options!r} must map backend names ({', '.join(SUBMITTERS)}) "
+            "to dicts of constructor options"
+        )
+        options = {}
+    alias = raw.get("database", "default")
+    if isinstance(alias, str) and alias.strip():
+        problem = _database_problem(alias)
+        if problem:
+            problems.append(problem)
+    if problems or core is None:
+        raise ImproperlyConfigured(
+            "GOATBEAT setting is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+    return DjangoSettings(
+        core=core,
+        submitter=submitter,
+        submitter_options={k: dict(v) for k, v in options.items()},
+    )
+
+
+def _database_problem(alias: str) -> str | None:
+    databases = getattr(django_settings, "DATABASES", {}) or {}
+    if alias not in databases:
+        known = ", ".join(sorted(databases)) or "none"
+        return f"database: {alias!r} is not a DATABASES alias (known: {known})"
+    engine = str(databases[alias].get("ENGINE", ""))
+    # The vendor, not the exact engine path, so PostGIS and other PostgreSQL-based engines pass.
+    from django.db import connections
+
+    vendor = getattr(connections[alias], "vendor", None)
+    if vendor != "postgresql":
+        return (
+            f"database: {alias!r} uses {engine or 'no ENGINE'}; goatbeat needs PostgreSQL "
+            "(django.db.backends.postgresql): its coordination relies on row locks and "
+            "LISTEN/NOTIFY"
+        )
+    return None
+
+
+_cached: DjangoSettings | None = None
+
+
+def get() -> DjangoSettings:
+    """The validated settings (validated at startup by the app config; cached)."""
+    global _cached
+    if _cached is None:
+        _cached = load()
+    return _cached
+
+
+def reset() -> None:
+    """Forget the cached settings (tests that change ``GOATBEAT`` with override_settings)."""
+    global _cached
+    _cached = None

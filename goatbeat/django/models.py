@@ -1,0 +1,108 @@
+"""ORM views of goatbeat's tables, for the admin and for queries in user code.
+
+The schema itself is owned by ``goatbeat/stores/sql/postgres/`` (migration 0001 runs that SQL),
+so these models only describe it. Writes that change scheduling go through the store
+(``goatbeat.django.registry.get_store()``), never through ``save()``: the store computes
+``next_run_at`` and bumps ``version`` so a running scheduler's compare-and-set sees the edit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from goatbeat.core.model import ExecutionKind, ExecutionStatus, MisfirePolicy, Source
+
+__all__ = ["Schedule", "Execution", "Lease"]
+
+
+def _choices(enum: Any) -> list[tuple[str, str]]:
+    return [(member.value, member.value.replace("_", " ")) for member in enum]
+
+
+class Schedule(models.Model):  # type: ignore[misc]
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200, unique=True)
+    source = models.CharField(max_length=32, choices=_choices(Source), default="code")
+    task = models.CharField(max_length=255)
+    trigger = models.JSONField()
+    timezone = models.CharField(max_length=64, default="UTC")
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=200, null=True, blank=True)
+    exchange = models.CharField(max_length=200, null=True, blank=True)
+    routing_key = models.CharField(max_length=200, null=True, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    expires = models.FloatField(null=True, blank=True)
+    headers = models.JSONField(default=dict, blank=True)
+    misfire_policy = models.CharField(
+        max_length=16, choices=_choices(MisfirePolicy), default="run_once"
+    )
+    misfire_grace = models.FloatField(default=60)
+    catch_up_limit = models.IntegerField(default=100)
+    one_off = models.BooleanField(default=False)
+    enabled = models.BooleanField(default=True)
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.CharField(max_length=32, null=True, blank=True)
+    total_run_count = models.BigIntegerField(default=0)
+    missed_count = models.BigIntegerField(default=0)
+    version = models.BigIntegerField(default=1)
+    description = models.TextField(default="", blank=True)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "goatbeat_schedule"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return str(self.name)
+
+
+class Execution(models.Model):  # type: ignore[misc]
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.ForeignKey(
+        Schedule,
+        null=True,
+        blank=True,
+        on_delete=models.DB_SET_NULL,
+        related_name="executions",
+    )
+    schedule_name = models.CharField(max_length=200)
+    scheduled_at = models.DateTimeField()
+    idempotency_key = models.CharField(max_length=255, unique=True)
+    kind = models.CharField(max_length=16, choices=_choices(ExecutionKind), default="scheduled")
+    status = models.CharField(max_length=16, choices=_choices(ExecutionStatus), default="claimed")
+    fencing_token = models.BigIntegerField(null=True, blank=True)
+    scheduler_id = models.CharField(max_length=255, null=True, blank=True)
+    claimed_at = models.DateTimeField()
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    backend_task_id = models.CharField(max_length=255, null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "goatbeat_execution"
+        ordering = ["-scheduled_at"]
+
+    def __str__(self) -> str:
+        return str(self.idempotency_key)
+
+
+class Lease(models.Model):  # type: ignore[misc]
+    name = models.CharField(max_length=64, primary_key=True)
+    holder = models.CharField(max_length=255)
+    token = models.BigIntegerField()
+    expires_at = models.DateTimeField()
+    acquired_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "goatbeat_lease"
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder}"

@@ -1,0 +1,67 @@
+"""RunGoatbeatSQL: the migration operation that runs one goatbeat schema version's SQL.
+
+It runs exactly :func:`goatbeat.stores.schema.postgres_migration_sql` (the file
+``goatbeat migrate`` runs, version bookkeeping included), so both paths build one schema. Two
+cases are skipped on purpose:
+
+- a database that is not PostgreSQL (a project whose default database is SQLite and whose
+  goatbeat database is another alias runs ``migrate`` on both);
+- a database where ``goatbeat migrate`` already recorded this version (a project that started
+  with the plain-Python command and then added the Django app).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import migrations
+
+from goatbeat.stores.schema import postgres_migration_sql
+
+__all__ = ["RunGoatbeatSQL"]
+
+_REVERSE = {
+    1: (
+        "DROP TABLE IF EXISTS goatbeat_execution;"
+        "DROP TABLE IF EXISTS goatbeat_schedule;"
+        "DROP TABLE IF EXISTS goatbeat_lease;"
+        "DROP TABLE IF EXISTS goatbeat_schema_version;"
+    ),
+}
+
+
+class RunGoatbeatSQL(migrations.RunSQL):  # type: ignore[misc]  # Django is untyped here
+    def __init__(self, version: int) -> None:
+        self.version = version
+        super().__init__(sql=postgres_migration_sql(version), reverse_sql=_REVERSE.get(version))
+
+    def deconstruct(self) -> tuple[str, list[Any], dict[str, Any]]:
+        return (self.__class__.__qualname__, [], {"version": self.version})
+
+    def describe(self) -> str:
+        return f"goatbeat schema version {self.version}"
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        connection = schema_editor.connection
+        if connection.vendor != "postgresql" or _recorded(connection, self.version):
+            return
+        super().database_forwards(app_label, schema_editor, from_state, to_state)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            return
+        super().database_backwards(app_label, schema_editor, from_state, to_state)
+
+
+def _recorded(connection: Any, version: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('goatbeat_schema_version') IS NOT NULL")
+        (exists,) = cursor.fetchone()
+        if not exists:
+            return False
+        cursor.execute("SELECT 1 FROM goatbeat_schema_version WHERE version = %s", [version])
+        return cursor.fetchone() is not None

@@ -1,0 +1,217 @@
+"""Code schedules of a Django project: ``DjangoRegistry``, ``call`` and ``schedules.py`` discovery.
+
+Every installed app may ship a ``schedules.py`` with ``register(beat)``; :func:`autodiscover`
+imports them when Django starts (the app config calls it, as the admin does with ``admin.py``)
+and calls each ``register`` with the project's registry. Declaring validates at once, with the
+same core types and rules as :class:`goatbeat.beat.Beat` (the registry *is* a Beat), so a bad
+cron expression stops the project at startup naming the schedule and the field.
+
+A task may be a Django Task, a Celery task, a Dramatiq actor, a plain function (RQ) or a dotted
+path. The registry remembers which backend each declared task object belongs to;
+:class:`~goatbeat.django.submitter.DjangoRoutingSubmitter` hands each occurrence to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from goatbeat.beat import Beat, task_path
+from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.store import ScheduleStore
+
+if TYPE_CHECKING:
+    from goatbeat.django.conf import DjangoSettings
+
+__all__ = [
+    "Call",
+    "DjangoRegistry",
+    "autodiscover",
+    "backend_of",
+    "call",
+    "get_registry",
+    "get_store",
+    "rediscover",
+    "reset_store",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A task bound to the arguments each run receives: ``call(send_email, 42)``."""
+
+    task: Any
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def call(func: Any, /, *args: Any, **kwargs: Any) -> Call:
+    """Bind ``args`` and ``kwargs`` to ``func`` for a schedule's ``task=``."""
+    return Call(func, tuple(args), dict(kwargs))
+
+
+def backend_of(task: Any) -> str | None:
+    """The submitter a task object belongs to, from what it is; None for a dotted path.
+
+    ``django_tasks`` for a ``django.tasks.Task``, ``celery`` for a Celery task, ``dramatiq``
+    for an actor, ``rq`` for any other function (RQ enqueues plain functions)."""
+    if isinstance(task, str):
+        return None
+    from django.tasks import Task as DjangoTask
+
+    if isinstance(task, DjangoTask):
+        return "django_tasks"
+    roots = {f"{c.__module__.partition('.')[0]}.{c.__name__}" for c in type(task).__mro__}
+    if "celery.Task" in roots or (
+        callable(getattr(task, "apply_async", None))
+        and isinstance(getattr(task, "name", None), str)
+    ):
+        return "celery"
+    if "dramatiq.Actor" in roots or (
+        callable(getattr(task, "send_with_options", None)) and hasattr(task, "actor_name")
+    ):
+        return "dramatiq"
+    if callable(task):
+        return "rq"
+    return None
+
+
+class DjangoRegistry(Beat):
+    """The schedules a Django project declares in code, and its store and submitter.
+
+    ``beat.schedule(name=, task=, cron= | every= | at= | solar= | trigger=, args=, kwargs=,
+    queue=, ..., misfire=, misfire_grace=)`` as with :class:`~goatbeat.beat.Beat`; ``task``
+    may also be ``call(func, *args, **kwargs)``. The store is the PostgreSQL database named by
+    ``GOATBEAT['database']``, reached through Django's own connection."""
+
+    def __init__(self, settings: DjangoSettings | None = None) -> None:
+        from goatbeat.django import conf
+        from goatbeat.django.submitter import DjangoRoutingSubmitter
+
+        django_settings = settings or conf.get()
+        self.django_settings = django_settings
+        self.backends: dict[str, str] = {}
+        """Task path -> backend, for every task declared as an object."""
+        routing = DjangoRoutingSubmitter(
+            pinned=django_settings.submitter,
+            options=django_settings.submitter_options,
+            backends=self.backends,
+        )
+        super().__init__(
+            django_settings.database,
+            submitter=routing,
+            timezone=django_settings.core.timezone,
+            settings=django_settings.core,
+        )
+
+    def __repr__(self) -> str:
+        return f"<DjangoRegistry database={self.database!r} schedules={len(self.schedules)}>"
+
+    @property
+    def store(self) -> ScheduleStore:
+        """This thread's store over Django's connection for ``GOATBEAT['database']``."""
+        store = get_store()
+        bind = getattr(self.submitter, "bind", None)
+        if callable(bind):
+            bind(store)
+        return store
+
+    def schedule(self, *, name: str | None = None, task: Any = None, **options: Any) -> Any:
+        if isinstance(task, Call):
+            if task.args and "args" in options:
+                raise InvalidSchedule("args", options["args"], "give args in call(...) or args=")
+            if task.kwargs and "kwargs" in options:
+                raise InvalidSchedule(
+                    "kwargs", options["kwargs"], "give kwargs in call(...) or kwargs="
+                )
+            if task.args:
+                options["args"] = task.args
+            if task.kwargs:
+                options["kwargs"] = dict(task.kwargs)
+            task = task.task
+        if task is not None:
+            backend = backend_of(task)
+            if backend is not None:
+                self.backends[task_path(task)] = backend
+        return super().schedule(name=name, task=task, **options)
+
+    def names(self) -> list[str]:
+        """The names declared in code, in declaration order."""
+        return [s.name for s in self.schedules]
+
+    def close(self) -> None:
+        """Close the submitters; the connection belongs to Django."""
+        self.submitter.close()
+
+
+_registry: DjangoRegistry | None = None
+_lock = threading.RLock()
+
+
+def get_registry() -> DjangoRegistry:
+    """The project's registry, filled by :func:`autodiscover` on first use."""
+    global _registry
+    with _lock:
+        if _registry is None:
+            _registry = _discover()
+        return _registry
+
+
+def autodiscover() -> DjangoRegistry:
+    """Import every installed app's ``schedules.py`` and call its ``register(beat)``.
+
+    The app config runs it at startup; later calls return the same registry."""
+    return get_registry()
+
+
+def rediscover() -> DjangoRegistry:
+    """Discover again from scratch (after settings or INSTALLED_APPS changed)."""
+    global _registry
+    with _lock:
+        _registry = None
+        return get_registry()
+
+
+def _discover() -> DjangoRegistry:
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    registry = DjangoRegistry()
+    for app_config in apps.get_app_configs():
+        if not module_has_submodule(app_config.module, "schedules"):
+            continue
+        module = importlib.import_module(f"{app_config.name}.schedules")
+        register: Callable[[DjangoRegistry], None] | None = getattr(module, "register", None)
+        # An app may have a schedules.py of its own that has nothing to do with goatbeat.
+        if callable(register):
+            register(registry)
+    return registry
+
+
+_stores = threading.local()
+
+
+def get_store() -> ScheduleStore:
+    """This thread's PostgresStore over Django's connection for ``GOATBEAT['database']``.
+
+    Django's connections are per thread, so each thread gets its own store object."""
+    from goatbeat.django import conf
+
+    alias = conf.get().database
+    store: ScheduleStore | None = getattr(_stores, "store", None)
+    if store is None or getattr(_stores, "alias", None) != alias:
+        from goatbeat.django.connection import DjangoConnectionProvider
+        from goatbeat.stores.postgres import PostgresStore
+
+        store = PostgresStore(connection_provider=DjangoConnectionProvider(alias))
+        _stores.store = store
+        _stores.alias = alias
+    return store
+
+
+def reset_store() -> None:
+    """Forget this thread's store (settings changed)."""
+    _stores.__dict__.clear()

@@ -1,0 +1,185 @@
+"""DjangoRoutingSubmitter: one Django project, several task backends.
+
+A Django project may declare Django Tasks, Celery tasks, Dramatiq actors and RQ functions side
+by side. This submitter hands each occurrence to the backend its task belongs to: the one
+recorded when the task object was declared in ``schedules.py``, else the one found by importing
+the task's dotted path (admin schedules, imports), unless ``GOATBEAT['submitter']`` pins one
+backend for everything. Backends are created on first use with ``GOATBEAT['submitter_options']``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
+from goatbeat.core.model import Occurrence, Schedule
+from goatbeat.core.store import ScheduleStore
+from goatbeat.core.submit import TaskSubmitter
+
+__all__ = ["DjangoRoutingSubmitter", "import_task"]
+
+
+def import_task(path: str) -> Any:
+    """The object named by a dotted path (``"app.tasks.send"`` or ``"app.tasks:send"``).
+
+    Raises LookupError naming what is missing."""
+    module_name, _, attrs = path.partition(":")
+    if attrs:
+        candidates = [(module_name, attrs)]
+    else:
+        parts = path.split(".")
+        candidates = [
+            (".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)
+        ]
+    problem = f"cannot import any module of {path!r}"
+    for module_name, attr_path in candidates:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name != module_name and not module_name.startswith(exc.name + "."):
+                raise LookupError(f"importing {module_name!r} failed: {exc}") from None
+            continue
+        obj: Any = module
+        for attr in attr_path.split("."):
+            if not hasattr(obj, attr):
+                problem = f"module {module_name!r} has no attribute {attr_path!r}"
+                break
+            obj = getattr(obj, attr)
+        else:
+            return obj
+    raise LookupError(problem)
+
+
+class DjangoRoutingSubmitter:
+    """Routes each occurrence to the submitter of its task's backend."""
+
+    name: ClassVar[str] = "django"
+    # Each backend checks its own capabilities in validate(); the router itself honours all.
+    supports_queue: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_exchange: ClassVar[bool] = True
+    supports_expires: ClassVar[bool] = True
+    supports_headers: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        pinned: str | None = None,
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        backends: Mapping[str, str] | None = None,
+    ) -> None:
+        self.pinned = pinned
+        self.options = {k: dict(v) for k, v in (options or {}).items()}
+        self.backends = backends if backends is not None else {}
+        self._detected: dict[str, str] = {}
+        self._celery_apps: dict[str, Any] = {}
+        self._submitters: dict[str, TaskSubmitter] = {}
+        self._store: ScheduleStore | None = None
+        self._callables: dict[str, Any] = {}
+
+    # -- which backend ----------------------------------------------------------------------------
+
+    def backend_for(self, task: str) -> str:
+        """The backend name for a task path; LookupError when it cannot be told."""
+        if self.pinned is not None:
+            return self.pinned
+        known = self.backends.get(task) or self._detected.get(task)
+        if known is not None:
+            return known
+        from goatbeat.django.registry import backend_of
+
+        try:
+            obj = import_task(task)
+        except LookupError:
+            celery_app = _current_celery_app()
+            if celery_app is not None and task in celery_app.tasks:
+                # A Celery task name that is not a dotted path ("reports.daily").
+                self._detected[task] = "celery"
+                return "celery"
+            raise
+        backend = backend_of(obj)
+        if backend is None:
+            raise LookupError(f"{task!r} is a {type(obj).__name__}, not a task")
+        if backend == "celery":
+            self._celery_apps.setdefault("celery", getattr(obj, "app", None))
+        self._detected[task] = backend
+        return backend
+
+    def submitter_for(self, backend: str) -> TaskSubmitter:
+        found = self._submitters.get(backend)
+        if found is None:
+            from goatbeat.submitters import load_submitter
+
+            options = dict(self.options.get(backend, {}))
+            if backend == "celery" and "app" not in options:
+                app = self._celery_apps.get("celery") or _current_celery_app()
+                if app is None:
+                    raise LookupError(
+                        "no Celery app: set GOATBEAT['submitter_options']['celery']['app']"
+                    )
+                options["app"] = app
+            if backend == "dramatiq" and "broker" not in options:
+                import dramatiq
+
+                options["broker"] = dramatiq.get_broker()
+            found = load_submitter(backend, **options)
+            bind = getattr(found, "bind", None)
+            if self._store is not None and callable(bind):
+                bind(self._store)
+            register = getattr(found, "register", None)
+            if callable(register):
+                for path, func in self._callables.items():
+                    register(path, func)
+            self._submitters[backend] = found
+        return found
+
+    # -- TaskSubmitter --------------------------------------------------------------------------------
+
+    def validate(self, schedule: Schedule) -> None:
+        try:
+            submitter = self.submitter_for(self.backend_for(schedule.task))
+        except LookupError as exc:
+            raise InvalidSchedule("task", schedule.task, f"{schedule.task!r}: {exc}") from None
+        submitter.validate(schedule)
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        try:
+            submitter = self.submitter_for(self.backend_for(occurrence.task))
+        except LookupError as exc:
+            raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
+        return submitter.submit(occurrence)
+
+    def after_bookkeeping(self) -> None:
+        for submitter in list(self._submitters.values()):
+            hook = getattr(submitter, "after_bookkeeping", None)
+            if callable(hook):
+                hook()
+
+    def bind(self, store: ScheduleStore) -> None:
+        self._store = store
+        for submitter in self._submitters.values():
+            bind = getattr(submitter, "bind", None)
+            if callable(bind):
+                bind(store)
+
+    def register(self, path: str, func: Any) -> None:
+        self._callables[path] = func
+        for submitter in self._submitters.values():
+            register = getattr(submitter, "register", None)
+            if callable(register):
+                register(path, func)
+
+    def close(self) -> None:
+        submitters, self._submitters = self._submitters, {}
+        for submitter in submitters.values():
+            submitter.close()
+
+
+def _current_celery_app() -> Any:
+    try:
+        from celery import current_app
+    except ImportError:
+        return None
+    return current_app._get_current_object()

@@ -1,0 +1,285 @@
+"""Submit occurrences to Django Tasks (``django.tasks``, Django 6.x), and record completions.
+
+``submit`` resolves the dotted task path to a ``django.tasks.Task`` and calls
+``task.using(queue_name=, priority=, backend=).enqueue(*args, **kwargs)``; the task result id
+is the backend task id.
+
+Completion comes through the ``django.tasks.signals.task_finished`` signal, fired in the process
+that ran the task (usually a worker). Its receiver, :func:`on_task_finished`, finds the
+execution by ``backend_task_id`` and writes ``succeeded`` or ``failed``. For the worker to find
+the row however soon the task finishes, the submitter stores the backend task id on the
+execution in the same transaction as the enqueue (the database backend of django-tasks then
+publishes the task and the mapping atomically). A backend that runs the task inside
+``enqueue`` (``ImmediateBackend``) finishes before any id exists: the receiver recognises the
+submission in flight on its thread, and the completion is written after the scheduler's
+bookkeeping (:meth:`DjangoTasksSubmitter.after_bookkeeping`), so the execution still goes
+``claimed -> submitted -> succeeded``.
+
+The receiver never raises: a completion report must not turn a successful task into a failed
+one in the worker. Problems are logged (``occurrence.finished`` at WARNING) and swallowed.
+
+Routing: ``queue`` becomes ``queue_name`` and ``priority`` the task priority (-100..100);
+exchange, routing_key, expires and headers have no Django Tasks equivalent and are rejected
+when the schedule is published.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError, RetryableSubmitError
+from goatbeat.core.model import ExecutionStatus, Occurrence, Schedule
+from goatbeat.core.observability import log_event
+from goatbeat.core.store import ScheduleStore
+from goatbeat.core.submit import check_supported
+
+__all__ = ["DjangoTasksSubmitter", "SUBMITTER", "on_task_finished", "resolve_django_task"]
+
+_MIN_PRIORITY = -100
+_MAX_PRIORITY = 100
+
+
+def resolve_django_task(path: str) -> Any:
+    """The ``django.tasks.Task`` named by ``path`` (``"app.tasks.send_report"``).
+
+    Raises ``LookupError`` naming what is missing or what the object is instead."""
+    from django.tasks import Task
+
+    module_name, _, attrs = path.partition(":")
+    if attrs:
+        candidates = [(module_name, attrs)]
+    else:
+        parts = path.split(".")
+        candidates = [
+            (".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)
+        ]
+    problem = f"cannot import any module of {path!r}"
+    for module_name, attr_path in candidates:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name != module_name and not module_name.startswith(exc.name + "."):
+                raise LookupError(f"importing {module_name!r} failed: {exc}") from None
+            continue
+        obj: Any = module
+        for attr in attr_path.split("."):
+            obj = getattr(obj, attr, _MISSING)
+            if obj is _MISSING:
+                problem = f"module {module_name!r} has no attribute {attr_path!r}"
+                break
+        else:
+            if not isinstance(obj, Task):
+                raise LookupError(
+                    f"{path!r} is a {type(obj).__name__}, not a Django Task "
+                    "(decorate it with @django.tasks.task)"
+                )
+            return obj
+    raise LookupError(problem)
+
+
+_MISSING = object()
+
+
+@dataclass(slots=True)
+class _InFlight:
+    submitter: DjangoTasksSubmitter
+    key: str
+    task_path: str
+    finished: tuple[bool, str | None] | None = None
+
+
+_local = threading.local()
+
+
+class DjangoTasksSubmitter:
+    """Enqueues on Django Tasks. ``backend`` pins a ``TASKS`` alias (default: the task's own);
+    ``database`` is the goatbeat database alias (default: ``GOATBEAT['database']``)."""
+
+    name: ClassVar[str] = "django_tasks"
+    supports_queue: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_exchange: ClassVar[bool] = False
+    supports_expires: ClassVar[bool] = False
+    supports_headers: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        store: ScheduleStore | None = None,
+        *,
+        backend: str | None = None,
+        database: str | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self._database = database
+        self._tasks: dict[str, Any] = {}
+        self._finished: list[tuple[str, bool, str | None]] = []
+
+    def bind(self, store: ScheduleStore) -> None:
+        self.store = store
+
+    @property
+    def database(self) -> str:
+        if self._database is None:
+            from goatbeat.django import conf
+
+            self._database = conf.get().database
+        return self._database
+
+    def resolve(self, path: str) -> Any:
+        task = self._tasks.get(path)
+        if task is None:
+            task = resolve_django_task(path)
+            self._tasks[path] = task
+        return task
+
+    def _configured(self, task: Any, occurrence_or_schedule: Occurrence | Schedule) -> Any:
+        routing = occurrence_or_schedule.routing
+        return task.using(queue_name=routing.queue, priority=routing.priority, backend=self.backend)
+
+    def validate(self, schedule: Schedule) -> None:
+        check_supported(self, schedule)
+        priority = schedule.routing.priority
+        if priority is not None and not _MIN_PRIORITY <= priority <= _MAX_PRIORITY:
+            raise InvalidSchedule(
+                "priority",
+                priority,
+                f"{priority} is out of Django Tasks' range {_MIN_PRIORITY}..{_MAX_PRIORITY}",
+            )
+        try:
+            task = self.resolve(schedule.task)
+        except LookupError as exc:
+            raise InvalidSchedule("task", schedule.task, str(exc)) from None
+        from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
+
+        try:
+            # using() re-validates against the backend: queue names, priority support...
+            self._configured(task, schedule)
+        except (InvalidTask, InvalidTaskBackend) as exc:
+            raise InvalidSchedule("task", schedule.task, f"{schedule.task!r}: {exc}") from None
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        from django.db import DatabaseError, transaction
+        from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
+
+        from goatbeat.django.models import Execution
+
+        try:
+            task = self._configured(self.resolve(occurrence.task), occurrence)
+        except LookupError as exc:
+            raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
+        except (InvalidTask, InvalidTaskBackend) as exc:
+            raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
+        inflight = _InFlight(self, occurrence.idempotency_key, str(task.module_path))
+        _local.inflight = inflight
+        try:
+            with transaction.atomic(using=self.database):
+                result = task.enqueue(*occurrence.args, **occurrence.kwargs)
+                Execution.objects.using(self.database).filter(
+                    id=occurrence.execution_id, status=ExecutionStatus.CLAIMED.value
+                ).update(backend_task_id=str(result.id))
+        except (InvalidTask, InvalidTaskBackend, TypeError, ValueError) as exc:
+            # TypeError/ValueError: arguments Django cannot serialise as JSON.
+            raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
+        except DatabaseError as exc:
+            raise RetryableSubmitError(f"task {occurrence.task!r}: {exc}") from None
+        finally:
+            _local.inflight = None
+        if inflight.finished is not None:
+            succeeded, error = inflight.finished
+            self._finished.append((occurrence.idempotency_key, succeeded, error))
+        return str(result.id)
+
+    def after_bookkeeping(self) -> None:
+        """Write completions that happened inside ``enqueue`` (immediate backends), now that
+        the submission itself is recorded."""
+        finished, self._finished = self._finished, []
+        if not finished:
+            return
+        store = self.store or _default_store()
+        for key, succeeded, error in finished:
+            store.record_finished(key, succeeded=succeeded, error=error)
+
+    def close(self) -> None:
+        self._tasks.clear()
+
+
+SUBMITTER = DjangoTasksSubmitter
+
+
+def _default_store() -> ScheduleStore:
+    from goatbeat.django.registry import get_store
+
+    return get_store()
+
+
+def _error_text(task_result: Any) -> str | None:
+    errors = list(getattr(task_result, "errors", None) or [])
+    if not errors:
+        return None
+    last = errors[-1]
+    lines = [line for line in str(getattr(last, "traceback", "")).strip().splitlines() if line]
+    detail = lines[-1] if lines else ""
+    return detail or str(getattr(last, "exception_class_path", "task failed"))
+
+
+def on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    """``task_finished`` receiver: mark the goatbeat execution of ``task_result`` finished.
+
+    Never raises."""
+    try:
+        _record_finished(task_result)
+    except Exception as exc:  # noqa: BLE001 - a report must never fail the task
+        log_event(
+            "occurrence.finished",
+            level=logging.WARNING,
+            backend_task_id=str(getattr(task_result, "id", "")),
+            recorded=False,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def _record_finished(task_result: Any) -> None:
+    from django.tasks import TaskResultStatus
+
+    status = task_result.status
+    if status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+        return
+    succeeded = status == TaskResultStatus.SUCCESSFUL
+    error = None if succeeded else _error_text(task_result)
+    inflight: _InFlight | None = getattr(_local, "inflight", None)
+    if inflight is not None and inflight.finished is None:
+        if str(task_result.task.module_path) == inflight.task_path:
+            inflight.finished = (succeeded, error)
+            return
+    from goatbeat.django import conf
+    from goatbeat.django.models import Execution
+
+    database = conf.get().database
+    row = (
+        Execution.objects.using(database)
+        .filter(
+            backend_task_id=str(task_result.id),
+            status__in=[ExecutionStatus.CLAIMED.value, ExecutionStatus.SUBMITTED.value],
+        )
+        .values_list("idempotency_key", "schedule_name")
+        .first()
+    )
+    if row is None:
+        return  # not a goatbeat occurrence
+    key, schedule_name = row
+    recorded = _default_store().record_finished(key, succeeded=succeeded, error=error)
+    log_event(
+        "occurrence.finished",
+        level=logging.INFO if succeeded else logging.WARNING,
+        schedule=schedule_name,
+        idempotency_key=key,
+        backend_task_id=str(task_result.id),
+        succeeded=succeeded,
+        error=error,
+        recorded=recorded,
+    )

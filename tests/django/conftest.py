@@ -1,0 +1,105 @@
+"""The Django side of the suite: a real PostgreSQL, the test project, pytest-django.
+
+pytest-django needs the database settings before Django sets up, and the throwaway server's
+port is known only once it runs. So this conftest starts the server (unless
+``GOATBEAT_TEST_PG_DSN`` names one), exports its DSN for the session fixture of
+``tests/conftest.py`` to reuse, and configures Django with ``settings.configure()`` from the
+test project's settings module. ``DJANGO_SETTINGS_MODULE`` stays unset, so the non-Django tests
+in the same run (the CLI's "no app" cases, say) see no Django project.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.services import PostgresServer
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS_MODULE = "tests.django.project.settings"
+
+_server: PostgresServer | None = None
+
+
+def _configure_django() -> None:
+    global _server
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    if not os.environ.get("GOATBEAT_TEST_PG_DSN"):
+        _server = PostgresServer().start()
+        os.environ["GOATBEAT_TEST_PG_DSN"] = _server.dsn
+    import importlib
+
+    module = importlib.import_module(SETTINGS_MODULE)
+    settings.configure(**{k: v for k, v in vars(module).items() if k.isupper()})
+    import django
+
+    django.setup()
+
+
+_configure_django()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # When this conftest loads late (a whole-suite run), pytest-django's own configure has
+    # already run without Django; finish its setup (database access blocker) now.
+    try:
+        from pytest_django.plugin import blocking_manager_key
+    except ImportError:  # pragma: no cover - other pytest-django versions
+        return
+    if blocking_manager_key in config.stash:
+        config.stash[blocking_manager_key].block()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _server is not None:
+        _server.stop()
+
+
+@pytest.fixture
+def store(transactional_db: None) -> Iterator[Any]:
+    """The project's store (PostgresStore over Django's connection), on a clean database."""
+    from goatbeat.django.registry import get_store, reset_store
+
+    reset_store()
+    yield get_store()
+    reset_store()
+
+
+@pytest.fixture
+def registry() -> Any:
+    from goatbeat.django.registry import get_registry
+
+    return get_registry()
+
+
+def manage(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the test project's manage.py against the current test database."""
+    from django.db import connection
+
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
+        "GOATBEAT_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tests/django/project/manage.py"), *args],
+        env=full_env,
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,6 @@
+from django.tasks import task
+
+
+@task()
+def send_email(user_id: int) -> int:
+    return user_id

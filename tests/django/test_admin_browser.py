@@ -1,0 +1,112 @@
+"""The admin in headless Chromium, served by a live server on the real PostgreSQL.
+
+Also regenerates the screenshot of the schedule list in docs/admin-schedules.png.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOT = ROOT / "docs" / "admin-schedules.png"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture
+def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test's own database calls
+    # are synchronous all the same.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    call_command("goatbeat", "schedule", "list", stdout=StringIO(), stderr=StringIO())
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    session = client.cookies["sessionid"].value
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context.add_cookies([{"name": "sessionid", "value": session, "url": live_server.url}])
+            tab = context.new_page()
+            tab.set_default_timeout(15_000)
+            yield tab
+        finally:
+            browser.close()
+            _close_playwright_context_connections()
+
+
+def _close_playwright_context_connections() -> None:
+    """Django keeps connections per context (asgiref Local), and code run while Playwright's
+    sync API is active gets a context of its own: close what it opened, or the test database
+    cannot be flushed and dropped."""
+    from django.db import connections
+
+    from goatbeat.django.registry import reset_store
+
+    connections.close_all()
+    reset_store()
+
+
+def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
+    page: Any, live_server: Any, store: Any
+) -> None:
+    admin = f"{live_server.url}/admin/goatbeat/schedule/"
+    page.goto(admin + "add/")
+    page.fill("#id_name", "office-hours")
+    page.fill("#id_task", "tests.django.project.mail.tasks.send_email")
+    page.select_option("#id_trigger_kind", "cron")
+    page.fill("#id_cron", "*/15 9-17 * * 8")
+    page.fill("#id_args", "[42]")
+    page.click("input[name=_save]")
+    error = page.locator(".field-cron .errorlist")
+    assert "day-of-week: 8 is out of range 0-7" in error.inner_text()
+
+    page.fill("#id_cron", "*/15 9-17 * * mon-fri")
+    page.click("input[name=_save]")
+    page.wait_for_url(admin)
+    assert page.locator("#result_list").get_by_text("office-hours").count() == 1
+    created = store.get("office-hours")
+    assert created.next_run_at == created.first_run_after(created.updated_at)
+
+    row = page.locator("#result_list tr", has_text="office-hours")
+    row.locator("input[name=_selected_action]").check()
+    page.select_option("select[name=action]", "run_now")
+    page.click("button[name=index]")
+    assert "Run requested for office-hours" in page.locator(".messagelist").inner_text()
+
+    out = StringIO()
+    call_command("goatbeat", "scheduler", "--once", stdout=out, stderr=StringIO())
+    assert json.loads(out.getvalue().strip().splitlines()[-1])["leader"] is True
+    page.goto(f"{admin}{created.id}/change/")
+    inline = page.locator("#executions-group")
+    assert "submitted" in inline.inner_text()
+    assert "manual" in inline.inner_text()
+    upcoming = page.locator("ol.goatbeat-upcoming li")
+    assert upcoming.count() == 10
+
+    page.goto(admin)
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    assert SCREENSHOT.stat().st_size > 10_000

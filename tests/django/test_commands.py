@@ -1,0 +1,112 @@
+"""``manage.py goatbeat ...`` (one implementation with the ``goatbeat`` command)."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from goatbeat.core.model import ExecutionKind, ExecutionStatus, Schedule, Source
+from goatbeat.core.triggers import IntervalTrigger
+
+
+def goatbeat(*args: str) -> str:
+    out = StringIO()
+    call_command("goatbeat", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_schedule_list_json_publishes_code_schedules_and_lists_every_schedule(store: Any) -> None:
+    store.create(
+        Schedule(
+            name="admin-made",
+            task="tests.django.project.mail.tasks.send_email",
+            trigger=IntervalTrigger("1h"),
+            source=Source.ADMIN,
+        )
+    )
+    listed = json.loads(goatbeat("schedule", "list", "--json"))
+    by_name = {row["name"]: row for row in listed}
+    assert set(by_name) == {"admin-made", "broken-report", "daily-report", "ping", "weekly-report"}
+    assert by_name["daily-report"]["source"] == "code"
+    assert by_name["daily-report"]["trigger"] == {
+        "kind": "cron",
+        "expression": "0 9 * * *",
+        "timezone": "Europe/Paris",
+    }
+    assert by_name["daily-report"]["next_run_at"] is not None
+    assert by_name["ping"]["args"] == [42]
+    assert by_name["admin-made"]["source"] == "admin"
+    assert store.get("ping").source is Source.CODE
+
+
+def test_schedule_run_asks_for_a_manual_run(store: Any) -> None:
+    out = goatbeat("schedule", "run", "daily-report")
+    assert "daily-report" in out
+    (execution,) = store.executions(name="daily-report")
+    assert execution.kind is ExecutionKind.MANUAL
+    assert execution.status is ExecutionStatus.CLAIMED
+
+
+def test_schedule_run_of_an_unknown_name_is_a_command_error(store: Any) -> None:
+    with pytest.raises(CommandError, match="no schedule named 'nope'"):
+        goatbeat("schedule", "run", "nope")
+
+
+def test_schedule_prune_disables_code_schedules_no_longer_declared(store: Any) -> None:
+    store.publish(
+        [
+            Schedule(
+                name="retired",
+                task="tests.django.project.mail.tasks.send_email",
+                trigger=IntervalTrigger("1h"),
+            )
+        ]
+    )
+    out = goatbeat("schedule", "prune")
+    assert "retired" in out
+    assert store.get("retired").enabled is False
+    assert store.get("daily-report").enabled is True
+
+
+def test_scheduler_once_submits_requested_runs_to_django_tasks(store: Any) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    goatbeat("schedule", "run", "ping")
+    out = goatbeat("scheduler", "--once")
+    assert json.loads(out.strip().splitlines()[-1])["leader"] is True
+    (execution,) = store.executions(name="ping")
+    assert execution.status is ExecutionStatus.SUBMITTED
+    task = DBTaskResult.objects.get(id=execution.backend_task_id)
+    assert task.task_path == "tests.django.project.mail.tasks.send_email"
+    assert task.args_kwargs == {"args": [42], "kwargs": {}}
+    assert task.queue_name == "default"
+    # The lease was released on the way out so another scheduler may take over at once.
+    holder, _token, _expires, expired = store.read_lease("scheduler")
+    assert holder == "test-scheduler" and expired
+
+
+def test_migrate_subcommand_is_idempotent_on_a_django_migrated_database(store: Any) -> None:
+    assert "schema up to date" in goatbeat("migrate")
+
+
+def test_no_arguments_prints_the_goatbeat_help() -> None:
+    out = goatbeat()
+    for command in ("scheduler", "schedule", "migrate"):
+        assert command in out
+
+
+def test_standalone_goatbeat_uses_the_django_project_without_app(
+    store: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from goatbeat.cli import cli
+
+    monkeypatch.delenv("GOATBEAT_APP", raising=False)
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.project.settings")
+    cli.main(args=["schedule", "list", "--json"], standalone_mode=False)
+    names = {row["name"] for row in json.loads(capsys.readouterr().out)}
+    assert names == {"broken-report", "daily-report", "ping", "weekly-report"}

@@ -1,0 +1,106 @@
+"""Django Tasks: submission, and completion through task_finished in a REAL db_worker."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from goatbeat.core.model import ExecutionStatus, Routing, Schedule, Source
+from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.submitters import load_submitter
+from goatbeat.submitters.django_tasks import DjangoTasksSubmitter, on_task_finished
+from tests.django.conftest import manage
+
+
+def goatbeat(*args: str) -> str:
+    out = StringIO()
+    call_command("goatbeat", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def _run_and_submit(store: Any, *names: str) -> None:
+    goatbeat("schedule", "list")  # publishes the code schedules
+    for name in names:
+        goatbeat("schedule", "run", name)
+    goatbeat("scheduler", "--once")
+    for name in names:
+        (execution,) = store.executions(name=name)
+        assert execution.status is ExecutionStatus.SUBMITTED, execution
+
+
+@pytest.mark.slow
+def test_a_real_worker_reports_success_and_failure_back_to_the_executions(
+    store: Any, tmp_path: Path
+) -> None:
+    trace = tmp_path / "trace.txt"
+    _run_and_submit(store, "weekly-report", "broken-report")
+
+    worker = manage(
+        "db_worker",
+        "--batch",
+        "--no-startup-delay",
+        "--no-reload",
+        "--queue-name",
+        "reports",
+        env={"GOATBEAT_TEST_TRACE": str(trace)},
+    )
+    assert worker.returncode == 0, worker.stderr
+
+    assert trace.read_text().splitlines() == ["report:weekly"]
+    (ok,) = store.executions(name="weekly-report")
+    assert ok.status is ExecutionStatus.SUCCEEDED
+    assert ok.finished_at is not None and ok.submitted_at is not None
+    (broken,) = store.executions(name="broken-report")
+    assert broken.status is ExecutionStatus.FAILED
+    assert "the report generator broke" in (broken.error or "")
+    assert store.get("broken-report").last_status == "failed"
+
+
+def test_an_immediate_backend_finishes_inside_enqueue_and_is_still_recorded(store: Any) -> None:
+    store.create(
+        Schedule(
+            name="right-now",
+            task="tests.django.project.reports.tasks.immediate_report",
+            trigger=IntervalTrigger("1h"),
+            source=Source.ADMIN,
+        )
+    )
+    goatbeat("schedule", "run", "right-now")
+    goatbeat("scheduler", "--once")
+    (execution,) = store.executions(name="right-now")
+    # claimed -> submitted -> succeeded: the completion waited for the bookkeeping.
+    assert execution.status is ExecutionStatus.SUCCEEDED
+    assert execution.submitted_at is not None and execution.backend_task_id
+
+
+def test_the_receiver_never_raises(store: Any) -> None:
+    class Weird:
+        status = "SUCCESSFUL"
+        id = "no-such-task"
+
+        @property
+        def task(self) -> Any:
+            raise RuntimeError("broken result object")
+
+    on_task_finished(sender=None, task_result=Weird())
+    on_task_finished(sender=None, task_result=object())
+
+
+def test_the_submitter_is_loaded_by_name_and_rejects_what_django_tasks_cannot_honour() -> None:
+    from goatbeat.core.errors import UnsupportedOption
+
+    submitter = load_submitter("django_tasks")
+    assert isinstance(submitter, DjangoTasksSubmitter)
+    with pytest.raises(UnsupportedOption):
+        submitter.validate(
+            Schedule(
+                name="x",
+                task="tests.django.project.mail.tasks.send_email",
+                trigger=IntervalTrigger("1h"),
+                routing=Routing(exchange="amq.direct"),
+            )
+        )

@@ -1,0 +1,96 @@
+"""``manage.py migrate`` and ``goatbeat migrate`` build the very same schema."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from goatbeat.stores.postgres import PostgresStore
+from tests.django.conftest import manage
+
+_CATALOG = {
+    "columns": """
+        SELECT table_name, column_name, ordinal_position, data_type, character_maximum_length,
+               numeric_precision, is_nullable, column_default, is_identity, identity_generation
+        FROM information_schema.columns
+        WHERE table_schema = 'public' AND table_name LIKE 'goatbeat%%'
+        ORDER BY table_name, ordinal_position""",
+    "constraints": """
+        SELECT t.relname, c.conname, c.contype, pg_get_constraintdef(c.oid), c.condeferrable,
+               c.condeferred
+        FROM pg_constraint c JOIN pg_class t ON t.oid = c.conrelid
+        WHERE t.relname LIKE 'goatbeat%%'
+        ORDER BY t.relname, c.conname""",
+    "indexes": """
+        SELECT tablename, indexname, indexdef FROM pg_indexes
+        WHERE schemaname = 'public' AND tablename LIKE 'goatbeat%%'
+        ORDER BY tablename, indexname""",
+    "tables": """
+        SELECT relname, relkind FROM pg_class
+        WHERE relname LIKE 'goatbeat%%' AND relnamespace = 'public'::regnamespace
+        ORDER BY relname""",
+    "versions": "SELECT version FROM goatbeat_schema_version ORDER BY version",
+}
+
+
+def _catalog_of_cursor(cursor: Any) -> dict[str, list[tuple[Any, ...]]]:
+    result = {}
+    for name, sql in _CATALOG.items():
+        cursor.execute(sql)
+        result[name] = [tuple(row) for row in cursor.fetchall()]
+    return result
+
+
+def _catalog_of_dsn(dsn: str) -> dict[str, list[tuple[Any, ...]]]:
+    with psycopg.connect(dsn) as conn, conn.cursor() as cursor:
+        return _catalog_of_cursor(cursor)
+
+
+@pytest.mark.django_db
+def test_django_migrate_and_goatbeat_migrate_build_identical_schemas(pg_dsn: str) -> None:
+    with connection.cursor() as cursor:
+        from_django = _catalog_of_cursor(cursor)
+    store = PostgresStore(pg_dsn)
+    store.migrate()
+    store.close()
+    from_goatbeat = _catalog_of_dsn(pg_dsn)
+
+    assert {t for t, _ in from_django["tables"]} >= {
+        "goatbeat_schedule",
+        "goatbeat_execution",
+        "goatbeat_lease",
+        "goatbeat_schema_version",
+    }
+    for part in _CATALOG:
+        assert from_django[part] == from_goatbeat[part], part
+    assert from_django["versions"] == [(1,)]
+
+
+def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> None:
+    """A project that started on the plain-Python command and then adds the Django app."""
+    store = PostgresStore(pg_dsn)
+    store.migrate()
+    store.close()
+    before = _catalog_of_dsn(pg_dsn)
+
+    done = manage("migrate", "goatbeat", env={"GOATBEAT_TEST_DB_NAME": pg_dsn.rsplit("/", 1)[1]})
+    assert done.returncode == 0, done.stderr
+
+    assert _catalog_of_dsn(pg_dsn) == before
+    with psycopg.connect(pg_dsn) as conn:
+        applied = conn.execute(
+            "SELECT name FROM django_migrations WHERE app = 'goatbeat'"
+        ).fetchall()
+    assert applied == [("0001_initial",)]
+
+
+@pytest.mark.django_db
+def test_models_match_the_migrations() -> None:
+    out = StringIO()
+    call_command("makemigrations", "goatbeat", "--check", "--dry-run", stdout=out)
+    assert "No changes detected" in out.getvalue()

@@ -1,0 +1,83 @@
+"""The GOATBEAT setting is validated at startup, every problem reported at once."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from goatbeat.django import conf
+
+
+def _ready() -> None:
+    apps.get_app_config("goatbeat").ready()
+
+
+def test_project_settings_are_parsed_with_time_zone_as_default_timezone() -> None:
+    parsed = conf.load()
+    assert parsed.database == "default"
+    assert parsed.core.timezone == "Europe/Paris"  # from TIME_ZONE: GOATBEAT names none
+    assert parsed.core.scheduler_id == "test-scheduler"
+    assert parsed.core.lease_ttl.total_seconds() == 5
+
+
+def test_explicit_timezone_wins_over_time_zone() -> None:
+    assert conf.load({"timezone": "Asia/Tokyo"}).core.timezone == "Asia/Tokyo"
+
+
+def test_several_bad_values_are_reported_together_at_startup() -> None:
+    bad = {
+        "lease_ttl": "abc",
+        "batch_size": 0,
+        "timezone": "Mars/Olympus",
+        "max_sleep": -1,
+        "colour": "blue",
+    }
+    with override_settings(GOATBEAT=bad), pytest.raises(ImproperlyConfigured) as caught:
+        _ready()
+    message = str(caught.value)
+    for expected in (
+        "lease_ttl",
+        "'abc'",
+        "batch_size",
+        "timezone",
+        "Mars/Olympus",
+        "max_sleep",
+        "colour",
+    ):
+        assert expected in message
+    # One line per problem, all in the same error.
+    assert message.count("\n  - ") == 5
+    _ready()  # the real settings are valid again once the override is gone
+
+
+def test_a_non_postgresql_alias_is_rejected_with_a_clear_error() -> None:
+    with pytest.raises(ImproperlyConfigured) as caught:
+        conf.load({"database": "legacy"})
+    message = str(caught.value)
+    assert "'legacy'" in message and "sqlite3" in message and "PostgreSQL" in message
+
+
+def test_an_unknown_alias_is_rejected_naming_the_known_ones() -> None:
+    with pytest.raises(ImproperlyConfigured) as caught:
+        conf.load({"database": "nope", "batch_size": "many"})
+    message = str(caught.value)
+    assert "'nope' is not a DATABASES alias (known: default, legacy)" in message
+    assert "batch_size" in message
+
+
+def test_lease_renewal_must_be_shorter_than_the_ttl() -> None:
+    with pytest.raises(ImproperlyConfigured, match="lease_renew_interval"):
+        conf.load({"lease_ttl": "10s", "lease_renew_interval": "10s"})
+
+
+def test_a_pinned_submitter_must_be_a_known_backend() -> None:
+    assert conf.load({"submitter": "celery"}).submitter == "celery"
+    with pytest.raises(ImproperlyConfigured, match="submitter: 'carrier-pigeon'"):
+        conf.load({"submitter": "carrier-pigeon"})
+
+
+def test_goatbeat_must_be_a_dict() -> None:
+    with pytest.raises(ImproperlyConfigured, match="must be a dict"):
+        conf.load(["database", "default"])
