@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from goatbeat.core.durations import parse_duration
-from goatbeat.core.errors import ConfigError, InvalidValue
+from goatbeat.core.errors import ConfigError, InvalidValue, short_repr
 from goatbeat.core.timeutil import get_zone
 
 __all__ = ["Settings", "parse_settings", "default_scheduler_id", "KEYS"]
@@ -27,14 +27,18 @@ def default_scheduler_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
+_DEFAULT_LEASE_TTL = timedelta(seconds=30)
+_DEFAULT_LEASE_RENEW = timedelta(seconds=10)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     database: str = "default"
     """Django: a PostgreSQL database alias. CLI: a URL (``sqlite:///goatbeat.db``, ``postgresql://...``)."""
     timezone: str = "UTC"
     """Default zone of cron schedules that do not name one."""
-    lease_ttl: timedelta = timedelta(seconds=30)
-    lease_renew_interval: timedelta = timedelta(seconds=10)
+    lease_ttl: timedelta = _DEFAULT_LEASE_TTL
+    lease_renew_interval: timedelta = _DEFAULT_LEASE_RENEW
     max_sleep: timedelta = timedelta(seconds=60)
     batch_size: int = 500
     max_submit_retries: int = 5
@@ -57,7 +61,9 @@ def _duration(minimum: timedelta) -> Callable[[str, Any], timedelta]:
     def parse(key: str, value: Any) -> timedelta:
         result = parse_duration(value, field=key)
         if result < minimum:
-            raise InvalidValue(key, value, f"{value!r} is shorter than {minimum.total_seconds():g}s")
+            raise InvalidValue(
+                key, value, f"{short_repr(value)} is shorter than {minimum.total_seconds():g}s"
+            )
         return result
 
     return parse
@@ -66,9 +72,9 @@ def _duration(minimum: timedelta) -> Callable[[str, Any], timedelta]:
 def _int_range(low: int, high: int) -> Callable[[str, Any], int]:
     def parse(key: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidValue(key, value, f"{value!r} is not an integer")
+            raise InvalidValue(key, value, f"{short_repr(value)} is not an integer")
         if not low <= value <= high:
-            raise InvalidValue(key, value, f"{value!r} is out of range {low}..{high}")
+            raise InvalidValue(key, value, f"{short_repr(value)} is out of range {low}..{high}")
         return value
 
     return parse
@@ -77,9 +83,9 @@ def _int_range(low: int, high: int) -> Callable[[str, Any], int]:
 def _text(max_length: int) -> Callable[[str, Any], str]:
     def parse(key: str, value: Any) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise InvalidValue(key, value, f"{value!r} must be a non-empty string")
+            raise InvalidValue(key, value, f"{short_repr(value)} must be a non-empty string")
         if len(value) > max_length:
-            raise InvalidValue(key, value, f"{value[:30]!r}... is longer than {max_length}")
+            raise InvalidValue(key, value, f"{short_repr(value)} is longer than {max_length}")
         return value
 
     return parse
@@ -102,7 +108,9 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
 }
 
 
-def parse_settings(raw: Mapping[str, Any] | None, *, defaults: Mapping[str, Any] | None = None) -> Settings:
+def parse_settings(
+    raw: Mapping[str, Any] | None, *, defaults: Mapping[str, Any] | None = None
+) -> Settings:
     """Validate ``raw`` (every key optional) on top of ``defaults``; ConfigError lists all problems.
 
     Each problem reads ``"<key>: <reason>"``, e.g. ``"lease_ttl: 'abc' is not a duration such
@@ -114,8 +122,10 @@ def parse_settings(raw: Mapping[str, Any] | None, *, defaults: Mapping[str, Any]
     problems: list[str] = []
     values: dict[str, Any] = {}
     merged = {**dict(defaults or {}), **dict(raw)}
-    for key in sorted(set(merged) - set(KEYS)):
-        problems.append(f"{key}: unknown setting (known: {', '.join(KEYS)})")
+    # Keys may be anything hashable (a typo'd int, a tuple): sort by text, never by value.
+    for key in sorted(set(merged) - set(KEYS), key=repr):
+        label = key if isinstance(key, str) else repr(key)
+        problems.append(f"{label}: unknown setting (known: {', '.join(KEYS)})")
     for key in KEYS:
         if key not in merged:
             continue
@@ -123,8 +133,10 @@ def parse_settings(raw: Mapping[str, Any] | None, *, defaults: Mapping[str, Any]
             values[key] = _PARSERS[key](key, merged[key])
         except InvalidValue as exc:
             problems.append(str(exc))
-    ttl = values.get("lease_ttl", Settings.lease_ttl)
-    renew = values.get("lease_renew_interval", Settings.lease_renew_interval)
+    # A slotted dataclass keeps no class-level defaults (``Settings.lease_ttl`` is a slot
+    # descriptor), hence the module constants.
+    ttl = values.get("lease_ttl", _DEFAULT_LEASE_TTL)
+    renew = values.get("lease_renew_interval", _DEFAULT_LEASE_RENEW)
     lease_ok = not any(p.startswith(("lease_ttl:", "lease_renew_interval:")) for p in problems)
     if lease_ok and renew >= ttl:
         problems.append(

@@ -11,7 +11,7 @@ import math
 import re
 from datetime import timedelta
 
-from goatbeat.core.errors import InvalidDuration
+from goatbeat.core.errors import InvalidDuration, short_repr
 
 __all__ = ["parse_duration", "format_duration"]
 
@@ -26,35 +26,45 @@ def parse_duration(value: object, *, field: str = "duration") -> timedelta:
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, bool):
-        raise InvalidDuration(field, value, f"{value!r} is not a duration")
+        raise InvalidDuration(field, value, f"{short_repr(value)} is not a duration")
     elif isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise InvalidDuration(field, value, f"{value!r} is not a finite number of seconds")
+        # Range first: int/float comparison is exact for any int, but math.isfinite(10**400)
+        # would overflow.
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidDuration(
+                field, value, f"{short_repr(value)} is not a finite number of seconds"
+            )
         if abs(value) > _MAX.total_seconds():
-            raise InvalidDuration(field, value, f"{value!r} is longer than 10 years")
+            raise InvalidDuration(field, value, f"{short_repr(value)} is longer than 10 years")
         result = timedelta(seconds=value)
     elif isinstance(value, str):
         result = _parse_text(value, field)
     else:
-        raise InvalidDuration(field, value, f"{value!r} is not a duration such as '30s' or '1h30m'")
+        raise InvalidDuration(
+            field, value, f"{short_repr(value)} is not a duration such as '30s' or '1h30m'"
+        )
     if result < timedelta(0):
-        raise InvalidDuration(field, value, f"{value!r} is negative")
+        raise InvalidDuration(field, value, f"{short_repr(value)} is negative")
     if result > _MAX:
-        raise InvalidDuration(field, value, f"{value!r} is longer than 10 years")
+        raise InvalidDuration(field, value, f"{short_repr(value)} is longer than 10 years")
     return result
 
 
 def _parse_text(value: str, field: str) -> timedelta:
     text = value.strip().lower().replace(" ", "")
     if not text:
-        raise InvalidDuration(field, value, "an empty string is not a duration")
+        raise InvalidDuration(
+            field, value, f"{short_repr(value)} is empty, not a duration such as '30s'"
+        )
     try:
         seconds = float(text)
     except ValueError:
         pass
     else:
         if not math.isfinite(seconds) or abs(seconds) > _MAX.total_seconds():
-            raise InvalidDuration(field, value, f"{value!r} is not a usable number of seconds")
+            raise InvalidDuration(
+                field, value, f"{short_repr(value)} is not a usable number of seconds"
+            )
         return timedelta(seconds=seconds)
     pos = 0
     total = 0.0
@@ -63,25 +73,29 @@ def _parse_text(value: str, field: str) -> timedelta:
         match = _PART.match(text, pos)
         if match is None:
             raise InvalidDuration(
-                field, value, f"{value!r} is not a duration such as '30s', '10m' or '1h30m'"
+                field,
+                value,
+                f"{short_repr(value)} is not a duration such as '30s', '10m' or '1h30m'",
             )
         number, unit = match.groups()
         rank = _ORDER.index(unit)
         if rank <= last_rank:
             raise InvalidDuration(
-                field, value, f"{value!r}: units must be written largest first, once each"
+                field, value, f"{short_repr(value)}: units must be written largest first, once each"
             )
         last_rank = rank
         total += float(number) * _UNITS[unit]
         if total > _MAX.total_seconds():
-            raise InvalidDuration(field, value, f"{value!r} is longer than 10 years")
+            raise InvalidDuration(field, value, f"{short_repr(value)} is longer than 10 years")
         pos = match.end()
     return timedelta(seconds=total)
 
 
 def format_duration(delta: timedelta) -> str:
     """The shortest text :func:`parse_duration` reads back as ``delta`` (``"1h30m"``)."""
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    micros = _total_micros(delta)
+    if micros < 0:
+        raise InvalidDuration("duration", delta, f"{short_repr(delta)} is negative")
     if micros == 0:
         return "0s"
     parts = []
@@ -91,6 +105,12 @@ def format_duration(delta: timedelta) -> str:
         if count:
             parts.append(f"{count}{unit}")
     if micros:
-        # Sub-millisecond remainder: fall back to fractional seconds.
-        return f"{delta.total_seconds()}s"
+        # Sub-millisecond remainder: fractional seconds, written in fixed point because the
+        # parser reads digits only (``str(1e-06)`` would not parse back).
+        whole, frac = divmod(_total_micros(delta), 1_000_000)
+        return f"{whole}.{frac:06d}".rstrip("0") + "s"
     return "".join(parts)
+
+
+def _total_micros(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

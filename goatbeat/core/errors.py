@@ -24,8 +24,27 @@ also inherits the builtin a caller would naturally catch::
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Sequence
 from typing import Any
+
+
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        try:
+            return super().repr_int(x, level)
+        except ValueError:
+            # Past sys.get_int_max_str_digits() even repr() refuses; the size is still useful.
+            return f"<int of {x.bit_length()} bits>"
+
+
+_SHORT = _ShortRepr(maxlevel=4, maxstring=80, maxother=80, maxlong=40, maxlist=10, maxdict=10)
+
+
+def short_repr(value: Any) -> str:
+    """A bounded ``repr`` for error messages: user values may be huge, deeply nested or
+    unprintable, and a message must never fail to build or flood a log."""
+    return _SHORT.repr(value)
 
 
 class GoatbeatError(Exception):

@@ -9,8 +9,9 @@ handled by the schedule's :class:`~goatbeat.core.model.MisfirePolicy`:
 - ``skip``: none; resume at the next future occurrence.
 - ``run_all``: every late occurrence in order, the most recent ``catch_up_limit`` of them.
 
-What it drops is counted (exactly when that is cheap, else as a lower bound) so the store can
-record it and the scheduler can log ``occurrence.missed``.
+Instants before ``start_at`` or after ``end_at`` are not occurrences at all. What the policy
+drops is counted (exactly when that is cheap, else as a lower bound) so the store can record it
+and the scheduler can log ``occurrence.missed``.
 
 The work is bounded whatever the outage: a per-second trigger down for a year is planned by
 searching backwards from ``now`` in growing windows, never by walking 31 million instants.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.triggers import IntervalTrigger, Trigger
@@ -31,7 +32,8 @@ COUNT_CAP = 20_000
 """Beyond this many dropped instants, a non-interval trigger reports a lower bound."""
 
 ON_TIME_CAP = 10_000
-"""At most this many on-time occurrences per plan (a 1 ms interval with a long grace...)."""
+"""At most this many on-time occurrences per plan (a 1 ms interval with a long grace...); the
+oldest beyond it are dropped and counted as missed."""
 
 _TICK = timedelta(microseconds=1)
 
@@ -60,37 +62,81 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
         return Plan(next_run_at=first)
     trigger = schedule.trigger
     end = schedule.end_at
-    cutoff = now - schedule.misfire_grace  # instants strictly before cutoff are late
-
-    on_time: list[datetime] = []
-    t: datetime | None = first if first >= cutoff else _first_at_or_after(trigger, cutoff, end)
-    while t is not None and t <= now:
-        on_time.append(t)
-        t = _next(trigger, t, end)
-    if len(on_time) > ON_TIME_CAP:
-        on_time = on_time[-ON_TIME_CAP:]
+    if schedule.start_at is not None and first < schedule.start_at:
+        # start_at was moved after next_run_at was computed: nothing before it is owed.
+        first = schedule.first_run_after(schedule.start_at - _TICK)
+        if first is None or first > now:
+            return Plan(next_run_at=first)
+    if end is not None and first > end:
+        return Plan(next_run_at=None)
+    cutoff = _minus(now, schedule.misfire_grace)  # instants strictly before cutoff are late
+    horizon = now + _TICK  # on-time instants are <= now
 
     keep = 0
+    on_first = first if first >= cutoff else _first_at_or_after(trigger, cutoff, end)
+    on_time = _Tail.empty()
+    if on_first is not None and on_first < horizon:
+        on_time = _tail(trigger, on_first, horizon, ON_TIME_CAP, end)
     if first < cutoff:
         if schedule.misfire is MisfirePolicy.RUN_ALL:
             keep = schedule.catch_up_limit
-        elif schedule.misfire is MisfirePolicy.RUN_ONCE and not on_time:
+        elif schedule.misfire is MisfirePolicy.RUN_ONCE and not on_time.kept:
             keep = 1
-    late_kept, late_total, lower_bound, missed_first, missed_last = _late(
-        schedule, first, cutoff, keep
-    )
-    missed = late_total - len(late_kept)
-    if missed <= 0:
-        missed_first = missed_last = None
-    next_run_at = t if t is not None and t > now else _next(trigger, now, end)
+        late = _tail(trigger, first, cutoff, keep, end)
+    else:
+        late = _Tail.empty()
+
+    missed = late.dropped + on_time.dropped
     return Plan(
-        run_at=late_kept + on_time,
-        next_run_at=next_run_at,
-        missed=max(missed, 0),
-        missed_is_lower_bound=lower_bound and missed > 0,
-        missed_first=missed_first,
-        missed_last=missed_last,
+        run_at=late.kept + on_time.kept,
+        next_run_at=_next(trigger, now, end),
+        missed=missed,
+        missed_is_lower_bound=missed > 0 and (late.lower_bound or on_time.lower_bound),
+        missed_first=late.dropped_first or on_time.dropped_first,
+        missed_last=on_time.dropped_last or late.dropped_last,
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tail:
+    """The instants of one window ``[a, hi)``: the latest ``keep`` and a summary of the rest."""
+
+    kept: list[datetime]
+    dropped: int
+    lower_bound: bool
+    dropped_first: datetime | None
+    dropped_last: datetime | None
+
+    @classmethod
+    def empty(cls) -> _Tail:
+        return cls(kept=[], dropped=0, lower_bound=False, dropped_first=None, dropped_last=None)
+
+
+def _tail(trigger: Trigger, a: datetime, hi: datetime, keep: int, end: datetime | None) -> _Tail:
+    """Split the instants ``a, next(a), ...`` below ``hi`` (``a < hi`` is one of them) into the
+    latest ``keep`` and the dropped rest."""
+    # One more than we keep, so the latest dropped instant is known too.
+    last = _last_before(trigger, a, hi, keep + 1, end)
+    kept = last[max(0, len(last) - keep) :] if keep else []
+    total, lower_bound = _count(trigger, a, hi, end)
+    dropped = max(total, len(last)) - len(kept)
+    if dropped <= 0:
+        return _Tail(kept=kept, dropped=0, lower_bound=False, dropped_first=None, dropped_last=None)
+    return _Tail(
+        kept=kept,
+        dropped=dropped,
+        lower_bound=lower_bound,
+        dropped_first=a,
+        dropped_last=last[len(last) - len(kept) - 1],
+    )
+
+
+def _minus(now: datetime, grace: timedelta) -> datetime:
+    try:
+        return now - grace
+    except OverflowError:
+        # A grace reaching back before year 1: nothing is ever late.
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _next(trigger: Trigger, after: datetime, end: datetime | None) -> datetime | None:
@@ -100,69 +146,59 @@ def _next(trigger: Trigger, after: datetime, end: datetime | None) -> datetime |
     return nxt
 
 
-def _first_at_or_after(trigger: Trigger, instant: datetime, end: datetime | None) -> datetime | None:
+def _first_at_or_after(
+    trigger: Trigger, instant: datetime, end: datetime | None
+) -> datetime | None:
     return _next(trigger, instant - _TICK, end)
-
-
-def _late(
-    schedule: Schedule, first: datetime, cutoff: datetime, keep: int
-) -> tuple[list[datetime], int, bool, datetime | None, datetime | None]:
-    """Late instants in ``[first, cutoff)``: (the last ``keep`` of them, how many in all,
-    whether that count is a lower bound, first dropped, last dropped)."""
-    if first >= cutoff:
-        return [], 0, False, None, None
-    trigger = schedule.trigger
-    end = schedule.end_at
-    # One more than we keep, so the latest dropped instant is known too.
-    last = _last_before(trigger, first, cutoff, keep + 1, end)
-    kept = last[max(0, len(last) - keep) :] if keep else []
-    dropped = last[: len(last) - len(kept)]
-    total, lower_bound = _count(trigger, first, cutoff, end)
-    total = max(total, len(last))
-    missed_first = first if dropped else None
-    missed_last = dropped[-1] if dropped else None
-    return kept, total, lower_bound, missed_first, missed_last
 
 
 def _last_before(
     trigger: Trigger, first: datetime, cutoff: datetime, k: int, end: datetime | None
 ) -> list[datetime]:
-    """The last ``k`` instants in ``[first, cutoff)``, searching backwards in growing windows."""
-    window = _initial_window(trigger)
+    """The last ``k`` instants in ``[first, cutoff)``, searching backwards in growing windows,
+    so the work follows ``k`` and not the length of the outage."""
+    if isinstance(trigger, IntervalTrigger):
+        return _last_on_grid(trigger, first, cutoff, k, end)
+    window = timedelta(minutes=2)
     while True:
-        start = max(first, cutoff - window)
+        start = first if cutoff - first <= window else cutoff - window
         found: deque[datetime] = deque(maxlen=k)
         t: datetime | None = start if start == first else _first_at_or_after(trigger, start, end)
-        steps = 0
         while t is not None and t < cutoff:
             found.append(t)
             t = _next(trigger, t, end)
-            steps += 1
         if len(found) >= k or start == first:
             return list(found)
-        window *= 4 if steps < 4 * k else 2
+        window *= 4
 
 
-def _initial_window(trigger: Trigger) -> timedelta:
+def _last_on_grid(
+    trigger: IntervalTrigger, first: datetime, cutoff: datetime, k: int, end: datetime | None
+) -> list[datetime]:
+    # The instants are first, then b + i*every: index them instead of searching.
+    if k <= 0 or first >= cutoff:
+        return []
+    total, _ = _count(trigger, first, cutoff, end)
+    b = _next(trigger, first, end)
+    return [
+        first if i == 0 or b is None else b + (i - 1) * trigger.every
+        for i in range(max(0, total - k), total)
+    ]
+
+
+def _count(trigger: Trigger, a: datetime, hi: datetime, end: datetime | None) -> tuple[int, bool]:
+    """How many instants ``a, next(a), ...`` lie below ``hi`` (``a < hi``); (count, is_lower_bound)."""
     if isinstance(trigger, IntervalTrigger):
-        return trigger.every * 2
-    return timedelta(minutes=2)
-
-
-def _count(
-    trigger: Trigger, first: datetime, cutoff: datetime, end: datetime | None
-) -> tuple[int, bool]:
-    """How many instants in ``[first, cutoff)``; (count, is_lower_bound)."""
-    if isinstance(trigger, IntervalTrigger):
-        # first is on the grid: instants first + k*every < min(cutoff, end + tick).
-        limit = cutoff if end is None else min(cutoff, end + _TICK)
-        if limit <= first:
-            return 0, False
-        span = limit - first - _TICK
-        return span // trigger.every + 1, False
+        # After ``a`` (which may sit off the grid if the trigger was edited) the instants are
+        # b + k*every, so count them by division.
+        b = _next(trigger, a, end)
+        if b is None or b >= hi:
+            return 1, False
+        limit = hi if end is None or end >= hi else end + _TICK
+        return 2 + (limit - b - _TICK) // trigger.every, False
     count = 0
-    t: datetime | None = first
-    while t is not None and t < cutoff:
+    t: datetime | None = a
+    while t is not None and t < hi:
         count += 1
         if count >= COUNT_CAP:
             return count, True

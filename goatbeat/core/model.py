@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.errors import InvalidSchedule, short_repr
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.core.triggers import Trigger
 
@@ -32,6 +32,7 @@ __all__ = [
     "idempotency_key",
     "manual_key",
     "MAX_NAME_LENGTH",
+    "MAX_JSON_DEPTH",
 ]
 
 MAX_NAME_LENGTH = 200
@@ -84,20 +85,30 @@ class Routing:
         for name in ("queue", "exchange", "routing_key"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
-                raise InvalidSchedule(name, value, f"{value!r} must be a non-empty string")
+                raise InvalidSchedule(
+                    name, value, f"{short_repr(value)} must be a non-empty string"
+                )
         if self.priority is not None and (
             isinstance(self.priority, bool) or not isinstance(self.priority, int)
         ):
-            raise InvalidSchedule("priority", self.priority, f"{self.priority!r} is not an integer")
+            raise InvalidSchedule(
+                "priority", self.priority, f"{short_repr(self.priority)} is not an integer"
+            )
         if self.priority is not None and not -100 <= self.priority <= 255:
             raise InvalidSchedule("priority", self.priority, f"{self.priority} is out of range")
         if self.expires is not None:
             if isinstance(self.expires, bool) or not isinstance(self.expires, (int, float)):
-                raise InvalidSchedule("expires", self.expires, f"{self.expires!r} is not seconds")
+                raise InvalidSchedule(
+                    "expires", self.expires, f"{short_repr(self.expires)} is not seconds"
+                )
             if not math.isfinite(self.expires) or self.expires <= 0:
-                raise InvalidSchedule("expires", self.expires, f"{self.expires!r} must be > 0")
+                raise InvalidSchedule(
+                    "expires", self.expires, f"{short_repr(self.expires)} must be > 0"
+                )
         if not isinstance(self.headers, Mapping):
-            raise InvalidSchedule("headers", self.headers, f"{self.headers!r} is not a mapping")
+            raise InvalidSchedule(
+                "headers", self.headers, f"{short_repr(self.headers)} is not a mapping"
+            )
         _check_json("headers", dict(self.headers))
         object.__setattr__(self, "headers", dict(self.headers))
 
@@ -123,11 +134,60 @@ class Routing:
         return self == Routing()
 
 
+MAX_JSON_DEPTH = 100
+
+
 def _check_json(field_name: str, value: Any) -> None:
-    try:
-        json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise InvalidSchedule(field_name, value, f"{value!r} is not JSON-serialisable: {exc}") from None
+    """``value`` must survive a JSON round trip unchanged, since that is how it is stored and
+    sent: finite numbers, strings, lists, and objects with string keys, nested at most
+    MAX_JSON_DEPTH deep (tuples become lists, which backends already do)."""
+    problem = _json_problem(value)
+    if problem is None:
+        try:
+            json.dumps(value, allow_nan=False, sort_keys=True)
+        except (TypeError, ValueError, RecursionError) as exc:
+            problem = str(exc)
+    if problem is not None:
+        raise InvalidSchedule(
+            field_name, value, f"{short_repr(value)} is not JSON-serialisable: {problem}"
+        )
+
+
+def _json_form(value: Any) -> Any:
+    """A deep copy of checked JSON data with tuples as lists and mappings as dicts."""
+    if isinstance(value, (list, tuple)):
+        return [_json_form(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _json_form(v) for k, v in value.items()}
+    return value
+
+
+def _json_problem(value: Any) -> str | None:
+    # Iterative, so a hostile nesting depth cannot exhaust the interpreter's stack.
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if item is None or isinstance(item, (bool, str)):
+            continue
+        if isinstance(item, int):
+            if item.bit_length() > 10_000:
+                return f"an integer of {item.bit_length()} bits is too large"
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{item!r} is not a finite number"
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+        elif isinstance(item, Mapping):
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    # JSON would silently turn 1 into "1": the task would get other kwargs.
+                    return f"key {short_repr(key)} is not a string"
+                stack.append((v, depth + 1))
+        else:
+            return f"{type(item).__name__} is not a JSON type"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -168,38 +228,56 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise InvalidSchedule("name", self.name, f"{self.name!r} must be a non-empty string")
+            raise InvalidSchedule(
+                "name", self.name, f"{short_repr(self.name)} must be a non-empty string"
+            )
         if len(self.name) > MAX_NAME_LENGTH:
             raise InvalidSchedule(
-                "name", self.name, f"{self.name[:40]!r}... is longer than {MAX_NAME_LENGTH}"
+                "name", self.name, f"{short_repr(self.name)} is longer than {MAX_NAME_LENGTH}"
             )
         if any(ord(c) < 32 for c in self.name):
-            raise InvalidSchedule("name", self.name, f"{self.name!r} contains control characters")
-        if not isinstance(self.task, str) or not self.task.strip() or any(c.isspace() for c in self.task):
-            raise InvalidSchedule("task", self.task, f"{self.task!r} is not a task name")
+            raise InvalidSchedule(
+                "name", self.name, f"{short_repr(self.name)} contains control characters"
+            )
+        if (
+            not isinstance(self.task, str)
+            or not self.task.strip()
+            or any(c.isspace() for c in self.task)
+        ):
+            raise InvalidSchedule("task", self.task, f"{short_repr(self.task)} is not a task name")
         if not isinstance(self.trigger, Trigger):
-            raise InvalidSchedule("trigger", self.trigger, f"{self.trigger!r} is not a trigger")
+            raise InvalidSchedule(
+                "trigger", self.trigger, f"{short_repr(self.trigger)} is not a trigger"
+            )
         if isinstance(self.args, (str, bytes)) or not isinstance(self.args, (list, tuple)):
-            raise InvalidSchedule("args", self.args, f"{self.args!r} must be a list")
-        object.__setattr__(self, "args", tuple(self.args))
+            raise InvalidSchedule("args", self.args, f"{short_repr(self.args)} must be a list")
         _check_json("args", list(self.args))
+        # Stored and sent as JSON, so keep the JSON form: a nested tuple would come back as a
+        # list and the schedule would never equal its stored self. Also a deep copy.
+        object.__setattr__(self, "args", tuple(_json_form(list(self.args))))
         if not isinstance(self.kwargs, Mapping) or not all(isinstance(k, str) for k in self.kwargs):
-            raise InvalidSchedule("kwargs", self.kwargs, f"{self.kwargs!r} must be a JSON object")
-        object.__setattr__(self, "kwargs", dict(self.kwargs))
-        _check_json("kwargs", self.kwargs)
+            raise InvalidSchedule(
+                "kwargs", self.kwargs, f"{short_repr(self.kwargs)} must be a JSON object"
+            )
+        _check_json("kwargs", dict(self.kwargs))
+        object.__setattr__(self, "kwargs", _json_form(dict(self.kwargs)))
         if not isinstance(self.routing, Routing):
-            raise InvalidSchedule("routing", self.routing, f"{self.routing!r} is not a Routing")
+            raise InvalidSchedule(
+                "routing", self.routing, f"{short_repr(self.routing)} is not a Routing"
+            )
         try:
             object.__setattr__(self, "misfire", MisfirePolicy(self.misfire))
         except ValueError:
             raise InvalidSchedule(
                 "misfire",
                 self.misfire,
-                f"{self.misfire!r} is not one of {', '.join(p.value for p in MisfirePolicy)}",
+                f"{short_repr(self.misfire)} is not one of {', '.join(p.value for p in MisfirePolicy)}",
             ) from None
         if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace < timedelta(0):
             raise InvalidSchedule(
-                "misfire_grace", self.misfire_grace, f"{self.misfire_grace!r} must be >= 0"
+                "misfire_grace",
+                self.misfire_grace,
+                f"{short_repr(self.misfire_grace)} must be >= 0",
             )
         if (
             isinstance(self.catch_up_limit, bool)
@@ -207,18 +285,29 @@ class Schedule:
             or not 1 <= self.catch_up_limit <= 100_000
         ):
             raise InvalidSchedule(
-                "catch_up_limit", self.catch_up_limit, f"{self.catch_up_limit!r} is not in 1..100000"
+                "catch_up_limit",
+                self.catch_up_limit,
+                f"{short_repr(self.catch_up_limit)} is not in 1..100000",
             )
-        for name in ("start_at", "end_at", "next_run_at", "last_run_at", "created_at", "updated_at"):
+        for name in (
+            "start_at",
+            "end_at",
+            "next_run_at",
+            "last_run_at",
+            "created_at",
+            "updated_at",
+        ):
             value = getattr(self, name)
             if value is not None:
-                object.__setattr__(self, name, to_utc(ensure_aware(value, name)))
+                object.__setattr__(self, name, to_utc(ensure_aware(value, name), name))
         if self.start_at and self.end_at and self.end_at < self.start_at:
             raise InvalidSchedule("end_at", self.end_at, "end_at is before start_at")
         try:
             object.__setattr__(self, "source", Source(self.source))
         except ValueError:
-            raise InvalidSchedule("source", self.source, f"{self.source!r} is not a source") from None
+            raise InvalidSchedule(
+                "source", self.source, f"{short_repr(self.source)} is not a source"
+            ) from None
         if not isinstance(self.description, str):
             raise InvalidSchedule("description", self.description, "must be a string")
 

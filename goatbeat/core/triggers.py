@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from goatbeat.core.cron import CronTrigger
 from goatbeat.core.durations import parse_duration
-from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.errors import InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.solar import SolarTrigger
 from goatbeat.core.timeutil import ensure_aware, parse_instant, to_utc
 
@@ -77,18 +77,29 @@ class IntervalTrigger:
         elif isinstance(every, timedelta):
             every_td = every
         elif isinstance(every, (int, float)) and not isinstance(every, bool):
-            if not math.isfinite(every):
-                raise InvalidSchedule("every", every, f"{every!r} is not a finite number of seconds")
-            every_td = timedelta(seconds=every)
+            if isinstance(every, float) and not math.isfinite(every):
+                raise InvalidSchedule(
+                    "every", every, f"{short_repr(every)} is not a finite number of seconds"
+                )
+            try:
+                every_td = timedelta(seconds=every)
+            except OverflowError:
+                raise InvalidSchedule(
+                    "every", every, f"{short_repr(every)} seconds is too long"
+                ) from None
         else:
-            raise InvalidSchedule("every", every, f"{every!r} is not a duration")
+            raise InvalidSchedule("every", every, f"{short_repr(every)} is not a duration")
         if every_td <= timedelta(0):
-            raise InvalidSchedule("every", every, f"{every!r} must be a positive duration")
+            raise InvalidSchedule(
+                "every", every, f"{short_repr(every)} must be a positive duration"
+            )
         if every_td < timedelta(milliseconds=1):
-            raise InvalidSchedule("every", every, f"{every!r} is shorter than 1 ms")
+            raise InvalidSchedule("every", every, f"{short_repr(every)} is shorter than 1 ms")
         object.__setattr__(self, "every", every_td)
         object.__setattr__(
-            self, "anchor", None if anchor is None else to_utc(ensure_aware(anchor, "anchor"))
+            self,
+            "anchor",
+            None if anchor is None else to_utc(ensure_aware(anchor, "anchor"), "anchor"),
         )
 
     def next_after(self, instant: datetime) -> datetime | None:
@@ -100,7 +111,11 @@ class IntervalTrigger:
         step = _micros(self.every)
         elapsed = _micros(instant - anchor)
         k = elapsed // step + 1
-        return anchor + timedelta(microseconds=k * step)
+        try:
+            return anchor + timedelta(microseconds=k * step)
+        except OverflowError:
+            # Past year 9999: no instant a datetime can hold, so it never fires again.
+            return None
 
     def to_spec(self) -> dict[str, Any]:
         return {
@@ -126,7 +141,7 @@ class OnceTrigger:
     at: datetime
 
     def __init__(self, at: datetime) -> None:
-        object.__setattr__(self, "at", to_utc(ensure_aware(at, "at")))
+        object.__setattr__(self, "at", to_utc(ensure_aware(at, "at"), "at"))
 
     def next_after(self, instant: datetime) -> datetime | None:
         instant = to_utc(ensure_aware(instant, "instant"))
@@ -146,15 +161,16 @@ def _micros(delta: timedelta) -> int:
 def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
     """Rebuild a trigger from ``to_spec()`` output. Raises InvalidSchedule naming the field."""
     if not isinstance(spec, Mapping):
-        raise InvalidSchedule("trigger", spec, f"{spec!r} is not a mapping")
+        raise InvalidSchedule("trigger", spec, f"{short_repr(spec)} is not a mapping")
     kind = spec.get("kind")
     try:
         if kind == "cron":
             return CronTrigger(str(spec["expression"]), timezone=str(spec.get("timezone", "UTC")))
         if kind == "interval":
             anchor = spec.get("anchor")
+            # The constructor validates seconds (what to_spec writes) and "5m" alike.
             return IntervalTrigger(
-                timedelta(seconds=float(spec["every"])),
+                spec["every"],
                 anchor=None if anchor is None else parse_instant(anchor, "anchor"),
             )
         if kind == "once":
@@ -166,7 +182,14 @@ def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
                 longitude=float(spec["longitude"]),
             )
     except KeyError as exc:
-        raise InvalidSchedule("trigger", dict(spec), f"{kind} trigger needs {exc.args[0]!r}") from None
-    except (TypeError, OverflowError) as exc:
+        raise InvalidSchedule(
+            "trigger", dict(spec), f"{kind} trigger needs {short_repr(exc.args[0])}"
+        ) from None
+    except InvalidValue:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        # float("abc") and friends: report the spec, not a bare builtin error.
         raise InvalidSchedule("trigger", dict(spec), f"invalid {kind} trigger: {exc}") from None
-    raise InvalidSchedule("trigger.kind", kind, f"{kind!r} is not one of cron, interval, once, solar")
+    raise InvalidSchedule(
+        "trigger.kind", kind, f"{short_repr(kind)} is not one of cron, interval, once, solar"
+    )

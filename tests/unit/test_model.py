@@ -1,0 +1,290 @@
+"""Schedule, Routing and keys: values validated on construction, with errors naming the field."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import FrozenInstanceError
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from goatbeat.core.errors import (
+    ConfigError,
+    GoatbeatError,
+    InvalidCron,
+    InvalidDuration,
+    InvalidSchedule,
+    InvalidTimezone,
+    InvalidValue,
+)
+from goatbeat.core.model import (
+    MAX_NAME_LENGTH,
+    MisfirePolicy,
+    Routing,
+    Schedule,
+    Source,
+    idempotency_key,
+    manual_key,
+)
+from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
+from goatbeat.core.triggers import CronTrigger, IntervalTrigger
+
+PARIS = ZoneInfo("Europe/Paris")
+T0 = datetime(2026, 12, 1, 8, tzinfo=UTC)
+
+
+def schedule(**kw: Any) -> Schedule:
+    base: dict[str, Any] = {
+        "name": "daily-report",
+        "task": "reports.tasks.generate",
+        "trigger": CronTrigger("0 9 * * *", timezone="Europe/Paris"),
+    }
+    base.update(kw)
+    return Schedule(**base)
+
+
+# --- valid schedules --------------------------------------------------------------------------
+
+
+def test_a_minimal_schedule_has_the_documented_defaults() -> None:
+    s = schedule()
+    assert s.misfire is MisfirePolicy.RUN_ONCE
+    assert s.misfire_grace == timedelta(seconds=60)
+    assert s.catch_up_limit == 100
+    assert s.args == () and s.kwargs == {}
+    assert s.routing.is_default()
+    assert s.enabled and s.source is Source.CODE
+    assert s.timezone == "Europe/Paris"
+
+
+def test_schedules_are_frozen() -> None:
+    with pytest.raises(FrozenInstanceError):
+        schedule().name = "other"  # type: ignore[misc]
+
+
+def test_policy_and_source_may_be_given_as_text() -> None:
+    s = schedule(misfire="skip", source="django_celery_beat")
+    assert s.misfire is MisfirePolicy.SKIP
+    assert s.source is Source.DJANGO_CELERY_BEAT
+
+
+def test_args_and_kwargs_are_copied_so_later_mutation_cannot_leak_in() -> None:
+    args = [1, {"a": [2]}]
+    kwargs = {"x": 1}
+    s = schedule(args=args, kwargs=kwargs)
+    args.append(3)
+    kwargs["y"] = 2
+    assert s.args == (1, {"a": [2]})
+    assert s.kwargs == {"x": 1}
+
+
+def test_datetimes_are_normalised_to_utc() -> None:
+    s = schedule(start_at=datetime(2026, 7, 1, 9, tzinfo=PARIS), next_run_at=T0)
+    assert s.start_at == datetime(2026, 7, 1, 7, tzinfo=UTC)
+    assert s.start_at is not None and s.start_at.tzinfo is UTC
+
+
+def test_interval_schedules_report_utc_as_their_zone() -> None:
+    assert schedule(trigger=IntervalTrigger(every="5m")).timezone == "UTC"
+
+
+def test_definition_is_json_and_ignores_store_state() -> None:
+    a = schedule(args=[1], kwargs={"k": "v"}, routing=Routing(queue="reports"))
+    b = a.evolve(next_run_at=T0, version=7, last_status="submitted", id=3)
+    assert a.definition() == b.definition()
+    assert json.loads(json.dumps(a.definition())) == a.definition()
+    assert a.definition() != a.evolve(trigger=CronTrigger("0 10 * * *")).definition()
+    assert a.definition() != a.evolve(routing=Routing(queue="other")).definition()
+
+
+def test_evolve_validates_the_new_values() -> None:
+    with pytest.raises(InvalidSchedule, match="catch_up_limit"):
+        schedule().evolve(catch_up_limit=0)
+
+
+# --- first_run_after: start_at / end_at --------------------------------------------------------
+
+
+def test_first_run_after_is_strictly_after_the_instant() -> None:
+    s = schedule(trigger=IntervalTrigger(every="1h"))
+    assert s.first_run_after(T0) == T0 + timedelta(hours=1)
+
+
+def test_first_run_after_can_fire_at_start_at_itself() -> None:
+    s = schedule(trigger=IntervalTrigger(every="1h"), start_at=T0)
+    assert s.first_run_after(T0 - timedelta(days=3)) == T0
+
+
+def test_first_run_after_respects_end_at() -> None:
+    s = schedule(trigger=IntervalTrigger(every="1h"), end_at=T0)
+    assert s.first_run_after(T0 - timedelta(minutes=30)) == T0
+    assert s.first_run_after(T0) is None
+
+
+# --- invalid schedules: each error names the field and the value -------------------------------
+
+INVALID: list[tuple[str, dict[str, Any]]] = [
+    ("name", {"name": ""}),
+    ("name", {"name": "   "}),
+    ("name", {"name": 42}),
+    ("name", {"name": "bad\nname"}),
+    ("name", {"name": "x" * (MAX_NAME_LENGTH + 1)}),
+    ("task", {"task": ""}),
+    ("task", {"task": "reports tasks"}),
+    ("task", {"task": None}),
+    ("trigger", {"trigger": "0 9 * * *"}),
+    ("args", {"args": "abc"}),
+    ("args", {"args": {"a": 1}}),
+    ("args", {"args": [{1, 2}]}),
+    ("args", {"args": [float("nan")]}),
+    ("args", {"args": [object()]}),
+    ("kwargs", {"kwargs": [("a", 1)]}),
+    ("kwargs", {"kwargs": {1: "a"}}),
+    ("kwargs", {"kwargs": {"when": datetime(2026, 1, 1, tzinfo=UTC)}}),
+    ("kwargs", {"kwargs": {"x": float("inf")}}),
+    ("misfire", {"misfire": "sometimes"}),
+    ("misfire", {"misfire": None}),
+    ("misfire_grace", {"misfire_grace": timedelta(seconds=-1)}),
+    ("misfire_grace", {"misfire_grace": 60}),
+    ("catch_up_limit", {"catch_up_limit": 0}),
+    ("catch_up_limit", {"catch_up_limit": 100_001}),
+    ("catch_up_limit", {"catch_up_limit": True}),
+    ("catch_up_limit", {"catch_up_limit": 5.0}),
+    ("start_at", {"start_at": datetime(2026, 1, 1)}),
+    ("start_at", {"start_at": "2026-01-01"}),
+    ("next_run_at", {"next_run_at": datetime(2026, 1, 1)}),
+    ("end_at", {"start_at": T0, "end_at": T0 - timedelta(seconds=1)}),
+    ("source", {"source": "cron"}),
+    ("description", {"description": None}),
+    ("routing", {"routing": {"queue": "q"}}),
+]
+
+
+@pytest.mark.parametrize(("field", "changes"), INVALID, ids=lambda v: repr(v)[:60])
+def test_invalid_fields_raise_invalid_schedule_naming_the_field(
+    field: str, changes: dict[str, Any]
+) -> None:
+    with pytest.raises(InvalidValue) as info:
+        schedule(**changes)
+    error = info.value
+    assert isinstance(error, ValueError) and isinstance(error, GoatbeatError)
+    assert error.field == field
+    assert str(error).startswith(f"{field}: ")
+    assert error.value == changes[field] or error.value is changes[field] or field == "args"
+
+
+# --- Routing ----------------------------------------------------------------------------------
+
+
+def test_routing_round_trips_through_a_dict() -> None:
+    routing = Routing(
+        queue="emails",
+        exchange="ex",
+        routing_key="rk",
+        priority=3,
+        expires=30.0,
+        headers={"trace": "1"},
+    )
+    assert Routing.from_dict(json.loads(json.dumps(routing.to_dict()))) == routing
+    assert Routing.from_dict(None) == Routing()
+    assert Routing.from_dict({"headers": None}) == Routing()
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("queue", {"queue": ""}),
+        ("queue", {"queue": 5}),
+        ("exchange", {"exchange": ""}),
+        ("routing_key", {"routing_key": b"rk"}),
+        ("priority", {"priority": "high"}),
+        ("priority", {"priority": True}),
+        ("priority", {"priority": 256}),
+        ("expires", {"expires": 0}),
+        ("expires", {"expires": float("nan")}),
+        ("expires", {"expires": "10s"}),
+        ("headers", {"headers": ["a"]}),
+        ("headers", {"headers": {"a": {1, 2}}}),
+    ],
+    ids=repr,
+)
+def test_invalid_routing_options_name_the_field(field: str, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidSchedule) as info:
+        Routing(**kwargs)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+def test_unknown_routing_options_are_listed() -> None:
+    with pytest.raises(InvalidSchedule, match=r"routing: unknown option\(s\) \['colour'\]"):
+        Routing.from_dict({"queue": "q", "colour": "blue"})
+
+
+# --- keys -------------------------------------------------------------------------------------
+
+
+def test_idempotency_key_is_name_and_utc_instant_with_z() -> None:
+    assert idempotency_key("daily-report", T0) == "daily-report:2026-12-01T08:00:00Z"
+    paris = T0.astimezone(PARIS)
+    assert idempotency_key("daily-report", paris) == "daily-report:2026-12-01T08:00:00Z"
+    assert iso_z(T0 + timedelta(microseconds=5)) == "2026-12-01T08:00:00.000005Z"
+
+
+def test_manual_key_is_distinct_from_the_scheduled_key() -> None:
+    assert manual_key("daily-report", T0) == "daily-report:manual:2026-12-01T08:00:00Z"
+    assert manual_key("daily-report", T0) != idempotency_key("daily-report", T0)
+
+
+# --- errors: the hierarchy callers rely on -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error_type", "field", "value"),
+    [
+        (lambda: get_zone("Mars/Olympus"), InvalidTimezone, "timezone", "Mars/Olympus"),
+        (lambda: get_zone("../../etc/passwd"), InvalidTimezone, "timezone", "../../etc/passwd"),
+        (lambda: get_zone("Europe/Paris\x00"), InvalidTimezone, "timezone", "Europe/Paris\x00"),
+        (
+            lambda: CronTrigger("0 9 * * *", timezone="Nowhere/Town"),
+            InvalidTimezone,
+            "timezone",
+            "Nowhere/Town",
+        ),
+        (lambda: CronTrigger("0 9 * * 8"), InvalidCron, "cron", "0 9 * * 8"),
+        (lambda: IntervalTrigger(every="soon"), InvalidDuration, "every", "soon"),
+        (lambda: schedule(args=[{1}]), InvalidSchedule, "args", None),
+        (lambda: parse_instant("yesterday", "start_at"), InvalidValue, "start_at", "yesterday"),
+    ],
+    ids=["zone", "zone-path", "zone-nul", "cron-zone", "cron", "duration", "json-args", "instant"],
+)
+def test_invalid_values_are_value_errors_naming_field_and_value(
+    call: Callable[[], object], error_type: type[InvalidValue], field: str, value: object
+) -> None:
+    with pytest.raises(error_type) as info:
+        call()
+    error = info.value
+    assert isinstance(error, ValueError) and isinstance(error, GoatbeatError)
+    assert error.field == field
+    assert str(error).startswith(f"{field}: ")
+    if value is not None:
+        assert error.value == value
+        assert repr(value) in str(error) or str(value) in str(error)
+
+
+def test_config_error_is_a_value_error_carrying_every_problem() -> None:
+    error = ConfigError(["a: bad", "b: worse"])
+    assert isinstance(error, ValueError) and isinstance(error, GoatbeatError)
+    assert error.problems == ["a: bad", "b: worse"]
+    assert "a: bad" in str(error) and "b: worse" in str(error)
+
+
+def test_parse_instant_accepts_z_and_offsets_and_returns_utc() -> None:
+    assert parse_instant("2026-12-01T08:00:00Z", "at") == T0
+    assert parse_instant("2026-12-01T09:00:00+01:00", "at") == T0
+    with pytest.raises(InvalidValue, match="at: .*naive"):
+        parse_instant("2026-12-01T08:00:00", "at")
+    with pytest.raises(InvalidValue, match="at: .*out of range"):
+        parse_instant("0001-01-01T00:00:00+05:00", "at")
