@@ -50,8 +50,8 @@ CELERY_BUGS: dict[str, str] = {
     ),
     "dst_repeat": (
         "DST fall-back: celery skips the second pass of the repeated hour for wildcard-hour "
-        "crontabs (and may run a fixed time twice); goatbeat fires wildcard times on both "
-        "passes and fixed times once, as Debian/ISC cron does"
+        "crontabs; goatbeat fires wildcard times on both passes and fixed times once, as "
+        "Debian/ISC cron does"
     ),
     "dow_7": (
         "django-celery-beat accepts day_of_week=7 (Sunday) in the admin but celery rejects it, "

@@ -142,3 +142,30 @@ def test_errors_exit_2(db: str, args: list[str]) -> None:
     code, out = run("diff", *args, "--database", db)
     assert code == 2, out
     assert "error" in out
+
+
+def test_fall_back_hourly_difference_is_explained() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from celery.schedules import crontab
+
+    from goatbeat.core.model import Schedule, Source
+    from goatbeat.diff import compute_diff
+    from goatbeat.importers import read_beat_schedule
+
+    (entry,) = read_beat_schedule(
+        {"hourly": {"task": "ping", "schedule": crontab(minute=0)}}, timezone="Europe/Paris"
+    )
+    assert entry.schedule is not None
+    new = [
+        Schedule(name="hourly", task="ping", trigger=entry.schedule.trigger, source=Source.CELERY)
+    ]
+    report = compute_diff(
+        [entry], new, start=datetime(2026, 10, 24, 12, tzinfo=UTC), horizon=timedelta(days=2)
+    )
+    (d,) = report.schedules
+    # celery skips the second 02:00 (01:00Z, CET); goatbeat runs every real hour
+    assert [(f.at, f.old, f.new) for f in d.fire_times] == [
+        (datetime(2026, 10, 25, 1, tzinfo=UTC), False, True)
+    ]
+    assert d.fire_times[0].known and "fall-back" in (d.fire_times[0].reason or "")
