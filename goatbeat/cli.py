@@ -358,6 +358,7 @@ def _remove_cli_handlers(previous_level: int) -> None:
 # -- the group -----------------------------------------------------------------------------------
 
 _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+_CHATTY = frozenset({"scheduler", "demo"})
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -371,8 +372,8 @@ _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 @click.option(
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
-    default="INFO",
-    show_default=True,
+    default=None,
+    help="Default: INFO for scheduler and demo, WARNING for the other commands.",
 )
 @click.version_option(package_name="goatbeat", prog_name="goatbeat")
 @click.pass_context
@@ -381,9 +382,12 @@ def cli(
     app_spec: str | None,
     database: str | None,
     log_format: str,
-    log_level: str,
+    log_level: str | None,
 ) -> None:
     """goatbeat: periodic tasks, claimed at most once, dispatched at least once."""
+    if log_level is None:
+        # Operator commands stay quiet on stderr unless something is wrong.
+        log_level = "INFO" if ctx.invoked_subcommand in _CHATTY else "WARNING"
     existing = ctx.find_object(CliContext)
     if existing is None:
         ctx.obj = CliContext(
@@ -439,8 +443,8 @@ def scheduler(
         if value is not None
     }
     with _app(ctx) as app:
+        loop = app.scheduler(**overrides)  # validates the options before anything is written
         app.publish()
-        loop = app.scheduler(**overrides)
         if once:
             try:
                 result = loop.run_once()
@@ -609,7 +613,12 @@ class _DemoPrinter(logging.Handler):
             return
         event = record.getMessage()
         clock = datetime.now(UTC).strftime("%H:%M:%S")
-        if event == "occurrence.submitted":
+        if event == "occurrence.submitted" and "count" in fields:  # a burst, summarised
+            self.fired += int(fields["count"])
+            self.out(
+                f"{clock}  fired  {fields['count']} occurrences of {fields['schedules']} schedules"
+            )
+        elif event == "occurrence.submitted":
             self.fired += 1
             late = fields.get("lateness")
             late_text = f"{late * 1000:.0f} ms late" if isinstance(late, float) else ""

@@ -20,10 +20,12 @@ Submit failures. A :class:`~goatbeat.core.errors.PermanentSubmitError` is final 
 capped at 60 s) — the row stays ``claimed`` with ``attempts`` counted in the store, so a new
 leader continues the count — until ``1 + max_submit_retries`` attempts have failed.
 
-Logging on the hot path. ``occurrence.submitted`` is logged at INFO for every occurrence: an
-operator must be able to see each fire, and with a formatter attached it costs a few
-microseconds per occurrence (a broker round trip costs 100x more). ``occurrence.claimed`` is
-DEBUG. Field construction is skipped entirely when the level is disabled.
+Logging on the hot path. ``occurrence.submitted`` is logged at INFO for every occurrence of a
+batch of up to ``LOG_EACH_LIMIT`` (100), so an operator sees each fire. A larger burst is
+summarised in one INFO ``occurrence.submitted`` record (``count``, ``first_key``, ``last_key``,
+earliest ``scheduled_at``, worst ``lateness``) with the per-occurrence records at DEBUG: measured,
+one JSON log line costs 40-60 us, which alone would take a 10,000-occurrence burst below 80 % of
+a broker's raw send speed. ``occurrence.claimed`` is DEBUG. Nothing is built for a disabled level.
 
 Test hook (fault injection only): with the environment variable
 ``GOATBEAT_CRASH_AFTER_SUBMIT=<n>`` the process calls ``os._exit(137)`` right after its n-th
@@ -51,7 +53,7 @@ from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import TaskSubmitter
 
-__all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV"]
+__all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV", "LOG_EACH_LIMIT"]
 
 CRASH_ENV = "GOATBEAT_CRASH_AFTER_SUBMIT"
 """Test hook: exit with status 137 right after the n-th successful submission."""
@@ -63,6 +65,11 @@ ERROR_BACKOFF_CAP = 30.0
 MIN_IDLE_SLEEP = 0.01
 """Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
 (a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
+LOG_EACH_LIMIT = 100
+"""Up to this many occurrences in one batch, each gets its own INFO ``occurrence.submitted``.
+A bigger burst gets one INFO summary (``count``, ``first_key``, ``last_key`` ...) and the
+per-occurrence records at DEBUG: formatting a JSON line costs ~40-60 us, a sizeable share of a
+broker round trip, and 10,000 identical lines help nobody (the executions table has them all)."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
 
@@ -445,8 +452,12 @@ class Scheduler:
         lease = self.lease
         outcomes: list[SubmitOutcome] = []
         info = logger.isEnabledFor(logging.INFO)
-        now = self.clock.now() if info else None
+        burst = len(occurrences) > LOG_EACH_LIMIT
+        each_level = logging.DEBUG if burst else logging.INFO
+        log_each = logger.isEnabledFor(each_level)
+        now = self.clock.now() if (info or log_each) else None
         max_attempts = 1 + self.settings.max_submit_retries
+        submitted: list[Occurrence] = []
         for occ in occurrences:
             if not lease.is_held():
                 break
@@ -501,10 +512,13 @@ class Scheduler:
             if self._crash_after and self._submissions >= self._crash_after:
                 # Test hook: die between submission and bookkeeping (see module docstring).
                 os._exit(137)
-            if info:
+            if burst:
+                submitted.append(occ)
+            if log_each:
                 assert now is not None
                 log_event(
                     "occurrence.submitted",
+                    level=each_level,
                     schedule=occ.schedule_name,
                     idempotency_key=occ.idempotency_key,
                     scheduler_id=self.scheduler_id,
@@ -514,6 +528,19 @@ class Scheduler:
                     kind=occ.kind,
                     backend_task_id=task_id,
                 )
+        if burst and info and submitted:
+            assert now is not None
+            log_event(
+                "occurrence.submitted",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                count=len(submitted),
+                schedules=len({o.schedule_name for o in submitted}),
+                first_key=submitted[0].idempotency_key,
+                last_key=submitted[-1].idempotency_key,
+                scheduled_at=min(o.scheduled_at for o in submitted),
+                lateness=max(_lateness(now, o.scheduled_at) for o in submitted),
+            )
         if outcomes:
             self.store.record_outcomes(outcomes)
             if self._after_bookkeeping is not None:

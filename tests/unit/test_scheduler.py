@@ -487,3 +487,33 @@ def test_run_stops_on_request_and_releases_the_lease():
     lease = store.read_lease("scheduler")
     assert lease is not None and lease[3]  # released: expired by the store's clock
     assert sched.lease.grant is None
+
+
+def test_a_large_burst_is_summarised_in_one_info_record(store, submitter, clock, caplog):
+    from goatbeat.core.scheduler import LOG_EACH_LIMIT
+
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    count = LOG_EACH_LIMIT + 20
+    store.publish([every(f"s{i:03d}", 60) for i in range(count)])
+    sched = make(store, submitter, clock, batch_size=1000)
+    sched.run_once()
+    clock.advance(60)
+    assert sched.run_once().submitted == count
+    submitted = [r for r in caplog.records if r.getMessage() == "occurrence.submitted"]
+    assert len(submitted) == 1 and submitted[0].levelno == logging.INFO
+    summary = submitted[0].goatbeat  # type: ignore[attr-defined]
+    assert summary["count"] == count and summary["schedules"] == count
+    assert summary["first_key"] == submitter.keys[0]
+    assert summary["last_key"] == submitter.keys[-1]
+    assert summary["scheduler_id"] == "s1"
+
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="goatbeat")
+    clock.advance(60)
+    sched.run_once()
+    each = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "occurrence.submitted" and r.levelno == logging.DEBUG
+    ]
+    assert len(each) == count  # every occurrence stays observable at DEBUG
