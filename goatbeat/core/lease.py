@@ -71,7 +71,9 @@ class LeaseManager:
     def seconds_until_renewal(self) -> float:
         if self.grant is None:
             return 0.0
-        return max(0.0, self._requested_at + self.renew_interval.total_seconds() - self.clock.monotonic())
+        return max(
+            0.0, self._requested_at + self.renew_interval.total_seconds() - self.clock.monotonic()
+        )
 
     def acquire(self) -> LeaseGrant | None:
         """Acquire or renew. Returns the grant, or None when another scheduler holds it."""
@@ -110,7 +112,10 @@ class LeaseManager:
         """Forget the grant locally (after a refused claim or a lost connection)."""
         if self.grant is not None:
             log_event(
-                "lease.lost", scheduler_id=self.holder, fencing_token=self.grant.token, lease=self.name
+                "lease.lost",
+                scheduler_id=self.holder,
+                fencing_token=self.grant.token,
+                lease=self.name,
             )
         self.grant = None
         self._deadline = 0.0
@@ -125,6 +130,9 @@ class LeaseManager:
         released = self.store.release_lease(self.name, self.holder, grant.token)
         if released:
             log_event(
-                "lease.released", scheduler_id=self.holder, fencing_token=grant.token, lease=self.name
+                "lease.released",
+                scheduler_id=self.holder,
+                fencing_token=grant.token,
+                lease=self.name,
             )
         return released

@@ -13,7 +13,6 @@ batch can feel. kombu's publish retry reconnects that producer when the broker r
 from __future__ import annotations
 
 import importlib
-import pickle
 import re
 import threading
 from collections.abc import Mapping
@@ -108,7 +107,6 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     permanent: list[type[BaseException]] = [
         kombu_exc.EncodeError,
         kombu_exc.ContentDisallowed,
-        pickle.PicklingError,
         TypeError,
         ValueError,
     ]

@@ -24,7 +24,6 @@ What Dramatiq can honour, and how:
 from __future__ import annotations
 
 import math
-import pickle
 import re
 import threading
 from typing import Any, ClassVar
@@ -84,7 +83,6 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
         retryable.append(redis_exc.RedisError)
     permanent: list[type[BaseException]] = [
         dramatiq_errors.QueueNotFound,
-        pickle.PicklingError,
         TypeError,
         ValueError,
     ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import pickle
 import threading
 from typing import Any, ClassVar
 
@@ -156,8 +155,8 @@ class RQSubmitter:
                 f"rq's redis unavailable for {occurrence.idempotency_key}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        except (pickle.PicklingError, AttributeError, TypeError, ValueError) as exc:
-            # Building or pickling the job failed here, before Redis: it will fail every time.
+        except (AttributeError, TypeError, ValueError) as exc:
+            # Building or serialising the job failed here, before Redis: it will fail every time.
             raise PermanentSubmitError(
                 f"rq refused {occurrence.task!r} ({occurrence.idempotency_key}): "
                 f"{type(exc).__name__}: {exc}"
