@@ -235,6 +235,11 @@ def load_app(spec: str) -> BeatLike:
     attr = attr or "beat"
     if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
         raise UserError(f"--app {spec!r} is not 'package.module:attribute'")
+    # As `celery -A` does: the project is where the command runs, even when the console
+    # script's own directory (not the current one) heads sys.path.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -209,7 +209,18 @@ class Scheduler:
         )
         try:
             while not self._stop.is_set():
-                result = self.run_once()
+                try:
+                    result = self.run_once()
+                except Exception as exc:
+                    # A bug, not an outage (those are StoreErrors, handled in run_once). Keep
+                    # the replica alive and loud rather than let it die in a restart loop.
+                    logger.exception(
+                        "scheduler.error",
+                        extra={"goatbeat": {"scheduler_id": self.scheduler_id, "error": repr(exc)}},
+                    )
+                    self._drop_lease()
+                    self._sleep(min(ERROR_BACKOFF_CAP, self.settings.max_sleep.total_seconds()))
+                    continue
                 if self._stop.is_set():
                     break
                 self._sleep(result.sleep)
@@ -362,28 +373,33 @@ class Scheduler:
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
 
     def _submit_pending(self, grant: LeaseGrant, tally: _Tally, *, force: bool) -> None:
-        rows = self.store.pending(limit=self.settings.batch_size)
-        if not rows:
-            return
-        now_m = self.clock.monotonic()
+        """Submit ``claimed`` rows page by page while pages come back full and something in
+        them was ready (rows waiting for a retry are skipped, so this always ends)."""
+        limit = self.settings.batch_size
         retry_at = self._retry_at
-        ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
-        if not ready:
-            return
-        info = logger.isEnabledFor(logging.INFO)
-        if info:
-            for occ in ready:
-                if occ.kind is ExecutionKind.SCHEDULED and occ.execution_id not in retry_at:
-                    log_event(
-                        "occurrence.resubmitted",
-                        schedule=occ.schedule_name,
-                        idempotency_key=occ.idempotency_key,
-                        scheduler_id=self.scheduler_id,
-                        fencing_token=grant.token,
-                        scheduled_at=occ.scheduled_at,
-                        attempts=occ.attempts,
-                    )
-        self._submit_batch(ready, grant, tally, pending=True)
+        while self.lease.is_held() and not self._stop.is_set():
+            rows = self.store.pending(limit=limit)
+            now_m = self.clock.monotonic()
+            ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
+            if not ready:
+                return
+            if logger.isEnabledFor(logging.INFO):
+                for occ in ready:
+                    if occ.kind is ExecutionKind.SCHEDULED and occ.execution_id not in retry_at:
+                        log_event(
+                            "occurrence.resubmitted",
+                            schedule=occ.schedule_name,
+                            idempotency_key=occ.idempotency_key,
+                            scheduler_id=self.scheduler_id,
+                            fencing_token=grant.token,
+                            scheduled_at=occ.scheduled_at,
+                            attempts=occ.attempts,
+                        )
+            self._submit_batch(ready, grant, tally, pending=True)
+            # Rows that failed again are now in retry_at and skipped by the next page.
+            force = False
+            if len(rows) < limit:
+                return
 
     # -- claiming -------------------------------------------------------------------------------
 
@@ -551,8 +567,8 @@ class Scheduler:
     def _leader_sleep(self, tally: _Tally) -> float:
         max_sleep = self.settings.max_sleep.total_seconds()
         candidates = [max_sleep]
-        if self.lease.grant is None:
-            candidates.append(0.0)  # refused: try to re-acquire right away
+        if self.lease.grant is None or not self.lease.is_held():
+            candidates.append(0.0)  # refused, or past the local deadline: renew right away
         else:
             candidates.append(self.lease.seconds_until_renewal())
         nxt = self.store.next_due_at()

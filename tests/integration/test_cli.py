@@ -367,3 +367,35 @@ def test_sigterm_stops_the_scheduler_gracefully_and_releases_the_lease(tmp_path)
     lease = store.read_lease("scheduler")
     store.close()
     assert lease is not None and lease[3]  # expired by the store's clock: released
+
+
+def test_console_script_finds_the_app_in_the_current_directory(tmp_path):
+    script = Path(sys.executable).parent / "goatbeat"
+    if not script.exists():
+        pytest.skip("the goatbeat console script is not installed in this environment")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GOATBEAT_APP")}
+    done = subprocess.run(
+        [str(script), "--app", "examples.demo:beat", "--database", f"sqlite:///{tmp_path}/d.db"]
+        + ["schedule", "list", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert {d["name"] for d in json.loads(done.stdout)} == {
+        "heartbeat-2s",
+        "report-cron-5s",
+        "flaky-7s",
+    }
+
+
+def test_a_broken_django_project_is_one_line(monkeypatch):
+    monkeypatch.delenv("GOATBEAT_APP", raising=False)
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "no_such_settings_module_xyz")
+    result = run_cli("schedule", "list", cwd=ROOT)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("goatbeat: error: ")
+    assert "Django" in lines[0]

@@ -517,3 +517,45 @@ def test_a_large_burst_is_summarised_in_one_info_record(store, submitter, clock,
         if r.getMessage() == "occurrence.submitted" and r.levelno == logging.DEBUG
     ]
     assert len(each) == count  # every occurrence stays observable at DEBUG
+
+
+def test_more_pending_rows_than_a_batch_are_all_resubmitted_in_one_iteration(
+    store, submitter, clock
+):
+    store.publish([every(f"s{i}", 10) for i in range(5)])
+    dead = store.acquire_lease("scheduler", "dead", timedelta(seconds=30))
+    assert dead is not None
+    clock.advance(10)
+    assert len(store.claim_due(dead, scheduler_id="dead", limit=10).occurrences) == 5
+    clock.advance(31)
+    sched = make(store, submitter, clock, batch_size=2)
+    result = sched.run_once()
+    assert result.resubmitted == 5
+    # The left-over claims go out first, before anything newly due.
+    assert sorted(submitter.keys[:5]) == [f"s{i}:2026-03-01T12:00:10Z" for i in range(5)]
+
+
+def test_an_unexpected_error_in_the_loop_is_logged_and_the_loop_goes_on(clock, caplog):
+    class BrokenOnce(MemoryStore):
+        broken = True
+
+        def next_due_at(self) -> datetime | None:
+            if self.broken:
+                self.broken = False
+                raise RuntimeError("bug in a store")
+            return super().next_due_at()
+
+    store = BrokenOnce(SystemClock())
+    store.publish([every("a", 0.05)])
+    submitter = RecordingSubmitter()
+    stop = threading.Event()
+    sched = Scheduler(store, submitter, settings=settings(max_sleep=timedelta(milliseconds=50)))
+    submitter.on_submit = lambda occ: stop.set()
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    thread = threading.Thread(target=sched.run, kwargs={"stop": stop})
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    errors = [r for r in caplog.records if r.getMessage() == "scheduler.error"]
+    assert errors and errors[0].exc_info is not None
+    assert submitter.submitted  # it kept going after the error
