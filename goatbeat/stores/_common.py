@@ -10,14 +10,17 @@ decided once, here, so the three stores cannot drift apart.
 from __future__ import annotations
 
 import json
+import operator
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from goatbeat.core.errors import InvalidSchedule, InvalidValue
+from goatbeat.core.errors import InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.misfire import Plan
 from goatbeat.core.model import (
     MAX_NAME_LENGTH,
@@ -108,61 +111,42 @@ def utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
+# NUL escaped by json.dumps, not preceded by an escaped backslash ("\\u0000" is harmless).
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def _json_normal(field_name: str, value: Any) -> Any:
     """``value`` as it will read back from a JSON column (tuples become lists...)."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidSchedule(field_name, value, f"{value!r} is not JSON-serialisable: {exc}")
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidSchedule(
+            field_name, value, f"{short_repr(value)} is not JSON-serialisable: {exc}"
+        )
+    if "\\u0000" in text and _JSON_NUL.search(text):
+        # PostgreSQL's jsonb cannot hold NUL; refuse it in every store alike.
+        raise InvalidSchedule(field_name, value, "contains a NUL character")
+    return json.loads(text)
 
 
-def validate_schedule(schedule: Schedule) -> None:
-    """Everything a store needs to be true before it writes ``schedule``.
+def validate_schedule(schedule: Schedule) -> dict[str, Any]:
+    """Everything a store needs to be true before it writes ``schedule``; returns its
+    definition (:func:`definition_of`).
 
     Schedule's constructor already validates; this re-checks what the store depends on and
     what the constructor cannot see: the trigger must survive the round trip through its spec
     (a custom trigger, or a spec with an unknown zone, would be unreadable later), JSON fields
     must serialise (frozen dataclasses can be bypassed), and values must fit the columns."""
     if not isinstance(schedule, Schedule):
-        raise InvalidSchedule("schedule", schedule, f"{schedule!r} is not a Schedule")
+        raise InvalidSchedule("schedule", schedule, f"{short_repr(schedule)} is not a Schedule")
     if not isinstance(schedule.name, str) or not schedule.name.strip():
-        raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} is not a name")
+        raise InvalidSchedule("name", schedule.name, f"{short_repr(schedule.name)} is not a name")
     if len(schedule.name) > MAX_NAME_LENGTH:
         raise InvalidSchedule("name", schedule.name, f"longer than {MAX_NAME_LENGTH}")
-    try:
-        spec = schedule.trigger.to_spec()
-    except InvalidValue:
-        raise
-    except Exception as exc:  # a foreign trigger object: report it on the field, not a crash
-        raise InvalidSchedule("trigger", schedule.trigger, f"cannot describe trigger: {exc}")
-    spec = _json_normal("trigger", spec)
-    rebuilt = trigger_from_spec(spec)  # raises InvalidCron / InvalidTimezone / ... by field
-    if rebuilt.to_spec() != spec and _json_normal("trigger", rebuilt.to_spec()) != spec:
-        raise InvalidSchedule("trigger", spec, "the trigger does not survive its own spec")
-    _json_normal("args", list(schedule.args))
     if not isinstance(schedule.kwargs, Mapping) or not all(
         isinstance(k, str) for k in schedule.kwargs
     ):
         raise InvalidSchedule("kwargs", schedule.kwargs, "must be a JSON object")
-    _json_normal("kwargs", dict(schedule.kwargs))
-    _json_normal("headers", dict(schedule.routing.headers))
-    _reject_nul(schedule)
-    values = {
-        "task": schedule.task,
-        "queue": schedule.routing.queue,
-        "exchange": schedule.routing.exchange,
-        "routing_key": schedule.routing.routing_key,
-        "timezone": schedule.timezone,
-    }
-    for name, limit in _MAX_LENGTHS.items():
-        value = values[name]
-        if value is not None and len(value) > limit:
-            raise InvalidSchedule(name, value, f"{value[:40]!r}... is longer than {limit}")
-
-
-def _reject_nul(schedule: Schedule) -> None:
-    """PostgreSQL cannot store NUL in text or jsonb; refuse it everywhere so every store
-    accepts the same schedules."""
     texts = {
         "name": schedule.name,
         "task": schedule.task,
@@ -170,50 +154,47 @@ def _reject_nul(schedule: Schedule) -> None:
         "queue": schedule.routing.queue,
         "exchange": schedule.routing.exchange,
         "routing_key": schedule.routing.routing_key,
+        "timezone": schedule.timezone,
     }
     for name, text in texts.items():
         if isinstance(text, str) and "\x00" in text:
-            raise InvalidSchedule(name, text, f"{text[:40]!r} contains a NUL character")
-    for name, value in (
-        ("args", list(schedule.args)),
-        ("kwargs", dict(schedule.kwargs)),
-        ("headers", dict(schedule.routing.headers)),
-    ):
-        if _has_nul(value):
-            raise InvalidSchedule(name, value, "contains a NUL character")
+            raise InvalidSchedule(name, text, f"{short_repr(text)} contains a NUL character")
+        limit = _MAX_LENGTHS.get(name)
+        if limit is not None and text is not None and len(text) > limit:
+            raise InvalidSchedule(name, text, f"{short_repr(text)} is longer than {limit}")
+    try:
+        raw_spec = schedule.trigger.to_spec()
+    except InvalidValue:
+        raise
+    except Exception as exc:  # a foreign trigger object: report it on the field, not a crash
+        raise InvalidSchedule("trigger", schedule.trigger, f"cannot describe trigger: {exc}")
+    definition = definition_of(schedule, spec=raw_spec)
+    spec = definition["trigger"]
+    rebuilt = trigger_of(spec)  # raises InvalidCron / InvalidTimezone / ... by field
+    if _json_normal("trigger", rebuilt.to_spec()) != spec:
+        raise InvalidSchedule("trigger", spec, "the trigger does not survive its own spec")
+    return definition
 
 
-def _has_nul(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-        elif isinstance(item, Mapping):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-    return False
-
-
-def validate_batch(schedules: Sequence[Schedule]) -> None:
-    """Validate a whole publish batch before anything is written; names must be unique."""
+def validate_batch(schedules: Sequence[Schedule]) -> list[dict[str, Any]]:
+    """Validate a whole publish batch before anything is written (names must be unique);
+    returns the definitions, in order."""
     seen: set[str] = set()
+    definitions: list[dict[str, Any]] = []
     for schedule in schedules:
-        validate_schedule(schedule)
+        definitions.append(validate_schedule(schedule))
         if schedule.name in seen:
             raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} is declared twice")
         seen.add(schedule.name)
+    return definitions
 
 
-def definition_of(schedule: Schedule) -> dict[str, Any]:
+def definition_of(schedule: Schedule, *, spec: Any = None) -> dict[str, Any]:
     """The definition columns of ``schedule``, normalised as they read back from a store."""
     routing = schedule.routing
     return {
         "task": schedule.task,
-        "trigger": _json_normal("trigger", schedule.trigger.to_spec()),
+        "trigger": _json_normal("trigger", schedule.trigger.to_spec() if spec is None else spec),
         "timezone": schedule.timezone,
         "args": _json_normal("args", list(schedule.args)),
         "kwargs": _json_normal("kwargs", dict(schedule.kwargs)),
@@ -251,9 +232,10 @@ def schedule_to_row(
     source: Source,
     enabled: bool,
     next_run_at: datetime | None,
+    definition: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Columns to insert for a new schedule (the store adds id, version and timestamps)."""
-    row = definition_of(schedule)
+    row = dict(definition) if definition is not None else definition_of(schedule)
     row.update(
         name=schedule.name,
         source=Source(source).value,
@@ -285,22 +267,27 @@ def trigger_of(spec: Any) -> Trigger:
     return _trigger_from_text(json.dumps(spec, sort_keys=True))
 
 
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
-    """Rebuild a Schedule (definition and state) from a stored row."""
+    """Rebuild a Schedule (definition and state) from a stored row. JSON columns may be
+    decoded already or still text."""
     expires = row["expires"]
     return Schedule(
         name=row["name"],
         task=row["task"],
         trigger=trigger_of(row["trigger"]),
-        args=tuple(row["args"]),
-        kwargs=row["kwargs"],
+        args=tuple(_json(row["args"])),
+        kwargs=_json(row["kwargs"]),
         routing=Routing(
             queue=row["queue"],
             exchange=row["exchange"],
             routing_key=row["routing_key"],
             priority=row["priority"],
             expires=None if expires is None else float(expires),
-            headers=row["headers"] or {},
+            headers=_json(row["headers"]) or {},
         ),
         misfire=MisfirePolicy(row["misfire_policy"]),
         misfire_grace=timedelta(seconds=float(row["misfire_grace"])),
@@ -373,6 +360,84 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
     )
+
+
+STATE_FIELDS = (
+    "enabled",
+    "next_run_at",
+    "last_run_at",
+    "last_status",
+    "total_run_count",
+    "missed_count",
+    "version",
+    "created_at",
+    "updated_at",
+)
+
+
+_DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
+_read_definition = operator.attrgetter(*_DEFINITION_SLOTS)
+
+
+def _with_state(schedule: Schedule, state: Mapping[str, Any]) -> Schedule:
+    """A copy of ``schedule`` with its store-owned state taken from ``state`` (a row), without
+    re-validating the definition: it is the one already validated."""
+    clone = object.__new__(Schedule)
+    setattr_ = object.__setattr__
+    for name, value in zip(_DEFINITION_SLOTS, _read_definition(schedule), strict=True):
+        setattr_(clone, name, value)
+    for name in _TIME_STATE:
+        value = state[name]
+        setattr_(clone, name, None if value is None else value.astimezone(UTC))
+    setattr_(clone, "enabled", bool(state["enabled"]))
+    setattr_(clone, "last_status", state["last_status"])
+    setattr_(clone, "total_run_count", int(state["total_run_count"]))
+    setattr_(clone, "missed_count", int(state["missed_count"]))
+    setattr_(clone, "version", int(state["version"]))
+    return clone
+
+
+_TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at")
+
+
+class ScheduleCache:
+    """Rows of the claim path -> Schedules, validating each definition once.
+
+    Keyed by ``(id, version)``: every change to a definition bumps the version (the
+    compare-and-set depends on it), so a row at a version already seen has its definition
+    built already and only its state columns are read. After a committed claim advances a row
+    the store re-files the entry under the new version, so a schedule claimed again and again
+    is built once. Bounded: the least recently used entries go first."""
+
+    def __init__(self, maxsize: int = 20_000) -> None:
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple[int, int], Schedule] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _put(self, key: tuple[int, int], schedule: Schedule) -> None:
+        with self._lock:
+            self._entries[key] = schedule
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def from_row(self, row: Mapping[str, Any]) -> Schedule:
+        key = (int(row["id"]), int(row["version"]))
+        with self._lock:
+            cached = self._entries.pop(key, None)
+        if cached is None:
+            cached = schedule_from_row(row)
+            schedule = cached
+        else:
+            schedule = _with_state(cached, row)
+        self._put(key, cached)
+        return schedule
+
+    def advanced(self, schedule: Schedule, *, version: int) -> None:
+        """The claim that read ``schedule`` committed it at ``version``: same definition."""
+        assert schedule.id is not None
+        with self._lock:
+            cached = self._entries.pop((schedule.id, schedule.version), None)
+        self._put((schedule.id, version), cached or schedule)
 
 
 @dataclass(slots=True)
@@ -519,6 +584,7 @@ def plan_publish(
     *,
     source: Source,
     now: datetime,
+    definitions: Sequence[dict[str, Any]] | None = None,
 ) -> PublishActions:
     """Decide what publishing ``schedules`` writes, given the stored rows with those names.
 
@@ -526,7 +592,9 @@ def plan_publish(
     anything is written. The stored ``enabled`` flag always wins over the declared one."""
     source = Source(source)
     actions = PublishActions()
-    for schedule in schedules:
+    if definitions is None:
+        definitions = [definition_of(s) for s in schedules]
+    for schedule, wanted in zip(schedules, definitions, strict=True):
         row = existing.get(schedule.name)
         if row is None:
             anchor = schedule.last_run_at or now
@@ -536,6 +604,7 @@ def plan_publish(
                     source=source,
                     enabled=schedule.enabled,
                     next_run_at=first_run(schedule, anchor),
+                    definition=wanted,
                 )
             )
             actions.created.append(schedule.name)
@@ -547,7 +616,6 @@ def plan_publish(
                 f"{schedule.name!r} already exists with source {row['source']!r}, "
                 f"not {source.value!r}",
             )
-        wanted = definition_of(schedule)
         if wanted == row_definition(row):
             actions.unchanged.append(schedule.name)
             continue
@@ -562,10 +630,16 @@ def plan_publish(
     return actions
 
 
-def update_values(schedule: Schedule, row: Mapping[str, Any], *, now: datetime) -> dict[str, Any]:
+def update_values(
+    schedule: Schedule,
+    row: Mapping[str, Any],
+    *,
+    now: datetime,
+    definition: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Columns :meth:`ScheduleStore.update` writes: the definition, ``enabled``, and a
     ``next_run_at`` recomputed when the definition changed or the schedule was re-enabled."""
-    wanted = definition_of(schedule)
+    wanted = definition if definition is not None else definition_of(schedule)
     values = dict(wanted)
     values["enabled"] = bool(schedule.enabled)
     if not schedule.enabled:

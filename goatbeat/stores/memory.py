@@ -96,7 +96,7 @@ class MemoryStore:
         self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
     ) -> PublishResult:
         schedules = list(schedules)
-        common.validate_batch(schedules)
+        definitions = common.validate_batch(schedules)
         with self._lock:
             now = self.now()
             existing = {
@@ -104,7 +104,9 @@ class MemoryStore:
                 for s in schedules
                 if s.name in self._by_name
             }
-            actions = common.plan_publish(schedules, existing, source=source, now=now)
+            actions = common.plan_publish(
+                schedules, existing, source=source, now=now, definitions=definitions
+            )
             for row in actions.inserts:
                 self._insert(row, now)
             for rep in actions.replaces:
@@ -136,7 +138,7 @@ class MemoryStore:
         return sorted(pruned)
 
     def create(self, schedule: Schedule) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         with self._lock:
             if schedule.name in self._by_name:
                 raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
@@ -146,6 +148,7 @@ class MemoryStore:
                 source=schedule.source,
                 enabled=schedule.enabled,
                 next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                definition=definition,
             )
             stored = self._insert(row, now)
             result = common.schedule_from_row(stored)
@@ -153,7 +156,7 @@ class MemoryStore:
         return result
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         with self._lock:
             row = self._row(schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -162,7 +165,7 @@ class MemoryStore:
                     f"not {expected_version}"
                 )
             now = self.now()
-            values = common.update_values(schedule, row, now=now)
+            values = common.update_values(schedule, row, now=now, definition=definition)
             row.update(values, version=row["version"] + 1, updated_at=now)
             result = common.schedule_from_row(row)
         self.notify(f"schedule:{result.id}")

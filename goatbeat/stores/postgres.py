@@ -149,6 +149,7 @@ class PostgresStore:
         self._q = schema.queries("postgres")
         self._lock = threading.RLock()
         self._listening: psycopg.Connection[Any] | None = None
+        self._cache = common.ScheduleCache()
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -179,7 +180,9 @@ class PostgresStore:
     def _fetch(
         self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
-        with conn.cursor(row_factory=dict_row) as cur:
+        # An explicit server-binding cursor: a connection lent by Django may default to
+        # client-side binding, which cannot send the binary arrays the claim uses.
+        with psycopg.Cursor(conn, row_factory=dict_row) as cur:
             cur.execute(self._q[name], params)
             return cur.fetchall() if cur.description is not None else []
 
@@ -245,7 +248,7 @@ class PostgresStore:
         self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
     ) -> PublishResult:
         schedules = list(schedules)
-        common.validate_batch(schedules)
+        definitions = common.validate_batch(schedules)
         with self._session() as conn, conn.transaction():
             conn.execute(self._q["publish_lock"])
             now = self._db_now(conn)
@@ -255,8 +258,10 @@ class PostgresStore:
                     conn, "schedules_by_names", {"names": [s.name for s in schedules]}
                 )
             }
-            actions = common.plan_publish(schedules, existing, source=source, now=now)
-            with conn.cursor() as cur:
+            actions = common.plan_publish(
+                schedules, existing, source=source, now=now, definitions=definitions
+            )
+            with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
                     cur.executemany(
                         self._q["schedule_insert"], [_params(r) for r in actions.inserts]
@@ -286,7 +291,7 @@ class PostgresStore:
         return sorted(r["name"] for r in rows)
 
     def create(self, schedule: Schedule) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         try:
             with self._session() as conn, conn.transaction():
                 if self._fetch_one(conn, "schedule_by_name", {"name": schedule.name}) is not None:
@@ -299,6 +304,7 @@ class PostgresStore:
                     source=schedule.source,
                     enabled=schedule.enabled,
                     next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                    definition=definition,
                 )
                 stored = self._fetch_one(conn, "schedule_insert", _params(row))
                 assert stored is not None
@@ -310,7 +316,7 @@ class PostgresStore:
         return common.schedule_from_row(stored)
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         with self._session() as conn, conn.transaction():
             row = self._required(conn, schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -318,7 +324,9 @@ class PostgresStore:
                     f"schedule {schedule.name!r} is at version {row['version']}, "
                     f"not {expected_version}"
                 )
-            params = _params(common.update_values(schedule, row, now=self._db_now(conn)))
+            params = _params(
+                common.update_values(schedule, row, now=self._db_now(conn), definition=definition)
+            )
             params.update(id=row["id"], version=row["version"])
             stored = self._fetch_one(conn, "schedule_replace", params)
             if stored is None:
@@ -446,7 +454,7 @@ class PostgresStore:
                 return ClaimResult(occurrences=[], refused=True)
             at = (now or check["now"]).astimezone(UTC)
             rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit})
-            batch = common.plan_batch([common.schedule_from_row(r) for r in rows], at, self.planner)
+            batch = common.plan_batch([self._cache.from_row(r) for r in rows], at, self.planner)
             if not batch.advances:
                 return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
             advs = batch.advances
@@ -497,12 +505,16 @@ class PostgresStore:
                                 token=lease.token,
                             )
                         )
-            return ClaimResult(
-                occurrences=occurrences,
-                conflicts=len(advs) - len(advanced),
-                missed=batch.missed_for(advanced),
-                schedules_seen=batch.schedules_seen,
-            )
+        # Committed: only now may the cache believe the rows are at their new versions.
+        for adv in advs:
+            if adv.schedule.id in advanced:
+                self._cache.advanced(adv.schedule, version=adv.schedule.version + 1)
+        return ClaimResult(
+            occurrences=occurrences,
+            conflicts=len(advs) - len(advanced),
+            missed=batch.missed_for(advanced),
+            schedules_seen=batch.schedules_seen,
+        )
 
     def pending(self, *, limit: int) -> list[Occurrence]:
         common.check_positive("limit", limit)
@@ -513,8 +525,8 @@ class PostgresStore:
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
-        with self._session() as conn:
-            conn.execute(
+        with self._session() as conn, psycopg.Cursor(conn) as cur:
+            cur.execute(
                 self._q["record_outcomes"],
                 {
                     "ids": [o.execution_id for o in outcomes],

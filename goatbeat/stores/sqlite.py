@@ -89,11 +89,12 @@ def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _decode(row: sqlite3.Row) -> dict[str, Any]:
+def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     out = dict(row)
-    for key in out.keys() & set(_JSON_COLUMNS):
-        if out[key] is not None:
-            out[key] = json.loads(out[key])
+    if json_columns:  # the claim path leaves them as text for the schedule cache
+        for key in out.keys() & set(_JSON_COLUMNS):
+            if out[key] is not None:
+                out[key] = json.loads(out[key])
     for key in out.keys() & set(_TIME_COLUMNS):
         out[key] = decode_time(out[key])
     return out
@@ -120,6 +121,7 @@ class SQLiteStore:
         self._local_notified = 0
         self._conn: sqlite3.Connection | None = None
         self._data_version: int | None = None
+        self._cache = common.ScheduleCache()
         self._seen_counter: int | None = None
         with self._lock:
             self._connect()
@@ -241,7 +243,7 @@ class SQLiteStore:
         self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
     ) -> PublishResult:
         schedules = list(schedules)
-        common.validate_batch(schedules)
+        definitions = common.validate_batch(schedules)
         with self._write() as conn:
             now = self.now()
             now_text = encode_time(now)
@@ -258,7 +260,9 @@ class SQLiteStore:
                     row = self._row_by_name(conn, s.name)
                     if row is not None:
                         existing[s.name] = row
-            actions = common.plan_publish(schedules, existing, source=source, now=now)
+            actions = common.plan_publish(
+                schedules, existing, source=source, now=now, definitions=definitions
+            )
             for new in actions.inserts:
                 self._insert(conn, new, now_text)
             for rep in actions.replaces:
@@ -292,7 +296,7 @@ class SQLiteStore:
         return pruned
 
     def create(self, schedule: Schedule) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         with self._write() as conn:
             if self._row_by_name(conn, schedule.name) is not None:
                 raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
@@ -302,6 +306,7 @@ class SQLiteStore:
                 source=schedule.source,
                 enabled=schedule.enabled,
                 next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                definition=definition,
             )
             now_text = encode_time(now)
             assert now_text is not None
@@ -312,7 +317,7 @@ class SQLiteStore:
         return result
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        common.validate_schedule(schedule)
+        definition = common.validate_schedule(schedule)
         with self._write() as conn:
             row = self._required(conn, schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -321,7 +326,7 @@ class SQLiteStore:
                     f"not {expected_version}"
                 )
             now = self.now()
-            params = _encode(common.update_values(schedule, row, now=now))
+            params = _encode(common.update_values(schedule, row, now=now, definition=definition))
             params.update(id=row["id"], version=row["version"], now=encode_time(now))
             conn.execute(self._q["schedule_replace"], params)
             self._bump(conn, f"schedule:{row['id']}")
@@ -450,7 +455,7 @@ class SQLiteStore:
             rows = conn.execute(
                 self._q["claim_select_due"], {"now": encode_time(at), "limit": limit}
             ).fetchall()
-        seen = [common.schedule_from_row(_decode(r)) for r in rows]
+        seen = [self._cache.from_row(_decode(r, json_columns=False)) for r in rows]
         # Planning happens outside the write lock: other processes keep claiming and editing,
         # and the compare-and-set below settles any race.
         batch = common.plan_batch(seen, at, self.planner)
@@ -503,6 +508,10 @@ class SQLiteStore:
                         token=lease.token,
                     )
                 )
+        # Committed: only now may the cache believe the rows are at their new versions.
+        for adv in batch.advances:
+            if adv.schedule.id in advanced:
+                self._cache.advanced(adv.schedule, version=adv.schedule.version + 1)
         return ClaimResult(
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),

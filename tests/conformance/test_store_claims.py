@@ -150,6 +150,22 @@ def test_concurrent_edit_between_plan_and_write_wins(backend: Backend) -> None:
     assert editor.executions(name="edited") == []
 
 
+def test_claim_after_an_edit_uses_the_new_definition(store: ScheduleStore) -> None:
+    store.publish([hourly("a", args=[1])])
+    grant = lease(store)
+    assert [o.args for o in claim_all(store, grant, T0 + HOUR)] == [(1,)]
+    store.update(hourly("a", task="tasks.renamed", args=[2]))
+    changed = store.get("a")
+    at = changed.next_run_at
+    assert at is not None
+
+    [occ] = claim_all(store, grant, at)
+
+    assert (occ.task, occ.args) == ("tasks.renamed", (2,))
+    [again] = claim_all(store, grant, at + HOUR)
+    assert (again.task, again.args) == ("tasks.renamed", (2,))
+
+
 def test_claim_never_inserts_a_key_twice_even_for_a_recreated_schedule(
     store: ScheduleStore,
 ) -> None:

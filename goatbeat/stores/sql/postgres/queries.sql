@@ -127,9 +127,11 @@ FOR SHARE;
 
 -- name: claim_select_due
 -- Walks goatbeat_schedule_due_idx; no row lock (admin edits never wait for a claim: the
--- compare-and-set below settles races).
-SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
-       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+-- compare-and-set below settles races). JSON comes back as text: the store decodes it only
+-- for a (id, version) it has not seen yet.
+SELECT id, name, source, task, trigger::text AS trigger, timezone, args::text AS args,
+       kwargs::text AS kwargs, queue, exchange, routing_key, priority, expires,
+       headers::text AS headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
        missed_count, version, description, created_at, updated_at
 FROM goatbeat_schedule
@@ -138,8 +140,10 @@ ORDER BY next_run_at
 LIMIT %(limit)s;
 
 -- name: claim_advance
--- One compare-and-set for the whole batch. Rows are locked in id order (the VALUES are sorted
--- and joined by a nested loop on the primary key) so two racing claimers cannot deadlock.
+-- One compare-and-set for the whole batch. "id = ANY" makes the rows come from the primary
+-- key (cost follows the batch, not the table) in id order, the same order for every claimer,
+-- so racing claimers cannot deadlock. Arrays travel in binary (%(x)b placeholders): ten times
+-- cheaper than text for timestamps.
 UPDATE goatbeat_schedule AS s SET
     next_run_at = CASE WHEN v.disable THEN NULL ELSE v.next_run_at END,
     last_run_at = coalesce(v.last_run_at, s.last_run_at),
@@ -148,11 +152,11 @@ UPDATE goatbeat_schedule AS s SET
     missed_count = s.missed_count + v.missed,
     enabled = s.enabled AND NOT v.disable,
     version = s.version + 1
-FROM unnest(%(ids)s::bigint[], %(versions)s::bigint[], %(next_run_at)s::timestamptz[],
-            %(last_run_at)s::timestamptz[], %(last_status)s::text[], %(runs)s::bigint[],
-            %(missed)s::bigint[], %(disable)s::boolean[])
+FROM unnest(%(ids)b::bigint[], %(versions)b::bigint[], %(next_run_at)b::timestamptz[],
+            %(last_run_at)b::timestamptz[], %(last_status)b::text[], %(runs)b::bigint[],
+            %(missed)b::bigint[], %(disable)b::boolean[])
      AS v(id, version, next_run_at, last_run_at, last_status, runs, missed, disable)
-WHERE s.id = v.id AND s.version = v.version
+WHERE s.id = ANY(%(ids)b::bigint[]) AND s.id = v.id AND s.version = v.version
 RETURNING s.id;
 
 -- name: claim_insert_executions
@@ -161,8 +165,8 @@ INSERT INTO goatbeat_execution (
     scheduler_id, claimed_at)
 SELECT v.schedule_id, v.schedule_name, v.scheduled_at, v.idempotency_key, 'scheduled', 'claimed',
        %(token)s, %(scheduler_id)s, now()
-FROM unnest(%(schedule_ids)s::bigint[], %(names)s::text[], %(scheduled_at)s::timestamptz[],
-            %(keys)s::text[]) AS v(schedule_id, schedule_name, scheduled_at, idempotency_key)
+FROM unnest(%(schedule_ids)b::bigint[], %(names)b::text[], %(scheduled_at)b::timestamptz[],
+            %(keys)b::text[]) AS v(schedule_id, schedule_name, scheduled_at, idempotency_key)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, idempotency_key;
 
@@ -179,8 +183,8 @@ LIMIT %(limit)s;
 -- name: record_outcomes
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence.
 WITH o AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(ok)s::boolean[], %(final)s::boolean[],
-                         %(backend_task_ids)s::text[], %(errors)s::text[])
+    SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
+                         %(backend_task_ids)b::text[], %(errors)b::text[])
              AS o(id, ok, final, backend_task_id, error)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
