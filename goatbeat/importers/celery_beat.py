@@ -17,7 +17,7 @@ from goatbeat.compat.convert import timezone_name, to_trigger
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import SourceEntry
+from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
 
 __all__ = ["load_app", "app_timezone", "known_tasks", "read_beat_schedule", "read_app"]
 
@@ -126,6 +126,7 @@ def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None)
             name=name,
             task=task,
             trigger=trigger,
+            misfire_grace=celery_misfire_grace(trigger),
             args=args,
             kwargs=kwargs,
             routing=routing,

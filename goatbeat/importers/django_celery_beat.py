@@ -30,7 +30,7 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import SourceEntry
+from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
 
 __all__ = ["read_django_celery_beat", "connect", "TABLE"]
 
@@ -263,6 +263,7 @@ def _entry(
             name=name,
             task=task,
             trigger=trigger,
+            misfire_grace=celery_misfire_grace(trigger),
             args=kombu_json.encode(args, field="args"),
             kwargs=kombu_json.encode(kwargs, field="kwargs"),
             routing=routing,

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue
-from goatbeat.core.model import Schedule, Source
+from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, Schedule, Source
 from goatbeat.core.store import ScheduleStore
+from goatbeat.core.triggers import IntervalTrigger, Trigger
 
-__all__ = ["SourceEntry", "ImportReport", "import_entries", "plan_import"]
+__all__ = ["SourceEntry", "ImportReport", "import_entries", "plan_import", "celery_misfire_grace"]
+
+
+def celery_misfire_grace(trigger: Trigger) -> timedelta:
+    """The misfire grace that keeps celery's catch-up: after an outage celery beat runs an
+    entry ONCE. goatbeat runs every occurrence still within the grace, so an interval shorter
+    than the default grace (60 s) gets half its period: at most one on-time occurrence."""
+    if isinstance(trigger, IntervalTrigger) and trigger.every < 2 * DEFAULT_MISFIRE_GRACE:
+        return trigger.every / 2
+    return DEFAULT_MISFIRE_GRACE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

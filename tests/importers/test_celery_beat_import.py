@@ -97,3 +97,15 @@ def test_python_values_in_args_travel_as_kombu_json() -> None:
 def test_unserialisable_args_are_reported() -> None:
     entries = read_beat_schedule({"x": {"task": "ping", "schedule": 60, "args": [object()]}})
     assert entries[0].schedule is None and "json serializer" in (entries[0].problem or "")
+
+
+def test_short_interval_catches_up_once_like_celery_after_an_outage() -> None:
+    from goatbeat.core.misfire import plan
+
+    (entry,) = read_beat_schedule({"fast": {"task": "ping", "schedule": 3}})
+    sched = entry.schedule
+    assert sched is not None
+    now = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+    # beat was down for 40 s: celery runs the entry once when it comes back
+    due = sched.evolve(next_run_at=now - timedelta(seconds=40))
+    assert len(plan(due, now).run_at) == 1
