@@ -80,8 +80,19 @@ class PostgresServer:
             shutil.chown(sockdir, "postgres", "postgres")
         subprocess.run(
             _as_pg_user(
-                [pg_bin("initdb"), "-D", str(self.datadir), "-U", "postgres", "-A", "trust",
-                 "--no-sync", "-E", "UTF8", "--locale=C"]
+                [
+                    pg_bin("initdb"),
+                    "-D",
+                    str(self.datadir),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                ]
             ),
             check=True,
             stdout=subprocess.DEVNULL,
@@ -95,8 +106,19 @@ class PostgresServer:
         )
         subprocess.run(
             _as_pg_user(
-                [pg_bin("pg_ctl"), "-D", str(self.datadir), "-o", opts, "-l",
-                 str(root / "server.log"), "-w", "-t", "60", "start"]
+                [
+                    pg_bin("pg_ctl"),
+                    "-D",
+                    str(self.datadir),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(root / "server.log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
             ),
             check=True,
             stdout=subprocess.DEVNULL,
@@ -123,7 +145,9 @@ class PostgresServer:
             return
         self.started = False
         subprocess.run(
-            _as_pg_user([pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w", "stop"]),
+            _as_pg_user(
+                [pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w", "stop"]
+            ),
             check=False,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -146,8 +170,21 @@ class RedisServer:
         if exe is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"],
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
             stdout=subprocess.DEVNULL,
             cwd=tempfile.gettempdir(),
         )
