@@ -19,22 +19,30 @@ class StoreConnection:
     """The store's view of a connection Django opened.
 
     Django registers a text loader for ``json``/``jsonb`` on its connections (its JSONField
-    decodes JSON itself), while the store expects decoded values. The cursors created through
-    this view get psycopg's own JSON loaders; Django's cursors on the same connection are left
-    exactly as Django configured them. Everything else is the connection itself."""
+    decodes JSON itself), while the store expects decoded values. This view carries its own
+    adapters map (Django's, plus psycopg's JSON loaders), which every cursor created on the
+    view copies, whether through :meth:`cursor` or ``psycopg.Cursor(view)``; Django's cursors
+    on the same connection keep exactly what Django configured. Everything else is the
+    connection itself."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("raw", "adapters")
 
     def __init__(self, raw: Any) -> None:
-        self.raw = raw
-
-    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        from psycopg.adapt import AdaptersMap
         from psycopg.types.json import JsonbLoader, JsonLoader
 
-        cursor = self.raw.cursor(*args, **kwargs)
-        cursor.adapters.register_loader("jsonb", JsonbLoader)
-        cursor.adapters.register_loader("json", JsonLoader)
-        return cursor
+        self.raw = raw
+        self.adapters = AdaptersMap(raw.adapters)
+        self.adapters.register_loader("jsonb", JsonbLoader)
+        self.adapters.register_loader("json", JsonLoader)
+
+    def cursor(self, *, row_factory: Any = None) -> Any:
+        import psycopg
+
+        factory: Any = psycopg.Cursor
+        if row_factory is None:
+            return factory(self)
+        return factory(self, row_factory=row_factory)
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         return self.cursor().execute(query, params, **kwargs)

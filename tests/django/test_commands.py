@@ -110,3 +110,31 @@ def test_standalone_goatbeat_uses_the_django_project_without_app(
     cli.main(args=["schedule", "list", "--json"], standalone_mode=False)
     names = {row["name"] for row in json.loads(capsys.readouterr().out)}
     assert names == {"broken-report", "daily-report", "ping", "weekly-report"}
+
+
+def test_import_celery_beat_delegates_to_the_migration_toolkit(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from django.test import override_settings
+
+    # manage.py always sets it; the importer reads the project's settings when it is set.
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.project.settings")
+    beat_schedule = {
+        "every-ten-minutes": {
+            "task": "tests.django.project.mail.tasks.send_email",
+            "schedule": timedelta(minutes=10),
+            "args": (1,),
+        }
+    }
+    with override_settings(CELERY_BEAT_SCHEDULE=beat_schedule):
+        source = ["--from-app", "tests.django.project.celery_app:app", "--no-check-tasks"]
+        preview = goatbeat("import_celery_beat", *source, "--dry-run")
+        assert "would create  every-ten-minutes" in preview
+        assert [s.name for s in store.list_schedules(source=Source.CELERY)] == []
+        goatbeat("import_celery_beat", *source)
+    imported = store.get("every-ten-minutes")
+    assert imported.source is Source.CELERY
+    assert imported.args == (1,)
+    assert imported.trigger.to_spec()["every"] == 600
