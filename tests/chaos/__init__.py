@@ -1,0 +1,1 @@
+"""Fault injection: several scheduler processes, one PostgreSQL, faults, and a checker."""

@@ -1,0 +1,182 @@
+"""The app each chaos scheduler process runs: ``--app tests.chaos.app:beat`` (a factory).
+
+Everything a process does that the checker needs is appended to its own record file
+(``$GB_CHAOS_DIR/rec-<scheduler id>.jsonl``), one JSON object per line, one ``os.write`` on an
+``O_APPEND`` descriptor per line: the kernel has the line as soon as ``write`` returns, so a
+SIGKILL right after cannot lose it (only a host crash could, and the harness never crashes the
+host, so no fsync). Records, all with ``t`` = real wall time (``time.time()``, never skewed):
+
+- ``submit``: the submitter accepted an occurrence (key, execution id, its fencing token, kind).
+- ``pending``: the store is about to read ``claimed`` rows for resubmission; ``t`` is taken
+  BEFORE the query, so a row booked before ``t`` cannot be in the answer.
+- ``booked``: ``record_outcomes`` committed; ``ids`` are the executions it marked submitted.
+
+Environment: ``GB_CHAOS_DSN``, ``GB_CHAOS_DIR``, ``GB_CHAOS_SID`` (scheduler id, also the
+connection's ``application_name`` so the harness can terminate this process's backends),
+``GB_CLOCK_OFFSET`` (seconds added to this process's wall clock: a skewed host),
+``GB_CHAOS_FAIL_RATE`` and ``GB_CHAOS_SEED`` (transient submit failures, deterministic per key
+and attempt, never more than two in a row so nothing ends ``submit_failed``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from goatbeat.beat import Beat
+from goatbeat.core.clock import SystemClock
+from goatbeat.core.errors import RetryableSubmitError
+from goatbeat.core.model import Occurrence, Schedule, SubmitOutcome
+from goatbeat.core.store import ScheduleStore
+from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
+
+__all__ = ["beat", "Recorder", "RecordingSubmitter", "RecordingPostgresStore", "CODE_SCHEDULES"]
+
+CODE_SCHEDULES = 20
+"""Schedules declared in code (published by every process at start, identical each time)."""
+
+APP_NAME_PREFIX = "chaos:"
+
+
+class Recorder:
+    """Appends JSON lines to one file; each line is a single ``write`` on an O_APPEND fd."""
+
+    def __init__(self, path: str | None) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.fd is None:
+            return
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+
+class RecordingSubmitter:
+    """Records every accepted submission; optionally fails some attempts (retryable)."""
+
+    name: ClassVar[str] = "chaos-recording"
+    supports_queue: ClassVar[bool] = True
+    supports_priority: ClassVar[bool] = True
+    supports_exchange: ClassVar[bool] = True
+    supports_expires: ClassVar[bool] = True
+    supports_headers: ClassVar[bool] = True
+
+    def __init__(self, recorder: Recorder, sid: str, *, fail_rate: float = 0.0, seed: int = 0):
+        self.recorder = recorder
+        self.sid = sid
+        self.fail_rate = fail_rate
+        self.seed = seed
+
+    def validate(self, schedule: Schedule) -> None:
+        return None
+
+    def submit(self, occurrence: Occurrence) -> str | None:
+        key = occurrence.idempotency_key
+        if (
+            self.fail_rate
+            and occurrence.attempts < 2
+            and random.Random(f"{self.seed}:{key}:{occurrence.attempts}").random() < self.fail_rate
+        ):
+            raise RetryableSubmitError(f"chaos: injected failure of {key}")
+        self.recorder.write(
+            {
+                "type": "submit",
+                "key": key,
+                "id": occurrence.execution_id,
+                "sid": self.sid,
+                "token": occurrence.fencing_token,
+                "kind": occurrence.kind.value,
+                "attempts": occurrence.attempts,
+                "t": time.time(),
+            }
+        )
+        return key
+
+    def close(self) -> None:
+        return None
+
+
+class RecordingPostgresStore(PostgresStore):
+    """PostgresStore that records when it reads pending rows and what bookkeeping committed."""
+
+    def __init__(self, dsn: str, recorder: Recorder, sid: str) -> None:
+        super().__init__(
+            connection_provider=DsnConnectionProvider(
+                dsn, connect_timeout=2, application_name=APP_NAME_PREFIX + sid
+            )
+        )
+        self.dsn = dsn
+        self.recorder = recorder
+
+    def pending(self, *, limit: int) -> list[Occurrence]:
+        started = time.time()
+        rows = super().pending(limit=limit)
+        if rows:
+            self.recorder.write(
+                {"type": "pending", "ids": [o.execution_id for o in rows], "t": started}
+            )
+        return rows
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        super().record_outcomes(outcomes)
+        ok = [o.execution_id for o in outcomes if o.ok]
+        if ok:
+            self.recorder.write({"type": "booked", "ids": ok, "t": time.time()})
+
+
+class ChaosBeat(Beat):
+    """A Beat whose store is the recording PostgresStore (named connection, see above)."""
+
+    def __init__(self, dsn: str, recorder: Recorder, sid: str, **kwargs: Any) -> None:
+        super().__init__(dsn, **kwargs)
+        self._chaos = (dsn, recorder, sid)
+
+    @property
+    def store(self) -> ScheduleStore:
+        if self._store is None:
+            dsn, recorder, sid = self._chaos
+            self._store = RecordingPostgresStore(dsn, recorder, sid)
+        return self._store
+
+
+def declare_code_schedules(target: Beat) -> None:
+    for i in range(CODE_SCHEDULES):
+        target.schedule(
+            name=f"code-{i:02d}",
+            task="tests.chaos.app.noop",
+            every=f"{1 + i % 2}s",
+            args=[i],
+            misfire="run_once",
+            misfire_grace="3s",
+        )
+
+
+def noop(*args: Any) -> None:
+    return None
+
+
+def beat() -> Beat:
+    """The factory ``--app tests.chaos.app:beat`` calls in each scheduler process."""
+    sid = os.environ.get("GB_CHAOS_SID", f"chaos-{os.getpid()}")
+    directory = os.environ.get("GB_CHAOS_DIR")
+    recorder = Recorder(os.path.join(directory, f"rec-{sid}.jsonl") if directory else None)
+    offset = timedelta(seconds=float(os.environ.get("GB_CLOCK_OFFSET", "0")))
+    submitter = RecordingSubmitter(
+        recorder,
+        sid,
+        fail_rate=float(os.environ.get("GB_CHAOS_FAIL_RATE", "0")),
+        seed=int(os.environ.get("GB_CHAOS_SEED", "0")),
+    )
+    app = ChaosBeat(
+        os.environ["GB_CHAOS_DSN"],
+        recorder,
+        sid,
+        submitter=submitter,
+        clock=SystemClock(offset=offset),
+    )
+    declare_code_schedules(app)
+    return app

@@ -1,0 +1,553 @@
+"""The chaos harness: scheduler processes, faults, admin edits, and the evidence they leave.
+
+:class:`ChaosRun` starts ``schedulers`` real processes (``python -m goatbeat --app
+tests.chaos.app:beat scheduler`` with a 3 s lease renewed every second), creates hundreds of
+admin schedules firing every few seconds next to the code schedules, then for ``duration``
+seconds injects faults drawn from ``random.Random(seed)``:
+
+``kill``       SIGKILL the leader (anywhere: mid-claim, between submission and bookkeeping...)
+``crash``      restart a node with ``GOATBEAT_CRASH_AFTER_SUBMIT=n`` so it dies right after its
+               n-th submission, before the bookkeeping (the scheduler's own test hook)
+``stop``       SIGSTOP the leader for longer than the lease TTL, then SIGCONT: it must stand
+               down (refused, or its local deadline expired) while another node leads
+``terminate``  ``pg_terminate_backend`` on every connection of the leader
+``restart``    restart PostgreSQL cleanly (``-m fast``)
+``outage``     kill PostgreSQL (``-m immediate``) and keep it down 0.5-4 s
+Each restarted node gets a new scheduler id and a random clock skew (``GB_CLOCK_OFFSET``:
+none, minutes or hours, either way). A thread edits admin schedules all along (trigger,
+misfire policy, grace) and asks for manual runs; another polls the lease row.
+
+At the end faults stop, every node is brought up, the cluster settles (leftovers resubmitted),
+and the nodes get SIGTERM. Everything goes into ``workdir`` for :mod:`tests.chaos.checker`.
+The seed and the fault schedule are printed, so ``--seed`` replays the same decisions (the
+timing of the processes themselves is not deterministic).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from goatbeat.core.errors import ConflictError, StoreError
+from goatbeat.core.model import MisfirePolicy, Schedule, Source
+from goatbeat.core.triggers import CronTrigger, IntervalTrigger, Trigger
+from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
+from tests.chaos.app import APP_NAME_PREFIX
+from tests.chaos.checker import Definition
+from tests.chaos.pg import ChaosPostgres
+
+__all__ = ["ChaosConfig", "ChaosRun", "FAULTS"]
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS = ("kill", "crash", "stop", "terminate", "restart", "outage")
+_SKEWS = (0.0, 0.0, 90.0, -300.0, 3600.0, -7200.0, 5 * 3600.0)
+_TRIGGERS: tuple[Callable[[], Trigger], ...] = (
+    lambda: IntervalTrigger("1s"),
+    lambda: IntervalTrigger("2s"),
+    lambda: IntervalTrigger("3s"),
+    lambda: IntervalTrigger("5s"),
+    lambda: CronTrigger("*/2 * * * * *"),
+    lambda: CronTrigger("1-59/3 * * * * *"),
+)
+_POLICIES: tuple[tuple[MisfirePolicy, float, int], ...] = (
+    (MisfirePolicy.RUN_ONCE, 3.0, 100),
+    (MisfirePolicy.RUN_ONCE, 10.0, 100),
+    (MisfirePolicy.SKIP, 2.0, 100),
+    (MisfirePolicy.RUN_ALL, 2.0, 3),
+    (MisfirePolicy.RUN_ALL, 6.0, 100),
+)
+
+
+@dataclass
+class ChaosConfig:
+    seed: int
+    duration: float = 100.0
+    schedulers: int = 3
+    admin_schedules: int = 280
+    lease_ttl: float = 3.0
+    lease_renew: float = 1.0
+    fault_gap: tuple[float, float] = (2.0, 5.0)
+    faults: tuple[str, ...] = FAULTS
+    edit_gap: float = 0.25
+    fail_rate: float = 0.01
+    settle: float = 12.0
+    log: Callable[[str], None] = print
+
+
+@dataclass
+class _Node:
+    name: str
+    incarnation: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    sid: str = ""
+    skew: float = 0.0
+    stopped: bool = False
+    expected_exit: bool = False
+
+
+@dataclass
+class RunStats:
+    faults: Counter[str] = field(default_factory=Counter)
+    edits: int = 0
+    edit_conflicts: int = 0
+    edit_errors: int = 0
+    manual_runs: int = 0
+    restarts: int = 0
+    unexpected_exits: Counter[str] = field(default_factory=Counter)
+
+
+class ChaosRun:
+    def __init__(self, config: ChaosConfig, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.rng = random.Random(config.seed)
+        self.server: ChaosPostgres | None = None
+        self.dsn = ""
+        self.nodes = [_Node(name=f"node{i}") for i in range(config.schedulers)]
+        self.stats = RunStats()
+        self._stop = threading.Event()
+        self._edits_on = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._files: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.admin_names: list[str] = []
+        self.errors: list[str] = []
+        """Exceptions of the background threads: the run is void if any."""
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        with self._lock:
+            fh = self._files.get(name)
+            if fh is None:
+                fh = self._files[name] = open(self.workdir / name, "a")  # noqa: SIM115
+            fh.write(json.dumps(record, default=str) + "\n")
+            fh.flush()
+
+    def fault(self, kind: str, **detail: Any) -> None:
+        self.stats.faults[kind] += 1
+        self._append("faults.jsonl", {"fault": kind, "t": time.time(), **detail})
+        self.config.log(f"  fault {kind} {detail}")
+
+    def _store(self, label: str) -> PostgresStore:
+        return PostgresStore(
+            connection_provider=DsnConnectionProvider(
+                self.dsn, connect_timeout=2, application_name=f"harness:{label}"
+            )
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Everything up to the evidence; always cleans up its processes and server."""
+        cfg = self.config
+        cfg.log(
+            f"chaos: seed={cfg.seed} duration={cfg.duration:g}s schedulers={cfg.schedulers} "
+            f"workdir={self.workdir}"
+        )
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.server = ChaosPostgres().start()
+        try:
+            self._run()
+        finally:
+            self._shutdown()
+
+    def _run(self) -> None:
+        cfg = self.config
+        assert self.server is not None
+        self.dsn = self.server.dsn
+        setup = self._store("setup")
+        setup.migrate()
+        self._create_admin_schedules(setup)
+        setup.close()
+        for node in self.nodes:
+            self._start(node)
+        self._spawn(self._lease_poller)
+        self._spawn(self._editor)
+        self._edits_on.set()
+        deadline = time.monotonic() + cfg.duration
+        self._sleep(min(3.0, cfg.duration / 4))
+        bag: list[str] = []
+        while time.monotonic() < deadline:
+            if not bag:
+                # Shuffled rounds rather than independent draws: a short run still gets every
+                # kind of fault, in an order the seed decides.
+                bag = list(cfg.faults)
+                self.rng.shuffle(bag)
+            self._supervise()
+            self._inject(bag.pop())
+            self._supervise()
+            self._sleep(self.rng.uniform(*cfg.fault_gap))
+        self._edits_on.clear()
+        self.fault("end")
+        # Settle: every node up, no faults, so leftovers of the last crash are resubmitted.
+        settle_until = time.monotonic() + cfg.settle
+        while time.monotonic() < settle_until:
+            self._supervise()
+            self._sleep(0.2)
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.expected_exit = True
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            if node.proc is not None:
+                try:
+                    node.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait()
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=20)
+        self._drain()
+
+    def _drain(self) -> None:
+        """One last leader, ``scheduler --once`` without injected failures: what the cluster
+        left ``claimed`` at SIGTERM (a retry not yet due) is what any next leader resubmits."""
+        for attempt in range(20):
+            node = _Node(name="drain", incarnation=attempt)
+            self._start(node, fail_rate=0.0, extra=["--once", "--batch-size", "100000"])
+            assert node.proc is not None
+            node.proc.wait(timeout=60)
+            self._append(
+                "faults.jsonl",
+                {"fault": "drain", "t": time.time(), "sid": node.sid, "rc": node.proc.returncode},
+            )
+            log = (self.workdir / f"log-{node.sid}.jsonl").read_text(errors="replace")
+            if '"event": "lease.acquired"' in log:
+                return
+            time.sleep(0.5)
+        raise RuntimeError("the drain scheduler never got the lease")
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        for node in self.nodes:
+            proc = node.proc
+            if proc is not None and proc.poll() is None:
+                if node.stopped:
+                    os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
+    def _spawn(self, target: Callable[[], None]) -> None:
+        def guarded() -> None:
+            try:
+                target()
+            except Exception as exc:  # reported by the run, never swallowed
+                self.errors.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+                self.config.log(f"  harness thread failed: {self.errors[-1]}")
+
+        thread = threading.Thread(target=guarded, daemon=True, name=target.__name__)
+        thread.start()
+        self._threads.append(thread)
+
+    # -- schedules ------------------------------------------------------------------------------
+
+    def _admin_schedule(self, name: str, rng: random.Random, description: str) -> Schedule:
+        policy, grace, limit = rng.choice(_POLICIES)
+        return Schedule(
+            name=name,
+            task="tests.chaos.app.noop",
+            trigger=rng.choice(_TRIGGERS)(),
+            args=(name,),
+            misfire=policy,
+            misfire_grace=timedelta(seconds=grace),
+            catch_up_limit=limit,
+            description=description,
+            source=Source.ADMIN,
+        )
+
+    def _create_admin_schedules(self, store: PostgresStore) -> None:
+        rng = random.Random(f"{self.config.seed}:schedules")
+        for i in range(self.config.admin_schedules):
+            name = f"admin-{i:03d}"
+            stored = store.create(self._admin_schedule(name, rng, "created"))
+            assert stored.updated_at is not None
+            self.admin_names.append(name)
+            self._append(
+                "defs.jsonl",
+                {
+                    "name": name,
+                    "start": stored.updated_at.isoformat(),
+                    "definition": Definition.of(stored).to_json(),
+                    "answered": time.time(),
+                },
+            )
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def _start(
+        self,
+        node: _Node,
+        *,
+        crash_after: int | None = None,
+        fail_rate: float | None = None,
+        extra: list[str] | None = None,
+    ) -> None:
+        cfg = self.config
+        node.incarnation += 1
+        node.sid = f"{node.name}.{node.incarnation}"
+        node.skew = self.rng.choice(_SKEWS)
+        node.stopped = False
+        node.expected_exit = crash_after is not None
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "GB_CHAOS_DSN": self.dsn,
+            "GB_CHAOS_DIR": str(self.workdir),
+            "GB_CHAOS_SID": node.sid,
+            "GB_CLOCK_OFFSET": str(node.skew),
+            "GB_CHAOS_FAIL_RATE": str(cfg.fail_rate if fail_rate is None else fail_rate),
+            "GB_CHAOS_SEED": str(cfg.seed),
+        }
+        env.pop("GOATBEAT_APP", None)
+        env.pop("GOATBEAT_CRASH_AFTER_SUBMIT", None)
+        if crash_after is not None:
+            env["GOATBEAT_CRASH_AFTER_SUBMIT"] = str(crash_after)
+        log = open(self.workdir / f"log-{node.sid}.jsonl", "ab")  # noqa: SIM115
+        node.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "goatbeat",
+                "--app",
+                "tests.chaos.app:beat",
+                "--log-format",
+                "json",
+                "scheduler",
+                "--scheduler-id",
+                node.sid,
+                "--lease-ttl",
+                f"{cfg.lease_ttl:g}s",
+                "--lease-renew-interval",
+                f"{cfg.lease_renew:g}s",
+                "--max-sleep",
+                "1s",
+                *(extra or ["--batch-size", "100"]),
+            ],
+            cwd=self.workdir,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        log.close()
+        self._append(
+            "faults.jsonl",
+            {
+                "fault": "start",
+                "t": time.time(),
+                "sid": node.sid,
+                "skew": node.skew,
+                "crash_after": crash_after,
+            },
+        )
+
+    def _supervise(self) -> None:
+        """Restart nodes that exited (crash hook, a failed start during an outage...)."""
+        for node in self.nodes:
+            proc = node.proc
+            if proc is None or proc.poll() is None:
+                continue
+            rc = proc.returncode
+            if not node.expected_exit:
+                self.stats.unexpected_exits[str(rc)] += 1
+                tail = (self.workdir / f"log-{node.sid}.jsonl").read_text(errors="replace")
+                self.config.log(f"  {node.sid} exited {rc}: {tail[-400:]}")
+            self._append(
+                "faults.jsonl", {"fault": "exit", "t": time.time(), "died": node.sid, "rc": rc}
+            )
+            self.stats.restarts += 1
+            self._start(node)
+
+    def _leader(self) -> _Node | None:
+        try:
+            store = self._store("probe")
+            try:
+                lease = store.read_lease("scheduler")
+            finally:
+                store.close()
+        except StoreError:
+            return None
+        if lease is None or lease[3]:
+            return None
+        return next((n for n in self.nodes if n.sid == lease[0]), None)
+
+    # -- faults ---------------------------------------------------------------------------------
+
+    def _inject(self, kind: str) -> None:
+        cfg = self.config
+        assert self.server is not None
+        if kind in ("kill", "stop", "terminate"):
+            leader = self._leader()
+            if leader is None or leader.proc is None or leader.proc.poll() is not None:
+                return
+            if kind == "kill":
+                # A random extra delay so the kill lands anywhere in the iteration.
+                time.sleep(self.rng.uniform(0, 0.3))
+                self.fault("kill", sid=leader.sid)
+                leader.expected_exit = True
+                leader.proc.kill()
+                leader.proc.wait()
+                self._append(
+                    "faults.jsonl",
+                    {"fault": "exit", "t": time.time(), "died": leader.sid, "rc": -9},
+                )
+                self._sleep(self.rng.uniform(0.2, 2.0))
+                self._start(leader)
+            elif kind == "stop":
+                pause = cfg.lease_ttl + self.rng.uniform(0.5, 3.0)
+                self.fault("stop", sid=leader.sid, seconds=round(pause, 2))
+                leader.stopped = True
+                os.kill(leader.proc.pid, signal.SIGSTOP)
+                self._sleep(pause)
+                os.kill(leader.proc.pid, signal.SIGCONT)
+                leader.stopped = False
+            else:
+                killed = self._terminate(APP_NAME_PREFIX + leader.sid)
+                self.fault("terminate", sid=leader.sid, backends=killed)
+        elif kind == "crash":
+            # The crash hook needs a fresh process: replace a standby (or the leader).
+            node = self.rng.choice(self.nodes)
+            n = self.rng.randint(1, 120)
+            self.fault("crash", sid=node.sid, crash_after=n)
+            if node.proc is not None and node.proc.poll() is None:
+                node.expected_exit = True
+                node.proc.kill()
+                node.proc.wait()
+                self._append(
+                    "faults.jsonl", {"fault": "exit", "t": time.time(), "died": node.sid, "rc": -9}
+                )
+            self._start(node, crash_after=n)
+        elif kind == "restart":
+            self.fault("restart")
+            self.server.restart()
+        elif kind == "outage":
+            down = self.rng.uniform(0.5, 4.0)
+            self.fault("outage", seconds=round(down, 2))
+            self.server.crash(down_for=down)
+
+    def _terminate(self, application_name: str) -> int:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2) as conn:
+                rows = conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (application_name,),
+                ).fetchall()
+        except psycopg.Error:
+            return 0
+        return len(rows)
+
+    # -- background threads ---------------------------------------------------------------------
+
+    def _lease_poller(self) -> None:
+        store = self._store("lease-poller")
+        last: tuple[str, int] | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    lease = store.read_lease("scheduler")
+                except StoreError:
+                    self._stop.wait(0.2)
+                    continue
+                if lease is not None and (lease[0], lease[1]) != last:
+                    last = (lease[0], lease[1])
+                    self._append(
+                        "lease.jsonl", {"t": time.time(), "holder": lease[0], "token": lease[1]}
+                    )
+                self._stop.wait(0.05)
+        finally:
+            store.close()
+
+    def _editor(self) -> None:
+        """Admin-style edits while claims run: change a schedule's trigger and misfire policy,
+        and now and then ask for a manual run. Each landed edit is logged with the database
+        time of its transaction (``updated_at``) for the checker."""
+        rng = random.Random(f"{self.config.seed}:edits")
+        store = self._store("editor")
+        n = 0
+        try:
+            while not self._stop.is_set():
+                if not self._edits_on.wait(0.2):
+                    continue
+                self._stop.wait(rng.uniform(0, 2 * self.config.edit_gap))
+                if not self._edits_on.is_set():
+                    continue
+                name = rng.choice(self.admin_names)
+                if rng.random() < 0.1:
+                    try:
+                        store.request_run(name)
+                        self.stats.manual_runs += 1
+                    except (StoreError, ConflictError):
+                        self.stats.edit_errors += 1
+                    continue
+                n += 1
+                self._edit(store, name, self._admin_schedule(name, rng, f"edit-{n}"))
+        finally:
+            store.close()
+
+    def _edit(self, store: PostgresStore, name: str, wanted: Schedule) -> None:
+        for _attempt in range(5):
+            try:
+                stored = store.update(wanted)
+            except ConflictError:
+                self.stats.edit_conflicts += 1  # a claim advanced the row meanwhile: retry
+                continue
+            except StoreError:
+                self.stats.edit_errors += 1
+                stored = self._landed(store, wanted)  # committed or not? ask the row
+                if stored is None:
+                    return
+            self._record_edit(stored)
+            return
+
+    def _landed(self, store: PostgresStore, wanted: Schedule) -> Schedule | None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self._stop.is_set():
+            try:
+                row = store.get(wanted.name)
+            except StoreError:
+                self._stop.wait(0.2)
+                continue
+            return row if row.description == wanted.description else None
+        raise RuntimeError("the database never came back for the editor")
+
+    def _record_edit(self, stored: Schedule) -> None:
+        assert stored.updated_at is not None
+        self.stats.edits += 1
+        self._append(
+            "defs.jsonl",
+            {
+                "name": stored.name,
+                "start": stored.updated_at.isoformat(),
+                "definition": Definition.of(stored).to_json(),
+                "answered": time.time(),
+            },
+        )

@@ -1,0 +1,37 @@
+"""A bounded chaos run in the suite: three scheduler processes, every kind of fault, the checker.
+
+About two minutes. The long run is ``python -m tests.chaos.run --duration 600`` (see
+``tests/chaos/run.py``); its figures go in the notes, never in assertions.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import FAULTS, ChaosConfig
+from tests.chaos.run import run_chaos
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.mark.timeout(420)
+def test_no_guarantee_breaks_under_kills_pauses_lost_connections_and_restarts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seed = int(os.environ.get("GOATBEAT_CHAOS_SEED") or random.SystemRandom().randrange(1, 2**31))
+    lines: list[str] = []
+    config = ChaosConfig(seed=seed, duration=80.0, log=lines.append)
+    run, report = run_chaos(config, tmp_path)
+    with capsys.disabled():
+        print(f"\nchaos seed {seed} (replay: GOATBEAT_CHAOS_SEED={seed})")
+        print(report.summary())
+    assert report.ok, f"seed {seed}:\n{report.summary()}\n" + "\n".join(lines)
+    # The run really exercised what it claims to.
+    assert set(run.stats.faults) >= set(FAULTS), run.stats.faults
+    assert report.figures["occurrences_checked"] > 1000
+    assert report.figures["admin_edits_checked"] > 0
+    assert report.figures["pauses_replaced"] > 0

@@ -1,0 +1,227 @@
+"""The chaos checker must catch each broken guarantee (otherwise a green chaos run proves
+nothing). Small hand-built evidence: a clean history passes, each tampering is named."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from goatbeat.core.model import MisfirePolicy, Schedule, Source, idempotency_key
+from goatbeat.core.triggers import IntervalTrigger
+from tests.chaos.checker import (
+    Definition,
+    Evidence,
+    ExecRow,
+    Segment,
+    check,
+    expected_claims,
+)
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+
+
+def definition(policy: MisfirePolicy = MisfirePolicy.RUN_ONCE, grace: float = 2, limit: int = 100):
+    return Definition(
+        trigger=IntervalTrigger("1s"),
+        misfire=policy,
+        grace=timedelta(seconds=grace),
+        catch_up_limit=limit,
+    )
+
+
+class History:
+    """One schedule ``s`` firing every second from T0, claimed by a leader."""
+
+    def __init__(self, d: Definition | None = None) -> None:
+        self.d = d or definition()
+        self.rows: list[ExecRow] = []
+        self.records: list[dict] = []
+        self.next_id = 1
+
+    def claim(self, at: datetime, instants: list[datetime], token: int = 1, sid: str = "a"):
+        for t in instants:
+            key = idempotency_key("s", t)
+            row = ExecRow(
+                id=self.next_id,
+                name="s",
+                scheduled_at=t,
+                key=key,
+                kind="scheduled",
+                status="submitted",
+                token=token,
+                scheduler_id=sid,
+                claimed_at=at,
+            )
+            self.next_id += 1
+            self.rows.append(row)
+            wall = at.timestamp() + 0.01
+            self.records.append(
+                {"type": "submit", "key": key, "id": row.id, "token": token, "src": sid, "t": wall}
+            )
+            self.records.append({"type": "booked", "ids": [row.id], "src": sid, "t": wall + 0.01})
+
+    def evidence(self, next_run_at: datetime, **changes) -> Evidence:
+        final = Schedule(
+            name="s",
+            task="t.f",
+            trigger=self.d.trigger,
+            misfire=self.d.misfire,
+            misfire_grace=self.d.grace,
+            catch_up_limit=self.d.catch_up_limit,
+            source=Source.ADMIN,
+            next_run_at=next_run_at,
+            created_at=T0,
+        )
+        ev = Evidence(
+            executions=self.rows,
+            final={"s": final},
+            segments={"s": [Segment(start=T0, definition=self.d)]},
+            records=self.records,
+        )
+        return dataclasses.replace(ev, **changes)
+
+
+def steady(h: History, seconds: int = 5) -> datetime:
+    """Claims each second on time (10 ms late); returns the final next_run_at."""
+    for i in range(1, seconds + 1):
+        h.claim(T0 + i * S + timedelta(milliseconds=10), [T0 + i * S])
+    return T0 + (seconds + 1) * S
+
+
+def kinds(ev: Evidence) -> set[str]:
+    return {k for k, _ in check(ev).violations}
+
+
+def test_a_clean_history_passes() -> None:
+    h = History()
+    report = check(h.evidence(steady(h)))
+    assert report.ok, report.summary()
+    assert report.figures["occurrences_checked"] == 5
+
+
+def test_an_on_time_occurrence_missing_is_lost() -> None:
+    h = History()
+    nxt = steady(h)
+    h.rows = [r for r in h.rows if r.scheduled_at != T0 + 3 * S]
+    assert "misfire" in kinds(h.evidence(nxt))
+
+
+def test_an_outage_under_run_once_owes_exactly_the_latest_late_instant() -> None:
+    h = History()
+    h.claim(T0 + S + timedelta(milliseconds=5), [T0 + S])
+    # Down from 1 s to 10 s: at 10.005 s, instants 2..8 are late (grace 2 s), 9 and 10 on time.
+    h.claim(T0 + 10 * S + timedelta(milliseconds=5), [T0 + i * S for i in (9, 10)])
+    assert check(h.evidence(T0 + 11 * S)).ok
+    bad = History()
+    bad.claim(T0 + S + timedelta(milliseconds=5), [T0 + S])
+    bad.claim(T0 + 10 * S + timedelta(milliseconds=5), [T0 + i * S for i in (8, 9, 10)])
+    assert "misfire" in kinds(bad.evidence(T0 + 11 * S))
+
+
+@pytest.mark.parametrize(
+    ("policy", "limit", "want"),
+    [
+        (MisfirePolicy.SKIP, 100, [9, 10]),
+        (MisfirePolicy.RUN_ONCE, 100, [9, 10]),
+        (MisfirePolicy.RUN_ALL, 2, [7, 8, 9, 10]),
+    ],
+)
+def test_expected_claims_follow_the_policy(policy, limit, want) -> None:
+    window = [T0 + i * S for i in range(2, 11)]
+    at = T0 + 10 * S + timedelta(milliseconds=5)
+    got = expected_claims(definition(policy, 2, limit), window, at)
+    assert got == [T0 + i * S for i in want]
+
+
+def test_run_once_with_nothing_on_time_claims_the_latest_late_instant() -> None:
+    window = [T0 + i * S for i in range(2, 6)]
+    got = expected_claims(definition(), window, T0 + 20 * S)
+    assert got == [T0 + 5 * S]
+
+
+def test_a_row_never_submitted_is_reported() -> None:
+    h = History()
+    nxt = steady(h)
+    h.records = [r for r in h.records if r.get("id") != 2 and 2 not in r.get("ids", [])]
+    assert "not-submitted" in kinds(h.evidence(nxt))
+
+
+def test_a_resubmission_without_a_pending_read_is_an_unjustified_duplicate() -> None:
+    h = History()
+    nxt = steady(h)
+    again = dict(h.records[0], t=h.records[0]["t"] + 5, src="b")
+    h.records.append(again)
+    assert "unjustified-duplicate" in kinds(h.evidence(nxt))
+
+
+def test_a_resubmission_read_after_the_bookkeeping_is_an_unjustified_duplicate() -> None:
+    h = History()
+    nxt = steady(h)
+    booked_at = h.records[1]["t"]
+    h.records.append({"type": "pending", "ids": [1], "src": "b", "t": booked_at + 1})
+    h.records.append(dict(h.records[0], t=booked_at + 1.1, src="b"))
+    assert "unjustified-duplicate" in kinds(h.evidence(nxt))
+
+
+def test_a_resubmission_of_a_row_left_claimed_by_a_dead_submitter_is_justified() -> None:
+    h = History()
+    nxt = steady(h)
+    h.records = [r for r in h.records if not (r["type"] == "booked" and r["ids"] == [1])]
+    first = h.records[0]
+    h.records.append({"type": "pending", "ids": [1], "src": "b", "t": first["t"] + 3})
+    h.records.append(dict(first, t=first["t"] + 3.1, src="b"))
+    report = check(h.evidence(nxt, died={"a"}))
+    assert report.ok, report.summary()
+    assert report.figures["duplicate_causes"] == {"submitter died before bookkeeping": 1}
+
+
+def test_a_claim_after_an_edit_that_follows_the_old_trigger_is_stale() -> None:
+    h = History()
+    nxt = steady(h, 3)
+    edited = definition(grace=2)
+    edited = dataclasses.replace(edited, trigger=IntervalTrigger("2s"), description="edit-1")
+    edit_at = T0 + 3 * S + timedelta(milliseconds=500)
+    h.claim(T0 + 5 * S + timedelta(milliseconds=10), [T0 + 5 * S])  # odd second: old trigger
+    ev = h.evidence(T0 + 6 * S)
+    ev.segments["s"].append(Segment(start=edit_at, definition=edited, answered=edit_at))
+    ev.final["s"] = dataclasses.replace(ev.final["s"], trigger=edited.trigger, description="edit-1")
+    assert "stale-claim" in kinds(ev)
+    assert nxt  # the old segment itself was clean
+
+
+def test_a_final_row_without_the_last_edit_is_an_overwritten_edit() -> None:
+    h = History()
+    nxt = steady(h, 3)
+    edited = dataclasses.replace(definition(), trigger=IntervalTrigger("2s"), description="e")
+    ev = h.evidence(nxt)
+    ev.segments["s"].append(Segment(start=T0 + 3.5 * S, definition=edited))
+    assert "edit-overwritten" in kinds(ev)
+
+
+def test_a_claim_with_an_older_token_after_a_newer_one_breaks_token_order() -> None:
+    h = History()
+    h.claim(T0 + S + timedelta(milliseconds=10), [T0 + S], token=2, sid="b")
+    h.claim(T0 + 2 * S + timedelta(milliseconds=10), [T0 + 2 * S], token=1, sid="a")
+    assert "token-order" in kinds(h.evidence(T0 + 3 * S))
+
+
+def test_one_token_used_by_two_schedulers_is_reported() -> None:
+    h = History()
+    h.claim(T0 + S + timedelta(milliseconds=10), [T0 + S], token=1, sid="a")
+    h.claim(T0 + 2 * S + timedelta(milliseconds=10), [T0 + 2 * S], token=1, sid="b")
+    assert "token-holder" in kinds(h.evidence(T0 + 3 * S))
+
+
+def test_a_schedule_advanced_past_instants_without_claims_lost_them() -> None:
+    h = History()
+    steady(h, 3)
+    assert "misfire" in kinds(h.evidence(T0 + 8 * S))
+
+
+def test_a_schedule_that_stopped_advancing_is_stalled() -> None:
+    h = History()
+    nxt = steady(h)
+    assert "stalled" in kinds(h.evidence(nxt, faults_stopped_at=nxt + S))
