@@ -138,3 +138,16 @@ def test_import_celery_beat_delegates_to_the_migration_toolkit(
     assert imported.source is Source.CELERY
     assert imported.args == (1,)
     assert imported.trigger.to_spec()["every"] == 600
+
+
+def test_the_real_command_line_gives_click_the_arguments_and_the_exit_status(store: Any) -> None:
+    from tests.django.conftest import manage
+
+    listed = manage("goatbeat", "schedule", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {row["name"] for row in json.loads(listed.stdout)} >= {"daily-report", "ping"}
+    helped = manage("goatbeat", "--help")
+    assert helped.returncode == 0 and "scheduler" in helped.stdout
+    unknown = manage("goatbeat", "schedule", "run", "nope")
+    assert unknown.returncode == 2
+    assert "goatbeat: error: schedule: no schedule named 'nope'" in unknown.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from typing import Any
 
 import click
@@ -32,6 +33,20 @@ class Command(BaseCommand):  # type: ignore[misc]
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("goatbeat_args", nargs=argparse.REMAINDER)
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        """From the command line, click owns the arguments, the help and the exit status
+        (2 for a usage mistake, printed as one ``goatbeat: error:`` line), as ``goatbeat``."""
+        from django.db import connections
+
+        from goatbeat.cli import CliContext, cli
+        from goatbeat.django import cli_app
+
+        prog = f"{os.path.basename(argv[0])} {argv[1]}"
+        try:
+            cli.main(args=argv[2:], obj=CliContext(app=cli_app()), prog_name=prog)
+        finally:
+            connections.close_all()
 
     def handle(self, *args: Any, **options: Any) -> None:
         from goatbeat.cli import CliContext, UserError, cli
