@@ -77,6 +77,9 @@ CREATE INDEX goatbeat_execution_schedule_idx
     ON goatbeat_execution (schedule_id, scheduled_at DESC);
 CREATE INDEX goatbeat_execution_status_idx
     ON goatbeat_execution (status, scheduled_at DESC);
+-- The Django Tasks completion signal finds its execution by the backend's task id.
+CREATE INDEX goatbeat_execution_backend_task_idx
+    ON goatbeat_execution (backend_task_id) WHERE backend_task_id IS NOT NULL;
 -- History by name survives the schedule's deletion (schedule_id becomes NULL).
 CREATE INDEX goatbeat_execution_name_idx
     ON goatbeat_execution (schedule_name, scheduled_at DESC);
