@@ -135,7 +135,11 @@ def test_takeover_waits_for_a_claim_in_flight_to_commit(
         in_claim.wait(10)
         time.sleep(0.5)
         got = standby.acquire_lease("scheduler", "standby", timedelta(seconds=30))
-        events.append(f"acquired:{got is not None}")
+        # Whichever thread wakes first after the commit, the claim must already be visible
+        # when the takeover returns: the takeover waited for it.
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM goatbeat_execution").fetchone()
+        events.append(f"acquired:{got is not None}:executions={row[0] if row else None}")
 
     thread = threading.Thread(target=take_over)
     thread.start()
@@ -143,7 +147,7 @@ def test_takeover_waits_for_a_claim_in_flight_to_commit(
     events.append(f"claimed:{len(result.occurrences)}")
     thread.join(20)
 
-    assert events == ["claimed:1", "acquired:True"]
+    assert sorted(events) == ["acquired:True:executions=1", "claimed:1"]
 
 
 def test_notify_wakes_a_waiter_well_before_its_timeout(
