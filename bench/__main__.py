@@ -1,0 +1,331 @@
+"""``python -m bench``: run every benchmark, print a Markdown table, write the docs page.
+
+    python -m bench                 # full run (under 30 min); writes docs/benchmarks.md + .png
+    python -m bench --quick         # a reduced run in a few minutes; prints only
+    python -m bench --only dispatch --only claim
+    python -m bench --profile       # add pyinstrument profiles of goatbeat's hot paths
+
+The peers compared against (django-celery-beat and the packages it needs, matplotlib for the
+chart) are installed into this interpreter's environment when missing (``--no-install`` to
+skip). PostgreSQL and Redis are started on free loopback ports and stopped at the end
+(``GOATBEAT_BENCH_PG_DSN`` / ``GOATBEAT_BENCH_REDIS_URL`` reuse running servers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import (
+    bench_claim,
+    bench_dispatch,
+    bench_failover,
+    bench_lateness,
+    bench_scale,
+)
+from bench._common import ROOT, Row, Section, Servers, ensure_peers, fmt, machine
+
+NAMES = ("dispatch", "claim", "scale", "lateness", "failover", "cron")
+DOCS = ROOT / "docs"
+
+
+# -- cron: the other helper's script, called as a program ----------------------------------
+
+
+def run_cron(quick: bool) -> Section:
+    script = ROOT / "bench" / "bench_cron.py"
+    section = Section("Cron next-occurrence vs croniter and cronsim")
+    if not script.exists():
+        section.details = "bench/bench_cron.py is missing: not measured.\n"
+        return section
+    calls, repeat = ("500", "1") if quick else ("3000", "3")
+    proc = subprocess.run(
+        [sys.executable, str(script), "--calls", calls, "--repeat", repeat],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if proc.returncode != 0:
+        section.details = f"bench_cron.py failed:\n\n```\n{proc.stderr[-2000:]}\n```\n"
+        return section
+    section.details = proc.stdout.strip() + "\n"
+    for name, value in re.findall(r"speedup vs (\w+): ([\d.]+)x", proc.stdout):
+        speedup = float(value)
+        section.rows.append(
+            Row(
+                section.name,
+                f"goatbeat vs {name} (geometric mean)",
+                speedup,
+                "x faster",
+                target=">= 3x",
+                met=speedup >= 3.0,
+            )
+        )
+        section.chart[name] = speedup
+    return section
+
+
+# -- output ---------------------------------------------------------------------------------
+
+
+def summary_table(sections: list[Section]) -> str:
+    lines = [
+        "| benchmark | subject | result | compared with | ratio | target | met |",
+        "|---|---|---:|---|---:|---|:---:|",
+    ]
+    for section in sections:
+        for row in section.rows:
+            digits = 0 if row.value is not None and abs(row.value) >= 100 else 2
+            value = f"{fmt(row.value, digits)} {row.unit}"
+            ratio = "" if row.ratio is None else f"{row.ratio:.0%}" if row.unit != "x" else ""
+            if row.unit == "MB" and row.ratio is not None:
+                ratio = f"{row.ratio:.2f}x"
+            met = {True: "yes", False: "**no**", None: ""}[row.met]
+            subject = row.subject + (f" ({row.note})" if row.note else "")
+            lines.append(
+                f"| {section.name} | {subject} | {value} | {row.reference} | {ratio} | "
+                f"{row.target} | {met} |"
+            )
+    return "\n".join(lines)
+
+
+def draw_chart(sections: dict[str, Section], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("bench: matplotlib is missing, no chart", file=sys.stderr)
+        return False
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig.suptitle("goatbeat benchmarks (higher is better unless noted)", fontsize=13)
+
+    ax = axes[0][0]
+    dispatch = sections.get("dispatch")
+    if dispatch and dispatch.chart.get("series"):
+        sizes = dispatch.chart["sizes"]
+        series = dispatch.chart["series"]
+        width = 0.8 / max(1, len(series))
+        for i, (label, values) in enumerate(series.items()):
+            xs = [j + i * width for j in range(len(values))]
+            bars = ax.bar(xs, [v or 0 for v in values], width, label=label)
+            ax.bar_label(bars, labels=[fmt(v) for v in values], fontsize=7, rotation=90)
+        ax.set_xticks([j + width * (len(series) - 1) / 2 for j in range(len(sizes))])
+        ax.set_xticklabels([f"{n:,} due at once" for n in sizes])
+        ax.set_yscale("log")
+        ax.set_ylabel("occurrences / s (log)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
+    ax.set_title("Dispatch to Celery over Redis")
+
+    ax = axes[0][1]
+    claim = sections.get("claim")
+    if claim and claim.chart:
+        labels = list(claim.chart)
+        values = [claim.chart[k] or 0 for k in labels]
+        bars = ax.barh([label.replace(" (", "\n(") for label in labels], values, color="#4c72b0")
+        ax.bar_label(bars, labels=[fmt(v) for v in values], fontsize=8)
+        ax.set_xlabel("claims / s")
+        ax.invert_yaxis()
+    ax.set_title("Claim throughput, PostgreSQL, no-op submitter")
+
+    ax = axes[1][0]
+    scale = sections.get("scale")
+    if scale and scale.chart.get("due"):
+        ax.plot(scale.chart["due"], scale.chart["ms"], marker="o")
+        for x, y in zip(scale.chart["due"], scale.chart["ms"], strict=False):
+            ax.annotate(f"{y:.0f} ms", (x, y), textcoords="offset points", xytext=(4, -10))
+        ax.set_xlabel("occurrences due in the iteration (100,000 schedules)")
+        ax.set_ylabel("ms per iteration (lower is better)")
+        rss = scale.chart.get("rss", {})
+        if rss:
+            text = "idle RSS: " + ", ".join(f"{k}: {v:.0f} MB" for k, v in rss.items())
+            ax.text(0.02, 0.95, text, transform=ax.transAxes, va="top", fontsize=8)
+    ax.set_title("Iteration cost tracks what is due")
+
+    ax = axes[1][1]
+    labels, values = [], []
+    late = sections.get("lateness")
+    if late and late.chart:
+        for key in ("p50", "p99"):
+            labels.append(f"lateness {key}")
+            values.append(late.chart[key])
+    fail = sections.get("failover")
+    if fail and fail.chart:
+        labels += ["failover SIGTERM", "failover SIGKILL"]
+        values += [fail.chart["SIGTERM"] * 1000, fail.chart["SIGKILL"] * 1000]
+    if labels:
+        bars = ax.bar(labels, values, color=["#55a868"] * 2 + ["#c44e52"] * (len(labels) - 2))
+        ax.bar_label(bars, labels=[f"{v:,.0f} ms" for v in values], fontsize=8)
+        ax.set_yscale("log")
+        ax.axhline(100, color="#55a868", linestyle="--", linewidth=1)
+        ax.axhline(1000, color="#c44e52", linestyle="--", linewidth=1)
+        ax.set_ylabel("milliseconds (log, lower is better)")
+        ax.tick_params(axis="x", labelsize=8)
+    ax.set_title("Lateness at the broker (10k cron; target p99 < 100 ms) and failover")
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+METHODS: dict[str, Any] = {
+    "dispatch": bench_dispatch,
+    "claim": bench_claim,
+    "scale": bench_scale,
+    "lateness": bench_lateness,
+    "failover": bench_failover,
+}
+
+
+def write_docs(
+    sections: dict[str, Section],
+    table: str,
+    host: dict[str, str],
+    *,
+    quick: bool,
+    chart: bool,
+    elapsed: float,
+) -> Path:
+    out = DOCS / "benchmarks.md"
+    parts = [
+        "# Benchmarks",
+        "",
+        "goatbeat measured side by side with stock celery beat (`PersistentScheduler`) and "
+        "django-celery-beat (`DatabaseScheduler`), in one run, on one machine, against the same "
+        "PostgreSQL and Redis servers. Reproduce from a fresh clone with one command:",
+        "",
+        "```sh",
+        "./dev bench            # python -m bench: full run, rewrites this page and the chart",
+        "./dev bench --quick    # a reduced run in a few minutes, prints the table only",
+        "```",
+        "",
+        f"This page was generated by `python -m bench{' --quick' if quick else ''}` on "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC in {elapsed / 60:.0f} min. Nothing here is "
+        "asserted by the test suite; speed is measured, not tested.",
+        "",
+        "## Summary",
+        "",
+        table,
+        "",
+    ]
+    if chart:
+        parts += ["![goatbeat benchmarks](benchmarks.png)", ""]
+    parts += ["## Machine", "", "| | |", "|---|---|"]
+    parts += [f"| {k} | {v} |" for k, v in host.items()]
+    parts += [
+        "",
+        "Absolute figures depend on the machine and on what else runs on it; the ratios are "
+        "measured in the same run, contender after contender, and are the figures to compare.",
+        "",
+        "## How each number was obtained",
+        "",
+    ]
+    for name in NAMES:
+        section = sections.get(name)
+        if section is None:
+            continue
+        parts += [f"### {section.name}", ""]
+        module = METHODS.get(name)
+        if module is not None and module.__doc__:
+            parts += [module.__doc__.strip().split("\n", 1)[1].strip(), ""]
+        elif name == "cron":
+            parts += [
+                "`bench/bench_cron.py` (run as a program by `python -m bench`): sequential "
+                "next occurrences of the same expressions with each engine, best of several "
+                "runs.",
+                "",
+            ]
+        parts += ["Results:", "", section.details.strip(), ""]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(parts))
+    return out
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a reduced run in a few minutes")
+    parser.add_argument("--only", action="append", choices=NAMES, help="run only these")
+    parser.add_argument("--profile", action="store_true", help="add pyinstrument profiles")
+    parser.add_argument("--no-install", action="store_true", help="do not pip install peers")
+    docs = parser.add_mutually_exclusive_group()
+    docs.add_argument("--write-docs", action="store_true", help="write docs even when partial")
+    docs.add_argument("--no-docs", action="store_true", help="never write docs/")
+    args = parser.parse_args(argv)
+
+    began = time.monotonic()
+    missing = ensure_peers(install=not args.no_install)
+    if missing:
+        print(
+            f"bench: missing {', '.join(missing)}; those comparisons are skipped", file=sys.stderr
+        )
+    peers = "django-celery-beat" not in missing
+    wanted = args.only or list(NAMES)
+    load_before = os.getloadavg()
+    servers = Servers().start()
+    sections: dict[str, Section] = {}
+    try:
+        host = machine(servers)
+        runners: dict[str, Callable[[], Section]] = {
+            "dispatch": lambda: bench_dispatch.run(
+                servers, quick=args.quick, peers=peers, profile=args.profile
+            ),
+            "claim": lambda: bench_claim.run(servers, quick=args.quick, profile=args.profile),
+            "scale": lambda: bench_scale.run(servers, quick=args.quick),
+            "lateness": lambda: bench_lateness.run(servers, quick=args.quick),
+            "failover": lambda: bench_failover.run(servers, quick=args.quick),
+            "cron": lambda: run_cron(args.quick),
+        }
+        for name in NAMES:
+            if name not in wanted:
+                continue
+            print(f"bench: {name}", file=sys.stderr)
+            started = time.monotonic()
+            try:
+                sections[name] = runners[name]()
+            except Exception as exc:  # one broken benchmark must not hide the others
+                print(f"bench: {name} failed: {exc}", file=sys.stderr)
+                sections[name] = Section(name, details=f"Failed: `{exc}`\n")
+            print(f"bench: {name} took {time.monotonic() - started:.0f} s", file=sys.stderr)
+    finally:
+        servers.stop()
+    load_after = os.getloadavg()
+    host["Load average (1 min) before / after"] = f"{load_before[0]:.2f} / {load_after[0]:.2f}"
+
+    table = summary_table([sections[n] for n in NAMES if n in sections])
+    print(table)
+    complete = set(wanted) == set(NAMES)
+    if args.write_docs or (complete and not args.quick and not args.no_docs):
+        chart = draw_chart(sections, DOCS / "benchmarks.png")
+        page = write_docs(
+            sections,
+            table,
+            host,
+            quick=args.quick,
+            chart=chart,
+            elapsed=time.monotonic() - began,
+        )
+        print(f"\nbench: wrote {page.relative_to(ROOT)}", file=sys.stderr)
+    else:
+        for section in sections.values():
+            print(f"\n### {section.name}\n\n{section.details}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
