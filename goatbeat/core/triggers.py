@@ -10,19 +10,21 @@ which is what the stores persist.
 
 from __future__ import annotations
 
+import calendar
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from goatbeat.core.cron import CronTrigger
+from goatbeat.core.cron import CronTrigger, parse_cron
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.solar import SolarTrigger
 from goatbeat.core.timeutil import ensure_aware, parse_instant, to_utc
 
 __all__ = [
+    "CeleryCrontabTrigger",
     "CronTrigger",
     "IntervalTrigger",
     "OnceTrigger",
@@ -154,6 +156,82 @@ class OnceTrigger:
         return f"once at {self.at.isoformat()}"
 
 
+@dataclass(frozen=True, slots=True)
+class CeleryCrontabTrigger:
+    """A cron expression whose day-of-month and day-of-week fields are ANDed, as celery's
+    ``crontab`` does (cron ORs them when both are restricted).
+
+    Otherwise exactly :class:`~goatbeat.core.cron.CronTrigger`, DST rules included: it is the
+    intersection of the expression with its day-of-week field starred and the expression with
+    its day-of-month field starred, found by leapfrogging the two."""
+
+    kind: ClassVar[str] = "celery_crontab"
+    expression: str
+    timezone: str = "UTC"
+    _by_dom: CronTrigger = field(init=False, repr=False, compare=False)
+    _by_dow: CronTrigger = field(init=False, repr=False, compare=False)
+
+    def __init__(self, expression: str, *, timezone: str = "UTC") -> None:
+        parts = expression.split()
+        if len(parts) != 5:
+            raise InvalidSchedule(
+                "expression", expression, f"{expression!r} needs 5 fields (min hour dom month dow)"
+            )
+        minute, hour, dom, month, dow = parts
+        by_dom = CronTrigger(f"{minute} {hour} {dom} {month} *", timezone=timezone)
+        by_dow = CronTrigger(f"{minute} {hour} * {month} {dow}", timezone=timezone)
+        # Validates the whole expression (and that dom AND dow can ever meet).
+        parse_cron(f"{minute} {hour} {dom} {month} {dow}")
+        if not _days_can_meet(dom, month, dow):
+            raise InvalidSchedule(
+                "expression",
+                expression,
+                f"day-of-month {dom} and day-of-week {dow} never fall on the same day in "
+                f"month(s) {month}",
+            )
+        setattr_ = object.__setattr__
+        setattr_(self, "expression", " ".join(parts))
+        setattr_(self, "timezone", by_dom.timezone)
+        setattr_(self, "_by_dom", by_dom)
+        setattr_(self, "_by_dow", by_dow)
+
+    def next_after(self, instant: datetime) -> datetime | None:
+        after = to_utc(ensure_aware(instant, "instant"))
+        # Both sequences share the time-of-day tables, so they meet on days matching both
+        # day fields; each step skips at least to the later candidate's day.
+        for _ in range(100_000):
+            a = self._by_dom.next_after(after)
+            if a is None:
+                return None
+            b = self._by_dow.next_after(a - timedelta(microseconds=1))
+            if b is None:
+                return None
+            if a == b:
+                return a
+            after = b - timedelta(microseconds=1)
+        return None
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"kind": self.kind, "expression": self.expression, "timezone": self.timezone}
+
+    def describe(self) -> str:
+        return f"celery crontab {self.expression} ({self.timezone}), days ANDed"
+
+
+def _days_can_meet(dom: str, month: str, dow: str) -> bool:
+    # Month shapes repeat within a 28-year cycle of weekdays; two leap/non-leap cycles cover all.
+    fields = parse_cron(f"0 0 {dom} {month} {dow}")
+    days = set(fields.days)
+    weekdays = set(fields.weekdays)
+    for year in range(2000, 2028):
+        for m in fields.months:
+            length = calendar.monthrange(year, m)[1]
+            for d in days:
+                if d <= length and (date(year, m, d).isoweekday() % 7) in weekdays:
+                    return True
+    return False
+
+
 def _micros(delta: timedelta) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
@@ -166,6 +244,10 @@ def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
     try:
         if kind == "cron":
             return CronTrigger(str(spec["expression"]), timezone=str(spec.get("timezone", "UTC")))
+        if kind == "celery_crontab":
+            return CeleryCrontabTrigger(
+                str(spec["expression"]), timezone=str(spec.get("timezone", "UTC"))
+            )
         if kind == "interval":
             anchor = spec.get("anchor")
             # The constructor validates seconds (what to_spec writes) and "5m" alike.
@@ -191,5 +273,7 @@ def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
         # float("abc") and friends: report the spec, not a bare builtin error.
         raise InvalidSchedule("trigger", dict(spec), f"invalid {kind} trigger: {exc}") from None
     raise InvalidSchedule(
-        "trigger.kind", kind, f"{short_repr(kind)} is not one of cron, interval, once, solar"
+        "trigger.kind",
+        kind,
+        f"{short_repr(kind)} is not one of cron, celery_crontab, interval, once, solar",
     )
