@@ -80,6 +80,7 @@ def _cli_context(ctx: click.Context) -> Any:
 
 
 def _under_django() -> bool:
+    """True inside a Django project (DJANGO_SETTINGS_MODULE set and its settings load)."""
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return False
     try:
@@ -97,7 +98,9 @@ def _django_celery_app() -> Any:
     except ImportError:
         return None
     app = current_app._get_current_object()
-    return None if app.main is None and not app.conf.beat_schedule else app
+    # Without a project app, current_app is celery's fallback ("default"), whose empty
+    # beat_schedule would hide settings.CELERY_BEAT_SCHEDULE.
+    return app if app.conf.beat_schedule else None
 
 
 def collect_entries(
