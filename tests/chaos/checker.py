@@ -497,6 +497,7 @@ def _check_tokens(ev: Evidence, report: Report) -> None:
 
 
 _STAND_DOWN = frozenset({"lease.lost", "claim.refused", "lease.standby"})
+_ATTEMPTS = frozenset({"occurrence.submit_retry", "occurrence.submit_failed"})
 
 
 def _check_pauses(ev: Evidence, report: Report) -> None:
@@ -508,18 +509,23 @@ def _check_pauses(ev: Evidence, report: Report) -> None:
             continue  # nobody took over (the database was down too...): nothing to refuse
         replaced += 1
         after = sorted((t, e) for t, e in ev.events.get(sid, []) if t >= resumed)
-        # The one submission already past its lease check when SIGSTOP landed may go out.
-        before = []
-        for _, event in after:
-            if event in _STAND_DOWN or event == "lease.acquired":
-                stood_down += 1
-                break
-            before.append(event)
-        if len(before) > 1 or any(not e.startswith("occurrence.submit") for e in before):
+        down_at = next((t for t, e in after if e in _STAND_DOWN or e == "lease.acquired"), None)
+        if down_at is not None:
+            stood_down += 1
+        until = float("inf") if down_at is None else down_at
+        # What it handed to the backend between waking up and standing down (log lines such
+        # as occurrence.resubmitted are intentions, not submissions). The one submission
+        # already past its lease check when SIGSTOP landed may go out; no more.
+        acted = [
+            f"submitted {r['key']}"
+            for r in ev.records
+            if r["type"] == "submit" and r["src"] == sid and resumed <= r["t"] < until
+        ] + [e for t, e in after if t < until and e in _ATTEMPTS]
+        if len(acted) > 1:
             report.add(
                 "no-stand-down",
                 f"{sid} resumed at {resumed:.3f} after {others[0][1]} took the lease and "
-                f"logged {before[:5]} before standing down",
+                f"acted {len(acted)} times before standing down: {acted[:3]}",
             )
     report.figures["pauses_replaced"] = replaced
     report.figures["pauses_stood_down"] = stood_down
@@ -615,11 +621,7 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
             event = rec.get("event")
             if event == "lease.acquired":
                 acquisitions.append((str(rec["scheduler_id"]), int(rec["fencing_token"])))
-            if (
-                event in _STAND_DOWN
-                or event in ("lease.acquired", "lease.renewed")
-                or (isinstance(event, str) and event.startswith("occurrence."))
-            ):
+            if event in _STAND_DOWN or event in _ATTEMPTS or event == "lease.acquired":
                 sid = str(rec.get("scheduler_id") or path.name[len("log-") : -len(".jsonl")])
                 events[sid].append((_dt(rec["ts"]).timestamp(), event))
     polls = [

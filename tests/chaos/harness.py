@@ -404,6 +404,10 @@ class ChaosRun:
         assert self.server is not None
         if kind in ("kill", "stop", "terminate"):
             leader = self._leader()
+            waited = time.monotonic() + 2 * cfg.lease_ttl
+            while leader is None and time.monotonic() < waited and not self._stop.is_set():
+                self._sleep(0.1)  # mid-handover: the fault is meant for the next leader
+                leader = self._leader()
             if leader is None or leader.proc is None or leader.proc.poll() is not None:
                 return
             if kind == "kill":

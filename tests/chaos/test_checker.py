@@ -225,3 +225,29 @@ def test_a_schedule_that_stopped_advancing_is_stalled() -> None:
     h = History()
     nxt = steady(h)
     assert "stalled" in kinds(h.evidence(nxt, faults_stopped_at=nxt + S))
+
+
+def paused_history(submissions_after_resume: int) -> Evidence:
+    """Leader ``a`` paused from 1.5 s to 5.5 s while ``b`` took over; after waking it hands
+    ``submissions_after_resume`` occurrences to the backend, then logs lease.lost at 9 s."""
+    h = History()
+    steady(h, 5)
+    for i in range(submissions_after_resume):
+        h.claim(T0 + (6 + i) * S + timedelta(milliseconds=10), [T0 + (6 + i) * S])
+    resumed = (T0 + 5.5 * S).timestamp()
+    return h.evidence(
+        T0 + (6 + submissions_after_resume) * S,
+        pauses=[("a", resumed - 4, resumed)],
+        lease_polls=[(resumed - 4.5, "a", 1), (resumed - 1, "b", 2)],
+        events={"a": [((T0 + 9 * S).timestamp(), "lease.lost")]},
+    )
+
+
+def test_a_paused_leader_may_finish_the_one_submission_in_flight_then_stands_down() -> None:
+    report = check(paused_history(1))
+    assert "no-stand-down" not in {k for k, _ in report.violations}
+    assert report.figures["pauses_replaced"] == report.figures["pauses_stood_down"] == 1
+
+
+def test_a_paused_leader_that_keeps_submitting_after_waking_is_reported() -> None:
+    assert "no-stand-down" in kinds(paused_history(3))
