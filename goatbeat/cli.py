@@ -52,9 +52,10 @@ from goatbeat.core.errors import (
     GoatbeatError,
     InvalidValue,
     NotFound,
+    StoreError,
 )
 from goatbeat.core.model import Execution, Schedule
-from goatbeat.core.observability import JsonFormatter, logger
+from goatbeat.core.observability import JsonFormatter, log_event, logger
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.store import PublishResult, ScheduleStore
 
@@ -449,7 +450,10 @@ def scheduler(
     }
     with _app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
-        app.publish()
+        if once:
+            app.publish()
+        else:
+            _publish_when_reachable(app)
         if once:
             try:
                 result = loop.run_once()
@@ -463,6 +467,26 @@ def scheduler(
                 raise OperationalError(f"store error: {result.error}")
             return
         loop.run()
+
+
+def _publish_when_reachable(app: Any) -> None:
+    """Publish code schedules, waiting out a database that is down at start-up (a replica
+    restarted during an outage must back off like a running one, not exit)."""
+    delay = 0.5
+    while True:
+        try:
+            app.publish()
+            return
+        except StoreError as exc:
+            log_event(
+                "scheduler.error",
+                level=logging.WARNING,
+                stage="publish",
+                error=str(exc),
+                retry_in=delay,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
 
 # -- schedule ------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
@@ -383,18 +383,6 @@ class Scheduler:
             ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
             if not ready:
                 return
-            if logger.isEnabledFor(logging.INFO):
-                for occ in ready:
-                    if occ.kind is ExecutionKind.SCHEDULED and occ.execution_id not in retry_at:
-                        log_event(
-                            "occurrence.resubmitted",
-                            schedule=occ.schedule_name,
-                            idempotency_key=occ.idempotency_key,
-                            scheduler_id=self.scheduler_id,
-                            fencing_token=grant.token,
-                            scheduled_at=occ.scheduled_at,
-                            attempts=occ.attempts,
-                        )
             self._submit_batch(ready, grant, tally, pending=True)
             # Rows that failed again are now in retry_at and skipped by the next page.
             force = False
@@ -439,7 +427,7 @@ class Scheduler:
                     conflicts=result.conflicts,
                 )
             if occurrences and logger.isEnabledFor(logging.DEBUG):
-                now = self.clock.now()
+                skew = self._store_skew()
                 for occ in occurrences:
                     log_event(
                         "occurrence.claimed",
@@ -449,7 +437,7 @@ class Scheduler:
                         scheduler_id=self.scheduler_id,
                         fencing_token=grant.token,
                         scheduled_at=occ.scheduled_at,
-                        lateness=_lateness(now, occ.scheduled_at),
+                        lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
                     )
             if occurrences:
                 self._submit_batch(occurrences, grant, tally, pending=False)
@@ -458,6 +446,13 @@ class Scheduler:
                 return
 
     # -- submission -----------------------------------------------------------------------------
+
+    def _store_skew(self) -> timedelta:
+        """The store's clock minus ours (zero when the store cannot answer right now)."""
+        try:
+            return self.store.now() - self.clock.now()
+        except StoreError:
+            return timedelta(0)
 
     def _submit_batch(
         self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally, *, pending: bool
@@ -471,7 +466,9 @@ class Scheduler:
         burst = len(occurrences) > LOG_EACH_LIMIT
         each_level = logging.DEBUG if burst else logging.INFO
         log_each = logger.isEnabledFor(each_level)
-        now = self.clock.now() if (info or log_each) else None
+        # Lateness is judged by the store's clock, like due-ness: a host whose clock is skewed
+        # must not log hours of lateness. One store read per batch gives the offset.
+        skew = self._store_skew() if (info or log_each) else None
         max_attempts = 1 + self.settings.max_submit_retries
         submitted: list[Occurrence] = []
         for occ in occurrences:
@@ -523,7 +520,18 @@ class Scheduler:
             tally.submitted += 1
             if pending:
                 tally.resubmitted += 1
-                self._retry_at.pop(occ.execution_id, None)
+                was_retry = self._retry_at.pop(occ.execution_id, None) is not None
+                if info and occ.kind is ExecutionKind.SCHEDULED and not was_retry:
+                    # A row another leader (or a crash) left claimed, now actually resubmitted.
+                    log_event(
+                        "occurrence.resubmitted",
+                        schedule=occ.schedule_name,
+                        idempotency_key=occ.idempotency_key,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        scheduled_at=occ.scheduled_at,
+                        attempts=occ.attempts,
+                    )
             self._submissions += 1
             if self._crash_after and self._submissions >= self._crash_after:
                 # Test hook: die between submission and bookkeeping (see module docstring).
@@ -531,7 +539,7 @@ class Scheduler:
             if burst:
                 submitted.append(occ)
             if log_each:
-                assert now is not None
+                assert skew is not None
                 log_event(
                     "occurrence.submitted",
                     level=each_level,
@@ -540,12 +548,13 @@ class Scheduler:
                     scheduler_id=self.scheduler_id,
                     fencing_token=grant.token,
                     scheduled_at=occ.scheduled_at,
-                    lateness=_lateness(now, occ.scheduled_at),
+                    lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
                     kind=occ.kind,
                     backend_task_id=task_id,
                 )
         if burst and info and submitted:
-            assert now is not None
+            assert skew is not None
+            now = self.clock.now() + skew
             log_event(
                 "occurrence.submitted",
                 scheduler_id=self.scheduler_id,

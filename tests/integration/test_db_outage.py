@@ -10,6 +10,7 @@ and every claimed key submitted.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -232,3 +233,73 @@ def test_database_down_for_several_backoffs_then_back_loses_nothing(
     assert delays[1] > delays[0], f"no backoff: {delays}"
     assert max(delays) <= 1.0, "backoff is capped by max_sleep (1 s here)"
     assert_nothing_lost(dsn, run.submitter.keys)
+
+
+def test_a_scheduler_started_while_the_database_is_down_waits_then_publishes(
+    server: ChaosPostgres, dsn: str, tmp_path: Any
+) -> None:
+    # A replica restarted during an outage must back off like a running one, not exit.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    app = tmp_path / "outage_app.py"
+    app.write_text(
+        "from goatbeat.beat import Beat\n"
+        f"beat = Beat({dsn!r}, submitter='inline')\n"
+        "beat.schedule(name='tick', task='builtins.print', every='1s')\n"
+    )
+    store = PostgresStore(dsn)
+    store.migrate()
+    store.close()
+    server.stop_server()
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.getcwd()}"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "goatbeat",
+            "--app",
+            "outage_app:beat",
+            "--log-format",
+            "json",
+            "scheduler",
+            "--lease-ttl",
+            "3s",
+            "--lease-renew-interval",
+            "1s",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(3)
+        assert proc.poll() is None, "the scheduler exited instead of waiting for the database"
+        server.start_server()
+        deadline = time.monotonic() + 30
+        published = False
+        while time.monotonic() < deadline and not published:
+            try:
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    row = conn.execute(
+                        "SELECT count(*) FROM goatbeat_execution WHERE schedule_name = 'tick'"
+                    ).fetchone()
+                published = bool(row and row[0] > 0)
+            except psycopg.OperationalError:
+                pass
+            time.sleep(0.3)
+        assert published, "no occurrence was claimed after the database came back"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    assert proc.returncode == 0, err[-2000:]
+    stages = [json.loads(line).get("stage") for line in err.splitlines() if line.startswith("{")]
+    assert "publish" in stages
