@@ -200,6 +200,25 @@ def test_submitted_event_carries_the_structured_fields(store, submitter, clock, 
     assert fields["lateness"] == pytest.approx(2.0)
 
 
+def test_lateness_is_judged_by_the_stores_clock_not_a_skewed_host(store, submitter, clock, caplog):
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("a", 10)])
+
+    class Skewed:
+        def now(self) -> datetime:
+            return clock.now() + timedelta(hours=5)
+
+        def monotonic(self) -> float:
+            return clock.monotonic()
+
+    sched = Scheduler(store, submitter, settings=settings(), clock=Skewed())
+    sched.run_once()
+    clock.advance(12)
+    sched.run_once()
+    record = next(r for r in caplog.records if r.getMessage() == "occurrence.submitted")
+    assert record.goatbeat["lateness"] == pytest.approx(2.0)  # type: ignore[attr-defined]
+
+
 # -- submit failures ---------------------------------------------------------------------------
 
 
