@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 __all__ = ["free_port", "PostgresServer", "RedisServer", "pg_bin"]
 
@@ -57,11 +58,20 @@ def _wait_port(port: int, timeout: float) -> None:
 
 @dataclass
 class PostgresServer:
-    """A PostgreSQL cluster in a temp dir. ``dsn`` connects to the ``postgres`` database."""
+    """A PostgreSQL cluster in a temp dir. ``dsn`` connects to the ``postgres`` database.
+
+    Settings go into ``postgresql.conf``, so a plain ``pg_ctl start`` or ``restart`` keeps them.
+    ``fsync`` is off: the host never crashes, at most the server processes do.
+    """
 
     port: int = field(default_factory=free_port)
     datadir: Path | None = None
     started: bool = False
+    # Off for speed. An immediate shutdown then forgets the last committed transactions,
+    # which servers that are crashed on purpose (tests/chaos/pg.py) must not do.
+    synchronous_commit: bool = False
+    max_connections: int = 300
+    shared_buffers: str = "128MB"
 
     @property
     def dsn(self) -> str:
@@ -70,7 +80,12 @@ class PostgresServer:
     def dsn_for(self, dbname: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
-    def start(self) -> PostgresServer:
+    @property
+    def root(self) -> Path | None:
+        """The temp dir holding the cluster, its socket dir and ``server.log``."""
+        return None if self.datadir is None else self.datadir.parent
+
+    def start(self) -> Self:
         root = Path(tempfile.mkdtemp(prefix="goatbeat-pg-"))
         self.datadir = root / "data"
         sockdir = root / "sock"
@@ -99,46 +114,41 @@ class PostgresServer:
             stderr=subprocess.PIPE,
             cwd="/",
         )
-        opts = (
-            f"-p {self.port} -k {sockdir} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "
-            "-c shared_buffers=128MB"
+        conf = "\n".join(
+            [
+                "",
+                f"port = {self.port}",
+                "listen_addresses = '127.0.0.1'",
+                f"unix_socket_directories = '{sockdir}'",
+                "fsync = off",
+                "full_page_writes = off",
+                f"synchronous_commit = {'on' if self.synchronous_commit else 'off'}",
+                f"max_connections = {self.max_connections}",
+                f"shared_buffers = {self.shared_buffers}",
+                "",
+            ]
         )
-        subprocess.run(
-            _as_pg_user(
-                [
-                    pg_bin("pg_ctl"),
-                    "-D",
-                    str(self.datadir),
-                    "-o",
-                    opts,
-                    "-l",
-                    str(root / "server.log"),
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ]
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-            cwd="/",
-        )
+        with open(self.datadir / "postgresql.conf", "a") as fh:
+            fh.write(conf)
+        self._pg_ctl("start")
         self.started = True
         atexit.register(self.stop)
-        _wait_port(self.port, 30)
         return self
 
-    def restart(self) -> None:
-        """Restart the server in place (fault-injection tests)."""
-        assert self.datadir is not None
+    def _pg_ctl(self, action: str, *extra: str) -> None:
+        assert self.datadir is not None and self.root is not None
+        cmd = [pg_bin("pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60", *extra, action]
+        if action in ("start", "restart"):
+            cmd[-1:-1] = ["-l", str(self.root / "server.log")]
         subprocess.run(
-            _as_pg_user([pg_bin("pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "restart"]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-            cwd="/",
+            _as_pg_user(cmd), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/"
         )
-        _wait_port(self.port, 30)
+        if action in ("start", "restart"):
+            _wait_port(self.port, 30)
+
+    def restart(self) -> None:
+        """Clean restart (``-m fast``): every connection is terminated, nothing is lost."""
+        self._pg_ctl("restart", "-m", "fast")
 
     def stop(self) -> None:
         if not self.started or self.datadir is None:
