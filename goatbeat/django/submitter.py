@@ -9,7 +9,6 @@ backend for everything. Backends are created on first use with ``GOATBEAT['submi
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -17,39 +16,9 @@ from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import TaskSubmitter
+from goatbeat.submitters._dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "import_task"]
-
-
-def import_task(path: str) -> Any:
-    """The object named by a dotted path (``"app.tasks.send"`` or ``"app.tasks:send"``).
-
-    Raises LookupError naming what is missing."""
-    module_name, _, attrs = path.partition(":")
-    if attrs:
-        candidates = [(module_name, attrs)]
-    else:
-        parts = path.split(".")
-        candidates = [
-            (".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)
-        ]
-    problem = f"cannot import any module of {path!r}"
-    for module_name, attr_path in candidates:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name != module_name and not module_name.startswith(exc.name + "."):
-                raise LookupError(f"importing {module_name!r} failed: {exc}") from None
-            continue
-        obj: Any = module
-        for attr in attr_path.split("."):
-            if not hasattr(obj, attr):
-                problem = f"module {module_name!r} has no attribute {attr_path!r}"
-                break
-            obj = getattr(obj, attr)
-        else:
-            return obj
-    raise LookupError(problem)
 
 
 class DjangoRoutingSubmitter:

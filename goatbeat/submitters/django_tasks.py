@@ -25,7 +25,6 @@ when the schedule is published.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from goatbeat.core.model import ExecutionStatus, Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
+from goatbeat.submitters._dotted import import_dotted
 
 __all__ = ["DjangoTasksSubmitter", "SUBMITTER", "on_task_finished", "resolve_django_task"]
 
@@ -49,39 +49,13 @@ def resolve_django_task(path: str) -> Any:
     Raises ``LookupError`` naming what is missing or what the object is instead."""
     from django.tasks import Task
 
-    module_name, _, attrs = path.partition(":")
-    if attrs:
-        candidates = [(module_name, attrs)]
-    else:
-        parts = path.split(".")
-        candidates = [
-            (".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)
-        ]
-    problem = f"cannot import any module of {path!r}"
-    for module_name, attr_path in candidates:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name != module_name and not module_name.startswith(exc.name + "."):
-                raise LookupError(f"importing {module_name!r} failed: {exc}") from None
-            continue
-        obj: Any = module
-        for attr in attr_path.split("."):
-            obj = getattr(obj, attr, _MISSING)
-            if obj is _MISSING:
-                problem = f"module {module_name!r} has no attribute {attr_path!r}"
-                break
-        else:
-            if not isinstance(obj, Task):
-                raise LookupError(
-                    f"{path!r} is a {type(obj).__name__}, not a Django Task "
-                    "(decorate it with @django.tasks.task)"
-                )
-            return obj
-    raise LookupError(problem)
-
-
-_MISSING = object()
+    obj = import_dotted(path)
+    if not isinstance(obj, Task):
+        raise LookupError(
+            f"{path!r} is a {type(obj).__name__}, not a Django Task "
+            "(decorate it with @django.tasks.task)"
+        )
+    return obj
 
 
 @dataclass(slots=True)

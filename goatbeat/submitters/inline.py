@@ -18,7 +18,6 @@ Pass ``strict=True`` to reject them instead.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -28,6 +27,7 @@ from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
+from goatbeat.submitters._dotted import import_dotted
 
 __all__ = ["InlineSubmitter", "resolve_task"]
 
@@ -36,37 +36,11 @@ def resolve_task(path: str) -> Callable[..., Any]:
     """The callable named by ``path``: ``"pkg.module.func"``, ``"pkg.module:Class.method"``.
 
     Raises ``LookupError`` naming what is missing."""
-    if ":" in path:
-        module_name, _, attrs = path.partition(":")
-        candidates = [(module_name, attrs)]
-    else:
-        parts = path.split(".")
-        # The longest importable module prefix wins: "a.b.func" is module "a.b", attr "func".
-        candidates = [
-            (".".join(parts[:i]), ".".join(parts[i:])) for i in range(len(parts) - 1, 0, -1)
-        ]
-    last_error = f"cannot import any module of {path!r}"
-    for module_name, attrs in candidates:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and not module_name.startswith(exc.name) and exc.name != module_name:
-                # The module exists but imports something missing: say that, not "not found".
-                raise LookupError(f"importing {module_name!r} failed: {exc}") from None
-            continue
-        obj: Any = module
-        for attr in attrs.split("."):
-            try:
-                obj = getattr(obj, attr)
-            except AttributeError:
-                last_error = f"module {module_name!r} has no attribute {attrs!r}"
-                break
-        else:
-            if not callable(obj):
-                raise LookupError(f"{path!r} is not callable")
-            result: Callable[..., Any] = obj
-            return result
-    raise LookupError(last_error)
+    obj = import_dotted(path)
+    if not callable(obj):
+        raise LookupError(f"{path!r} is not callable")
+    result: Callable[..., Any] = obj
+    return result
 
 
 class InlineSubmitter:
