@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import Schedule, Source
-from goatbeat.django.forms import EnabledOnlyForm, ScheduleForm, describe_trigger
+from goatbeat.django.forms import ROUTING_FIELDS, EnabledOnlyForm, ScheduleForm, describe_trigger
 from goatbeat.django.models import Execution as ExecutionRow
 from goatbeat.django.models import Schedule as ScheduleRow
 
@@ -122,12 +122,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "timezone",
         "args",
         "kwargs",
-        "queue",
-        "exchange",
-        "routing_key",
-        "priority",
-        "expires",
-        "headers",
+        *ROUTING_FIELDS,
         "misfire_policy",
         "misfire_grace",
         "catch_up_limit",
@@ -231,10 +226,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
                     ]
                 },
             ),
-            (
-                "Routing",
-                {"fields": ["queue", "exchange", "routing_key", "priority", "expires", "headers"]},
-            ),
+            ("Routing", {"fields": list(ROUTING_FIELDS)}),
         ]
         if obj is not None:
             fieldsets.append(("State", {"fields": list(self._state_fields)}))

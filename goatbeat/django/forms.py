@@ -21,7 +21,7 @@ from goatbeat.core.model import MisfirePolicy, Routing, Schedule, Source
 from goatbeat.core.triggers import trigger_from_spec
 from goatbeat.django.models import Schedule as ScheduleRow
 
-__all__ = ["ScheduleForm", "EnabledOnlyForm", "FIELD_FOR"]
+__all__ = ["ScheduleForm", "EnabledOnlyForm", "FIELD_FOR", "ROUTING_FIELDS"]
 
 TRIGGER_KINDS = [("cron", "cron expression"), ("interval", "interval")]
 
@@ -37,30 +37,8 @@ FIELD_FOR = {
 }
 """InvalidValue.field -> form field, where the names differ (others map to themselves)."""
 
-_EDITABLE = (
-    "name",
-    "task",
-    "trigger_kind",
-    "cron",
-    "every",
-    "timezone",
-    "args",
-    "kwargs",
-    "queue",
-    "exchange",
-    "routing_key",
-    "priority",
-    "expires",
-    "headers",
-    "misfire_policy",
-    "grace",
-    "catch_up_limit",
-    "start_at",
-    "end_at",
-    "one_off",
-    "enabled",
-    "description",
-)
+ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority", "expires", "headers")
+"""The schedule columns that make up its :class:`~goatbeat.core.model.Routing`, in form order."""
 
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
@@ -90,12 +68,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "timezone",
             "args",
             "kwargs",
-            "queue",
-            "exchange",
-            "routing_key",
-            "priority",
-            "expires",
-            "headers",
+            *ROUTING_FIELDS,
             "misfire_policy",
             "catch_up_limit",
             "start_at",
