@@ -30,6 +30,12 @@ from goatbeat.core.model import Schedule, Source
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.importers import kombu_json
+from goatbeat.importers.cli import (
+    _under_django,
+    collect_entries,
+    open_target_store,
+    source_options,
+)
 from goatbeat.importers.entries import SourceEntry
 
 __all__ = [
@@ -390,17 +396,7 @@ def _error(message: str) -> click.ClickException:
 
 
 @click.command("diff")
-@click.option("--from-app", "from_app", metavar="MODULE:APP", help="A Celery app's beat_schedule.")
-@click.option(
-    "--from-django-celery-beat",
-    "from_dcb",
-    metavar="[URL]",
-    is_flag=False,
-    flag_value="default",
-    default=None,
-    help="django-celery-beat's tables (URL; without one, Django's default database).",
-)
-@click.option("--database", default=None, help="The goatbeat database (the new side).")
+@source_options("The goatbeat database (the new side).")
 @click.option("--horizon", default="30d", show_default=True, help="How far ahead to compare.")
 @click.option(
     "--start", "start_text", default=None, help="Compare from this instant (default now)."
@@ -431,8 +427,6 @@ def diff_command(
     all_sources: bool,
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
-    from goatbeat.importers.cli import _under_django, collect_entries, open_target_store
-
     try:
         if not from_app and from_dcb is None and not _under_django():
             raise _error("nothing to compare: pass --from-app and/or --from-django-celery-beat")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +30,7 @@ from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
 
-__all__ = ["import_celery_beat", "collect_entries", "open_target_store"]
+__all__ = ["import_celery_beat", "collect_entries", "open_target_store", "source_options"]
 
 _PROGRESS_THRESHOLD = 200
 
@@ -192,19 +192,32 @@ def _django_naive_zone() -> str:
     return "UTC" if settings.USE_TZ else str(settings.TIME_ZONE or "UTC")
 
 
+def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
+    """``--from-app``, ``--from-django-celery-beat`` and ``--database``: the sources
+    :func:`collect_entries` reads and the goatbeat store, spelled alike by every command."""
+
+    def decorate(command: Callable[..., Any]) -> Any:
+        # Applied innermost first, so --help lists them in reading order.
+        command = click.option("--database", default=None, help=database_help)(command)
+        command = click.option(
+            "--from-django-celery-beat",
+            "from_dcb",
+            metavar="[URL]",
+            is_flag=False,
+            flag_value="default",
+            default=None,
+            help="django-celery-beat's tables: a postgresql:// or sqlite:/// URL "
+            "(without one, Django's default database).",
+        )(command)
+        return click.option(
+            "--from-app", "from_app", metavar="MODULE:APP", help="A Celery app's beat_schedule."
+        )(command)
+
+    return decorate
+
+
 @click.command("import_celery_beat")
-@click.option("--from-app", "from_app", metavar="MODULE:APP", help="A Celery app's beat_schedule.")
-@click.option(
-    "--from-django-celery-beat",
-    "from_dcb",
-    metavar="[URL]",
-    is_flag=False,
-    flag_value="default",
-    default=None,
-    help="django-celery-beat's tables: a postgresql:// or sqlite:/// URL "
-    "(without one, Django's default database).",
-)
-@click.option("--database", default=None, help="The goatbeat database to import into.")
+@source_options("The goatbeat database to import into.")
 @click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option(
