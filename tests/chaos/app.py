@@ -31,9 +31,10 @@ from typing import Any, ClassVar
 from goatbeat.beat import Beat
 from goatbeat.core.clock import SystemClock
 from goatbeat.core.errors import RetryableSubmitError
-from goatbeat.core.model import Occurrence, Schedule, SubmitOutcome
+from goatbeat.core.model import Occurrence, SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
+from tests.doubles import AcceptingSubmitter
 
 __all__ = ["beat", "Recorder", "RecordingSubmitter", "RecordingPostgresStore", "CODE_SCHEDULES"]
 
@@ -55,24 +56,16 @@ class Recorder:
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
 
 
-class RecordingSubmitter:
+class RecordingSubmitter(AcceptingSubmitter):
     """Records every accepted submission; optionally fails some attempts (retryable)."""
 
     name: ClassVar[str] = "chaos-recording"
-    supports_queue: ClassVar[bool] = True
-    supports_priority: ClassVar[bool] = True
-    supports_exchange: ClassVar[bool] = True
-    supports_expires: ClassVar[bool] = True
-    supports_headers: ClassVar[bool] = True
 
     def __init__(self, recorder: Recorder, sid: str, *, fail_rate: float = 0.0, seed: int = 0):
         self.recorder = recorder
         self.sid = sid
         self.fail_rate = fail_rate
         self.seed = seed
-
-    def validate(self, schedule: Schedule) -> None:
-        return None
 
     def submit(self, occurrence: Occurrence) -> str | None:
         key = occurrence.idempotency_key
@@ -95,9 +88,6 @@ class RecordingSubmitter:
             }
         )
         return key
-
-    def close(self) -> None:
-        return None
 
 
 class RecordingPostgresStore(PostgresStore):

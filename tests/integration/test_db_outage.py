@@ -28,22 +28,18 @@ from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.stores.postgres import PostgresStore
 from tests.chaos.pg import ChaosPostgres
+from tests.doubles import AcceptingSubmitter
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SCHEDULES = 4
 
 
-class GateSubmitter:
+class GateSubmitter(AcceptingSubmitter):
     """Records submissions; when armed, the next submission blocks until released, so the
     test can take the database away between a submission and its bookkeeping."""
 
     name: ClassVar[str] = "gate"
-    supports_queue: ClassVar[bool] = True
-    supports_priority: ClassVar[bool] = True
-    supports_exchange: ClassVar[bool] = True
-    supports_expires: ClassVar[bool] = True
-    supports_headers: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.keys: list[str] = []
@@ -51,9 +47,6 @@ class GateSubmitter:
         self.armed = threading.Event()
         self.inside = threading.Event()
         self.release = threading.Event()
-
-    def validate(self, schedule: Schedule) -> None:
-        return None
 
     def submit(self, occurrence: Occurrence) -> str | None:
         with self.lock:
@@ -63,9 +56,6 @@ class GateSubmitter:
             self.inside.set()
             self.release.wait(30)
         return occurrence.idempotency_key
-
-    def close(self) -> None:
-        return None
 
     def count(self) -> int:
         with self.lock:

@@ -25,7 +25,8 @@ from typing import Any, ClassVar
 import pytest
 
 from goatbeat.beat import Beat
-from goatbeat.core.model import Occurrence, Schedule
+from goatbeat.core.model import Occurrence
+from tests.doubles import AcceptingSubmitter
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -36,23 +37,15 @@ TTL = "3s"
 RENEW = "1s"
 
 
-class FileRecordingSubmitter:
+class FileRecordingSubmitter(AcceptingSubmitter):
     """Appends ``<key> <scheduler id>`` per submission to ``GB_RECORD_FILE`` (O_APPEND: lines
     from several processes never interleave)."""
 
     name: ClassVar[str] = "file-recording"
-    supports_queue: ClassVar[bool] = True
-    supports_priority: ClassVar[bool] = True
-    supports_exchange: ClassVar[bool] = True
-    supports_expires: ClassVar[bool] = True
-    supports_headers: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.path = os.environ.get("GB_RECORD_FILE")
         self.scheduler_id = os.environ.get("GB_SCHEDULER_ID", "?")
-
-    def validate(self, schedule: Schedule) -> None:
-        return None
 
     def submit(self, occurrence: Occurrence) -> str | None:
         if self.path:
@@ -63,9 +56,6 @@ class FileRecordingSubmitter:
             finally:
                 os.close(fd)
         return occurrence.idempotency_key
-
-    def close(self) -> None:
-        return None
 
 
 beat = Beat("memory://", submitter=FileRecordingSubmitter())

@@ -30,6 +30,7 @@ from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from goatbeat.stores import open_store
 from goatbeat.stores.postgres import PostgresStore
+from tests.doubles import AcceptingSubmitter
 
 HOSTILE_NAMES = [
     "x'); drop table goatbeat_schedule;--",
@@ -182,26 +183,15 @@ def test_a_forged_notification_is_a_plain_wake_up_and_never_used(pg_dsn: str, pa
         store.close()
 
 
-class CountingSubmitter:
+class CountingSubmitter(AcceptingSubmitter):
     name: ClassVar[str] = "counting"
-    supports_queue: ClassVar[bool] = True
-    supports_priority: ClassVar[bool] = True
-    supports_exchange: ClassVar[bool] = True
-    supports_expires: ClassVar[bool] = True
-    supports_headers: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.keys: list[str] = []
 
-    def validate(self, schedule: Schedule) -> None:
-        return None
-
     def submit(self, occurrence: Occurrence) -> str | None:
         self.keys.append(occurrence.idempotency_key)
         return occurrence.idempotency_key
-
-    def close(self) -> None:
-        return None
 
 
 class Errors(logging.Handler):

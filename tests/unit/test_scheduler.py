@@ -25,17 +25,13 @@ from goatbeat.core.model import (
 from goatbeat.core.scheduler import IterationResult, Scheduler, retry_delay
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.stores.memory import MemoryStore
+from tests.doubles import AcceptingSubmitter
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-class RecordingSubmitter:
+class RecordingSubmitter(AcceptingSubmitter):
     name: ClassVar[str] = "recording"
-    supports_queue: ClassVar[bool] = True
-    supports_priority: ClassVar[bool] = True
-    supports_exchange: ClassVar[bool] = True
-    supports_expires: ClassVar[bool] = True
-    supports_headers: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.submitted: list[Occurrence] = []
@@ -46,9 +42,6 @@ class RecordingSubmitter:
     def keys(self) -> list[str]:
         return [o.idempotency_key for o in self.submitted]
 
-    def validate(self, schedule: Schedule) -> None:
-        return None
-
     def submit(self, occurrence: Occurrence) -> str | None:
         if self.on_submit is not None:
             self.on_submit(occurrence)
@@ -56,9 +49,6 @@ class RecordingSubmitter:
             raise self.failures.pop(0)
         self.submitted.append(occurrence)
         return f"task-{occurrence.execution_id}"
-
-    def close(self) -> None:
-        return None
 
 
 class FlakyStore(MemoryStore):
