@@ -25,6 +25,11 @@ def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'gb.sqlite3'}"
 
 
+def diff(db: str, app: str, *extra: str) -> tuple[int, str]:
+    """``goatbeat diff`` of the Celery app ``app`` against ``db``, from START."""
+    return run("diff", "--from-app", app, "--database", db, "--start", START, *extra)
+
+
 def imported(db: str, app: str) -> None:
     code, out = run("import_celery_beat", "--from-app", app, "--database", db, "--no-check-tasks")
     assert code == 0, out
@@ -32,25 +37,14 @@ def imported(db: str, app: str) -> None:
 
 def test_equal_schedules_exit_0(db: str) -> None:
     imported(db, "tests.compat.diff_apps:clean")
-    code, out = run(
-        "diff", "--from-app", "tests.compat.diff_apps:clean", "--database", db, "--start", START
-    )
+    code, out = diff(db, "tests.compat.diff_apps:clean")
     assert code == 0, out
     assert "EQUAL" in out
 
 
 def test_changed_schedule_exits_1_naming_the_instants(db: str) -> None:
     imported(db, "tests.compat.diff_apps:clean")
-    code, out = run(
-        "diff",
-        "--from-app",
-        "tests.compat.diff_apps:changed",
-        "--database",
-        db,
-        "--start",
-        START,
-        "--json",
-    )
+    code, out = diff(db, "tests.compat.diff_apps:changed", "--json")
     assert code == 1, out
     report = json.loads(out)
     morning = next(s for s in report["schedules"] if s["name"] == "morning")
@@ -65,31 +59,14 @@ def test_changed_schedule_exits_1_naming_the_instants(db: str) -> None:
 
 def test_changed_task_is_a_field_difference(db: str) -> None:
     imported(db, "tests.compat.diff_apps:clean")
-    code, out = run(
-        "diff",
-        "--from-app",
-        "tests.compat.diff_apps:renamed_task",
-        "--database",
-        db,
-        "--start",
-        START,
-    )
+    code, out = diff(db, "tests.compat.diff_apps:renamed_task")
     assert code == 1
     assert "task: celery 'pong' -> goatbeat 'ping'" in out
 
 
 def test_schedule_on_one_side_only(db: str) -> None:
     imported(db, "tests.compat.diff_apps:dst")
-    code, out = run(
-        "diff",
-        "--from-app",
-        "tests.compat.diff_apps:clean",
-        "--database",
-        db,
-        "--start",
-        START,
-        "--json",
-    )
+    code, out = diff(db, "tests.compat.diff_apps:clean", "--json")
     assert code == 1
     status = {s["name"]: s["status"] for s in json.loads(out)["schedules"]}
     assert status["half-past-two"] == "only_new" and status["morning"] == "only_old"
@@ -97,16 +74,7 @@ def test_schedule_on_one_side_only(db: str) -> None:
 
 def test_spring_forward_difference_carries_the_dst_reason(db: str) -> None:
     imported(db, "tests.compat.diff_apps:dst")
-    code, out = run(
-        "diff",
-        "--from-app",
-        "tests.compat.diff_apps:dst",
-        "--database",
-        db,
-        "--start",
-        START,
-        "--json",
-    )
+    code, out = diff(db, "tests.compat.diff_apps:dst", "--json")
     assert code == 1, out
     (entry,) = json.loads(out)["schedules"]
     on_the_day = [f for f in entry["fire_times"] if f["at"].startswith("2026-03-29")]
@@ -115,16 +83,7 @@ def test_spring_forward_difference_carries_the_dst_reason(db: str) -> None:
     assert any(f["at"] == "2026-03-29T01:30:00Z" and f["old"] and not f["new"] for f in on_the_day)
     assert all("spring-forward" in f["reason"] and f["known"] for f in on_the_day)
     # ... and accepting known celery bugs makes the comparison pass
-    code, _ = run(
-        "diff",
-        "--from-app",
-        "tests.compat.diff_apps:dst",
-        "--database",
-        db,
-        "--start",
-        START,
-        "--accept-known-bugs",
-    )
+    code, _ = diff(db, "tests.compat.diff_apps:dst", "--accept-known-bugs")
     assert code == 0
 
 
