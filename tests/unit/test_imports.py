@@ -112,13 +112,14 @@ def test_core_imports_only_the_standard_library_and_goatbeat_core(path: Path) ->
     assert not bad, "\n".join(bad)
 
 
-def test_import_goatbeat_loads_no_optional_package() -> None:
-    code = (
-        "import goatbeat, goatbeat.core.triggers, goatbeat.core.misfire, goatbeat.core.config, sys, json;"
-        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(OPTIONAL)!r})))"
+def optional_modules_loaded_by(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter; the modules of optional packages it left loaded."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(OPTIONAL)!r})))\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", probe],
         capture_output=True,
         text=True,
         check=False,
@@ -126,28 +127,21 @@ def test_import_goatbeat_loads_no_optional_package() -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    loaded = json.loads(result.stdout)
+    loaded: list[str] = json.loads(result.stdout)
+    return loaded
+
+
+def test_import_goatbeat_loads_no_optional_package() -> None:
+    loaded = optional_modules_loaded_by(
+        "import goatbeat, goatbeat.core.triggers, goatbeat.core.misfire, goatbeat.core.config"
+    )
     assert loaded == [], f"import goatbeat loaded optional packages: {loaded}"
 
 
 def test_every_core_module_imports_alone_without_optional_packages() -> None:
     modules = [_module_name(p) for p in core_files()]
-    code = (
-        "import importlib, json, sys\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module(name)\n"
-        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(OPTIONAL)!r})))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=PACKAGE.parent,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == []
+    code = f"import importlib\nfor name in {modules!r}:\n    importlib.import_module(name)"
+    assert optional_modules_loaded_by(code) == []
 
 
 def test_public_api_is_curated() -> None:
