@@ -34,14 +34,6 @@ def noop(*args: Any, **kwargs: Any) -> None:
     return None
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/decl.db"
-    dsn: str = request.getfixturevalue("pg_dsn")
-    return dsn
-
-
 @pytest.fixture
 def beat(database: str) -> Iterator[Beat]:
     b = Beat(database)

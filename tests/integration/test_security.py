@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
@@ -38,14 +37,6 @@ HOSTILE_NAMES = [
     "100% %(name)s %s :name ? $1",
 ]
 TABLES = ["goatbeat_schedule", "goatbeat_execution", "goatbeat_lease"]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/security.db"
-    dsn: str = request.getfixturevalue("pg_dsn")
-    return dsn
 
 
 @pytest.fixture
