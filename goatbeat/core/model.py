@@ -95,7 +95,9 @@ class Routing:
                 "priority", self.priority, f"{short_repr(self.priority)} is not an integer"
             )
         if self.priority is not None and not -100 <= self.priority <= 255:
-            raise InvalidSchedule("priority", self.priority, f"{self.priority} is out of range")
+            raise InvalidSchedule(
+                "priority", self.priority, f"{short_repr(self.priority)} is out of range"
+            )
         if self.expires is not None:
             if isinstance(self.expires, bool) or not isinstance(self.expires, (int, float)):
                 raise InvalidSchedule(
