@@ -103,6 +103,11 @@ class Routing:
                 raise InvalidSchedule(
                     "expires", self.expires, f"{short_repr(self.expires)} is not seconds"
                 )
+            if isinstance(self.expires, int) and not -(10**15) < self.expires < 10**15:
+                # math.isfinite would overflow converting a huge int to float.
+                raise InvalidSchedule(
+                    "expires", self.expires, f"{short_repr(self.expires)} is out of range"
+                )
             if not math.isfinite(self.expires) or self.expires <= 0:
                 raise InvalidSchedule(
                     "expires", self.expires, f"{short_repr(self.expires)} must be > 0"
