@@ -7,8 +7,16 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 from tests.services import PostgresServer, RedisServer
+
+# CI replays the same examples every run, so a red build is reproducible and never a roll of
+# the dice; developers' runs keep exploring (and Hypothesis's local database replays what
+# they found).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 _db_counter = itertools.count()
 
