@@ -81,7 +81,7 @@ def child_send_task(args: dict[str, Any]) -> dict[str, Any]:
     n = args["n"]
     send = app.send_task
     base = queue_length(args["redis"])
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     if args["contender"] == "send_task_producer":
         with app.producer_or_acquire() as producer:
             for i in range(n):
@@ -90,7 +90,9 @@ def child_send_task(args: dict[str, Any]) -> dict[str, Any]:
         for i in range(n):
             send(TASK, args=[i], kwargs={}, task_id=f"bench-{i}:x")
     ended = time.perf_counter()
-    return _finish(args["redis"], base, n, began, ended)
+    out = _finish(args["redis"], base, n, began, ended)
+    out["cpu"] = time.process_time() - cpu
+    return out
 
 
 def child_goatbeat(args: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +105,11 @@ def child_goatbeat(args: dict[str, Any]) -> dict[str, Any]:
     warm_up(app)
     store = PostgresStore(args["dsn"])
     store.now()  # connect before the clock starts, as a running scheduler already has
-    submitter = CelerySubmitter(app)
+    submitter = (
+        CelerySubmitter(app, concurrency=args["concurrency"])
+        if args.get("concurrency") is not None
+        else CelerySubmitter(app)
+    )
     settings = Settings(
         scheduler_id="bench-dispatch",
         lease_ttl=timedelta(minutes=10),
@@ -119,7 +125,7 @@ def child_goatbeat(args: dict[str, Any]) -> dict[str, Any]:
 
         profiler = Profiler(interval=0.0005)
         profiler.start()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     submitted = 0
     while submitted < n and time.perf_counter() - began < cap:
         result = scheduler.run_once()
@@ -128,6 +134,7 @@ def child_goatbeat(args: dict[str, Any]) -> dict[str, Any]:
         submitted += result.submitted
     ended = time.perf_counter()
     out = _finish(args["redis"], base, n, began, ended)
+    out["cpu"] = time.process_time() - cpu
     if profiler is not None:
         profiler.stop()
         out["profile"] = profiler.output_text(unicode=False, color=False, show_all=False)
@@ -236,9 +243,12 @@ HANDLERS = {
 # -- the parent -----------------------------------------------------------------------------
 
 
-def _one(servers: Servers, contender: str, n: int, cap: float, profile: bool) -> dict[str, Any]:
+def _one(
+    servers: Servers, contender: str, n: int, cap: float, profile: bool, **extra: Any
+) -> dict[str, Any]:
     reset_queue(servers.redis_url)
     args: dict[str, Any] = {"contender": contender, "n": n, "cap": cap, "redis": servers.redis_url}
+    args.update(extra)
     dsn = None
     if contender == "goatbeat":
         dsn = servers.new_database("dispatch")

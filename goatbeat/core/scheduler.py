@@ -38,7 +38,8 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -48,10 +49,16 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings
 from goatbeat.core.errors import PermanentSubmitError, StoreError
 from goatbeat.core.lease import LeaseManager
-from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, SubmitOutcome
+from goatbeat.core.model import (
+    ClaimResult,
+    ExecutionKind,
+    LeaseGrant,
+    Occurrence,
+    SubmitOutcome,
+)
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter
+from goatbeat.core.submit import TaskSubmitter, submit_concurrency
 
 __all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV", "LOG_EACH_LIMIT"]
 
@@ -159,6 +166,10 @@ class Scheduler:
         self._retry_at: dict[int, float] = {}
         self._error_streak = 0
         self._submissions = 0
+        self._submissions_lock = threading.Lock()
+        # 0: the submitter is called from this scheduler's thread only.
+        self._threads = submit_concurrency(submitter)
+        self._executor: ThreadPoolExecutor | None = None
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
         self._after_bookkeeping: Callable[[], None] | None = getattr(
@@ -190,6 +201,13 @@ class Scheduler:
                 error=str(exc),
             )
             return False
+
+    def close(self) -> None:
+        """Stop the submission threads (if the submitter allowed any). :meth:`run` calls it on
+        its way out; the scheduler may still be used afterwards (they are started again)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Loop until ``stop`` is set, :meth:`request_stop` is called, or SIGTERM/SIGINT arrive
@@ -226,6 +244,7 @@ class Scheduler:
                 self._sleep(result.sleep)
         finally:
             released = self.release()
+            self.close()
             self._restore_signal_handlers(previous)
             log_event("scheduler.stopped", scheduler_id=self.scheduler_id, released=released)
 
@@ -392,9 +411,13 @@ class Scheduler:
     # -- claiming -------------------------------------------------------------------------------
 
     def _claim_and_submit(self, grant: LeaseGrant, tally: _Tally) -> None:
+        """Claim batch after batch while they come back full. With a submitter that may be
+        called from other threads, a full batch is sent from a submission thread while this
+        one claims the next batch (the database round trips overlap the broker's); the
+        outcomes of each batch are still recorded in one call, before the next is sent."""
         limit = self.settings.batch_size
-        while self.lease.is_held():
-            result = self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit)
+        result = self._claim(grant, limit) if self.lease.is_held() else None
+        while result is not None:
             if result.refused:
                 tally.refused = True
                 log_event(
@@ -407,43 +430,57 @@ class Scheduler:
                 self._drop_lease()
                 return
             occurrences = result.occurrences
-            tally.claimed += len(occurrences)
-            if result.missed:
-                tally.missed += result.missed
+            self._log_claim(result, grant, tally)
+            more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
+            if not (occurrences and more and self._threads):
+                if occurrences:
+                    self._submit_batch(occurrences, grant, tally, pending=False)
+                result = self._claim(grant, limit) if more and self.lease.is_held() else None
+                continue
+            sending = self._pool().submit(self._send_many, occurrences)
+            try:
+                result = self._claim(grant, limit) if self.lease.is_held() else None
+            finally:
+                # Even when that claim failed: what was sent must be recorded.
+                self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
+
+    def _claim(self, grant: LeaseGrant, limit: int) -> ClaimResult:
+        return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit)
+
+    def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: _Tally) -> None:
+        occurrences = result.occurrences
+        tally.claimed += len(occurrences)
+        if result.missed:
+            tally.missed += result.missed
+            log_event(
+                "occurrence.missed",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                missed=result.missed,
+                schedules=sorted({o.schedule_name for o in occurrences}) or None,
+            )
+        if result.conflicts:
+            tally.conflicts += result.conflicts
+            log_event(
+                "claim.conflict",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                conflicts=result.conflicts,
+            )
+        if occurrences and logger.isEnabledFor(logging.DEBUG):
+            skew = self._store_skew()
+            for occ in occurrences:
                 log_event(
-                    "occurrence.missed",
-                    level=logging.WARNING,
+                    "occurrence.claimed",
+                    level=logging.DEBUG,
+                    schedule=occ.schedule_name,
+                    idempotency_key=occ.idempotency_key,
                     scheduler_id=self.scheduler_id,
                     fencing_token=grant.token,
-                    missed=result.missed,
-                    schedules=sorted({o.schedule_name for o in occurrences}) or None,
+                    scheduled_at=occ.scheduled_at,
+                    lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
                 )
-            if result.conflicts:
-                tally.conflicts += result.conflicts
-                log_event(
-                    "claim.conflict",
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                    conflicts=result.conflicts,
-                )
-            if occurrences and logger.isEnabledFor(logging.DEBUG):
-                skew = self._store_skew()
-                for occ in occurrences:
-                    log_event(
-                        "occurrence.claimed",
-                        level=logging.DEBUG,
-                        schedule=occ.schedule_name,
-                        idempotency_key=occ.idempotency_key,
-                        scheduler_id=self.scheduler_id,
-                        fencing_token=grant.token,
-                        scheduled_at=occ.scheduled_at,
-                        lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
-                    )
-            if occurrences:
-                self._submit_batch(occurrences, grant, tally, pending=False)
-            full = max(result.schedules_seen, len(occurrences)) >= limit
-            if not full or self._stop.is_set():
-                return
 
     # -- submission -----------------------------------------------------------------------------
 
@@ -455,12 +492,17 @@ class Scheduler:
             return timedelta(0)
 
     def _submit_batch(
-        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally, *, pending: bool
+        self,
+        occurrences: Sequence[Occurrence],
+        grant: LeaseGrant,
+        tally: _Tally,
+        *,
+        pending: bool,
+        sent: Iterable[_Sent | None] | None = None,
     ) -> None:
         """Submit while the local deadline holds; record every outcome in one store call.
-        Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader."""
-        submit = self.submitter.submit
-        lease = self.lease
+        Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader.
+        ``sent``: the results of submissions already made (by a submission thread)."""
         outcomes: list[SubmitOutcome] = []
         info = logger.isEnabledFor(logging.INFO)
         burst = len(occurrences) > LOG_EACH_LIMIT
@@ -471,12 +513,11 @@ class Scheduler:
         skew = self._store_skew() if (info or log_each) else None
         max_attempts = 1 + self.settings.max_submit_retries
         submitted: list[Occurrence] = []
-        for occ in occurrences:
-            if not lease.is_held():
-                break
-            try:
-                task_id = submit(occ)
-            except Exception as exc:  # every failure is retried or recorded
+        for one in self._send_all(occurrences) if sent is None else sent:
+            if one is None:
+                continue  # the local deadline passed first: left claimed
+            occ, task_id, exc = one
+            if exc is not None:
                 attempts = occ.attempts + 1
                 final = isinstance(exc, PermanentSubmitError) or attempts >= max_attempts
                 error = f"{type(exc).__name__}: {exc}"
@@ -532,10 +573,6 @@ class Scheduler:
                         scheduled_at=occ.scheduled_at,
                         attempts=occ.attempts,
                     )
-            self._submissions += 1
-            if self._crash_after and self._submissions >= self._crash_after:
-                # Test hook: die between submission and bookkeeping (see module docstring).
-                os._exit(137)
             if burst:
                 submitted.append(occ)
             if log_each:
@@ -571,6 +608,58 @@ class Scheduler:
             if self._after_bookkeeping is not None:
                 self._after_bookkeeping()
 
+    def _send_all(self, occurrences: Sequence[Occurrence]) -> Iterable[_Sent | None]:
+        """The result of each submission, in the order of ``occurrences`` (None: not sent)."""
+        if self._threads > 1 and len(occurrences) > 1:
+            return self._send_many(occurrences)
+        # Lazily, so the deadline is checked right before each submission.
+        return map(self._send_one, occurrences)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix="goatbeat-submit"
+            )
+        return self._executor
+
+    def _send_many(self, occurrences: Sequence[Occurrence]) -> list[_Sent | None]:
+        """:meth:`_send_all` for a submitter that may be called from other threads: up to
+        ``concurrent_submits`` threads (the calling one included) share the batch, each taking
+        every k-th occurrence so the oldest still go out first. They meet only at the end:
+        waking a waiting thread per message costs more under the GIL than it would hide."""
+        results: list[_Sent | None] = [None] * len(occurrences)
+        k = max(1, min(self._threads, len(occurrences)))
+
+        def share(first: int) -> None:
+            for i in range(first, len(occurrences), k):
+                results[i] = self._send_one(occurrences[i])
+
+        # At most one _send_many runs at a time, so the pool has a free worker for each share.
+        helpers = [self._pool().submit(share, first) for first in range(1, k)]
+        try:
+            share(0)
+        finally:
+            for helper in helpers:
+                helper.result()
+        return results
+
+    def _send_one(self, occ: Occurrence) -> _Sent | None:
+        """Submit one occurrence unless the local deadline has passed. May run in a
+        submission thread: it touches nothing but the lease's deadline and the crash count."""
+        if not self.lease.is_held():
+            return None
+        try:
+            task_id = self.submitter.submit(occ)
+        except Exception as exc:  # every failure is retried or recorded
+            return occ, None, exc
+        with self._submissions_lock:
+            self._submissions += 1
+            crash = self._crash_after and self._submissions >= self._crash_after
+        if crash:
+            # Test hook: die between submission and bookkeeping (see module docstring).
+            os._exit(137)
+        return occ, task_id, None
+
     # -- sleeping -------------------------------------------------------------------------------
 
     def _leader_sleep(self, tally: _Tally) -> float:
@@ -605,6 +694,10 @@ class Scheduler:
             return min(max_sleep, ERROR_BACKOFF_BASE)
         # Wake just after the expiry; a release NOTIFY ends the wait sooner.
         return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
+
+
+_Sent = tuple[Occurrence, str | None, Exception | None]
+"""(occurrence, backend task id, the exception the submission raised)."""
 
 
 def _lateness(now: datetime, scheduled_at: datetime) -> float:

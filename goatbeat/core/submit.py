@@ -11,6 +11,17 @@ Errors a submitter raises::
     └── PermanentSubmitError   unknown task, unserialisable args: marked submit_failed at once
 
 Any other exception is treated as retryable.
+
+Optional capabilities, looked up with ``getattr`` so a submitter without them is still a
+TaskSubmitter:
+
+- ``concurrent_submits: int``: declares that :meth:`~TaskSubmitter.submit` may be called from
+  threads other than the scheduler's, and how many calls may run at once. The scheduler then
+  sends a full batch from a submission thread while it claims the next one, and with more than
+  1 shares the batch between that many threads (the Celery submitter keeps a producer per
+  thread). Without it (or 0), the submitter is only ever called from the scheduler's thread,
+  one occurrence at a time. See :func:`submit_concurrency`.
+- ``after_bookkeeping()``: called after the outcomes of a batch were recorded.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from goatbeat.core.model import Occurrence, Schedule
 __all__ = [
     "TaskSubmitter",
     "check_supported",
+    "submit_concurrency",
     "SubmitError",
     "RetryableSubmitError",
     "PermanentSubmitError",
@@ -86,3 +98,12 @@ def check_supported(submitter: TaskSubmitter, schedule: Schedule) -> None:
                 f"schedule {schedule.name!r} sets {field_name}={value!r}, "
                 f"which the {submitter.name} backend cannot honour",
             )
+
+
+def submit_concurrency(submitter: object) -> int:
+    """``submitter``'s ``concurrent_submits`` (>= 0); 0 when it declares none: call it from the
+    scheduler's thread only."""
+    value = getattr(submitter, "concurrent_submits", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return 0
+    return value

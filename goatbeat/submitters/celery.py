@@ -5,9 +5,13 @@ The idempotency key travels twice, as the Celery task id and as the ``goatbeat_i
 message header (with ``goatbeat_scheduled_at``), so a task sees it as ``self.request.id`` and in
 ``self.request.headers``, and a resubmission after a crash carries the same id.
 
-One producer is taken from the app's pool and kept for the submitter's lifetime: acquiring one
+Producers are taken from the app's pool and kept for the submitter's lifetime: acquiring one
 per message costs a pool round trip that a scheduler dispatching thousands of occurrences per
-batch can feel. kombu's publish retry reconnects that producer when the broker restarts.
+batch can feel. kombu's publish retry reconnects a producer when the broker restarts. A kombu
+producer must not be shared between threads, so each concurrent :meth:`CelerySubmitter.submit`
+checks one out of a small free list (at most ``concurrency`` of them exist when the scheduler
+uses the submitter). The scheduler sends from a thread of its own while it claims the next
+batch, and with ``concurrency`` > 1 from that many threads.
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._keys import RESERVED_HEADERS, key_headers
 
-__all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY"]
+__all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
+
+DEFAULT_CONCURRENCY = 1
+"""Submissions in flight at once. Declaring any lets the scheduler send a batch from a thread
+of its own while it claims the next; sending is mostly CPU work under the GIL, so more than
+one sending thread measured no faster on a small machine (bench/bench_dispatch.py)."""
 
 DEFAULT_RETRY_POLICY: Mapping[str, float] = {
     # Short on purpose: goatbeat retries a failed submission itself, with backoff, and a long
@@ -119,6 +128,8 @@ class CelerySubmitter:
     ``app`` is a ``celery.Celery``, ``None`` (Celery's current app), a broker URL (``"redis://..."``; a JSON-serialising app is
     created for it) or an import path ``"module:attr"`` (``"module"`` alone looks for ``app``
     then ``celery``, as ``celery -A`` does). ``retry_policy`` is kombu's publish retry policy.
+    ``concurrency`` is how many submissions the scheduler may run at once (its
+    ``concurrent_submits``); 0 keeps every submission in the scheduler's own thread.
     """
 
     name: ClassVar[str] = "celery"
@@ -128,12 +139,21 @@ class CelerySubmitter:
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
 
-    def __init__(self, app: Any = None, *, retry_policy: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        app: Any = None,
+        *,
+        retry_policy: Mapping[str, float] | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
+            raise InvalidValue("concurrency", concurrency, f"{concurrency!r} must be >= 0")
         self.app, self._owns_app = _load_app(app)
         self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
         self._retryable, self._permanent = _error_classes()
-        self._producer: Any = None
-        # The scheduler may submit from more than one thread; a kombu producer must not be.
+        self.concurrent_submits = concurrency
+        # Producers not in use right now; one per thread submitting at the same moment.
+        self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
 
@@ -176,52 +196,65 @@ class CelerySubmitter:
         with self._lock:
             if self._closed:
                 raise RetryableSubmitError("the Celery submitter is closed")
-            try:
-                if self._producer is None:
-                    self._producer = self.app.producer_pool.acquire(block=True)
-                result = self.app.send_task(
-                    occurrence.task,
-                    args=list(occurrence.args),
-                    kwargs=dict(occurrence.kwargs),
-                    task_id=occurrence.idempotency_key,
-                    producer=self._producer,
-                    headers=headers,
-                    retry=True,
-                    retry_policy=self._retry_policy,
-                    **options,
-                )
-            except self._permanent as exc:
-                raise PermanentSubmitError(
-                    f"celery refused task {occurrence.task!r} "
-                    f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
-                ) from exc
-            except self._retryable as exc:
-                # The connection may be half-dead: start from a fresh producer next time.
-                self._drop_producer()
-                raise RetryableSubmitError(
-                    f"celery broker unavailable for {occurrence.idempotency_key}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
+            producer = self._idle.pop() if self._idle else None
+        try:
+            if producer is None:
+                producer = self.app.producer_pool.acquire(block=True)
+            result = self.app.send_task(
+                occurrence.task,
+                args=list(occurrence.args),
+                kwargs=dict(occurrence.kwargs),
+                task_id=occurrence.idempotency_key,
+                producer=producer,
+                headers=headers,
+                retry=True,
+                retry_policy=self._retry_policy,
+                **options,
+            )
+        except self._permanent as exc:
+            self._check_in(producer)
+            raise PermanentSubmitError(
+                f"celery refused task {occurrence.task!r} "
+                f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
+            ) from exc
+        except self._retryable as exc:
+            # The connection may be half-dead: start from a fresh producer next time.
+            _release(producer)
+            raise RetryableSubmitError(
+                f"celery broker unavailable for {occurrence.idempotency_key}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        except BaseException:
+            _release(producer)
+            raise
+        self._check_in(producer)
         return str(result.id)
 
-    def _drop_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                producer.release()
-            except Exception:  # noqa: BLE001 - best effort on an already failing connection
-                pass
+    def _check_in(self, producer: Any) -> None:
+        if producer is None:
+            return
+        with self._lock:
+            if not self._closed:
+                self._idle.append(producer)
+                return
+        _release(producer)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            producer, self._producer = self._producer, None
-            if producer is not None:
-                try:
-                    producer.release()
-                except Exception:  # noqa: BLE001 - closing must not raise
-                    pass
-            if self._owns_app:
-                self.app.close()
+            idle, self._idle = self._idle, []
+        # A submission still in flight releases its producer when it returns.
+        for producer in idle:
+            _release(producer)
+        if self._owns_app:
+            self.app.close()
+
+
+def _release(producer: Any) -> None:
+    if producer is not None:
+        try:
+            producer.release()
+        except Exception:  # noqa: BLE001 - best effort: closing, or an already failing connection
+            pass

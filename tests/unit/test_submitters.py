@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -268,6 +269,44 @@ def test_celery_message_carries_the_key_as_task_id_and_header(
     assert headers["goatbeat_scheduled_at"] == "2026-12-01T08:00:00Z"
     assert headers["x-tenant"] == "acme"
     assert message["properties"]["priority"] == 4
+
+
+def test_celery_submitter_sends_from_several_threads_each_with_its_own_producer(
+    redis_url: str, client: redis.Redis
+) -> None:
+    submitter = CelerySubmitter(redis_url, concurrency=4)
+    assert submitter.concurrent_submits == 4
+    errors: list[BaseException] = []
+
+    def send(thread: int) -> None:
+        try:
+            for i in range(50):
+                submitter.submit(make_occurrence(TASKS[CelerySubmitter], name=f"t{thread}-{i}"))
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(t,)) for t in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # At most one producer per thread that was submitting at the same moment.
+        assert 1 <= len(submitter._idle) <= 4
+    finally:
+        submitter.close()
+    assert errors == []
+    ids = [json.loads(m)["headers"]["id"] for m in client.lrange("celery", 0, -1)]
+    assert sorted(ids) == sorted(
+        f"t{t}-{i}:2026-12-01T08:00:00Z" for t in range(4) for i in range(50)
+    )
+    assert submitter._idle == []
+
+
+def test_celery_concurrency_must_be_positive() -> None:
+    for bad in (-1, True, 1.5):
+        with pytest.raises(InvalidValue, match="concurrency"):
+            CelerySubmitter("redis://127.0.0.1:1", concurrency=bad)
 
 
 def test_celery_app_can_be_named_by_import_path(redis_url: str, client: redis.Redis) -> None:
