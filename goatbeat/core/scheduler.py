@@ -474,11 +474,7 @@ class Scheduler:
                 log_event(
                     "occurrence.claimed",
                     level=logging.DEBUG,
-                    schedule=occ.schedule_name,
-                    idempotency_key=occ.idempotency_key,
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                    scheduled_at=occ.scheduled_at,
+                    **_occurrence_fields(occ, self.scheduler_id, grant),
                     lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
                 )
 
@@ -509,8 +505,15 @@ class Scheduler:
         each_level = logging.DEBUG if burst else logging.INFO
         log_each = logger.isEnabledFor(each_level)
         # Lateness is judged by the store's clock, like due-ness: a host whose clock is skewed
-        # must not log hours of lateness. One store read per batch gives the offset.
-        skew = self._store_skew() if (info or log_each) else None
+        # must not log hours of lateness. One store read per batch gives the offset, made
+        # after the first submission: it must not delay what is due.
+        skew: list[timedelta] = []
+
+        def store_now() -> datetime:
+            if not skew:
+                skew.append(self._store_skew())
+            return self.clock.now() + skew[0]
+
         max_attempts = 1 + self.settings.max_submit_retries
         submitted: list[Occurrence] = []
         for one in self._send_all(occurrences) if sent is None else sent:
@@ -530,11 +533,7 @@ class Scheduler:
                     log_event(
                         "occurrence.submit_failed",
                         level=logging.ERROR,
-                        schedule=occ.schedule_name,
-                        idempotency_key=occ.idempotency_key,
-                        scheduler_id=self.scheduler_id,
-                        fencing_token=grant.token,
-                        scheduled_at=occ.scheduled_at,
+                        **_occurrence_fields(occ, self.scheduler_id, grant),
                         attempts=attempts,
                         error=error,
                     )
@@ -545,11 +544,7 @@ class Scheduler:
                     log_event(
                         "occurrence.submit_retry",
                         level=logging.WARNING,
-                        schedule=occ.schedule_name,
-                        idempotency_key=occ.idempotency_key,
-                        scheduler_id=self.scheduler_id,
-                        fencing_token=grant.token,
-                        scheduled_at=occ.scheduled_at,
+                        **_occurrence_fields(occ, self.scheduler_id, grant),
                         attempts=attempts,
                         retry_in=delay,
                         error=error,
@@ -566,32 +561,22 @@ class Scheduler:
                     # A row another leader (or a crash) left claimed, now actually resubmitted.
                     log_event(
                         "occurrence.resubmitted",
-                        schedule=occ.schedule_name,
-                        idempotency_key=occ.idempotency_key,
-                        scheduler_id=self.scheduler_id,
-                        fencing_token=grant.token,
-                        scheduled_at=occ.scheduled_at,
+                        **_occurrence_fields(occ, self.scheduler_id, grant),
                         attempts=occ.attempts,
                     )
             if burst:
                 submitted.append(occ)
             if log_each:
-                assert skew is not None
                 log_event(
                     "occurrence.submitted",
                     level=each_level,
-                    schedule=occ.schedule_name,
-                    idempotency_key=occ.idempotency_key,
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                    scheduled_at=occ.scheduled_at,
-                    lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
+                    **_occurrence_fields(occ, self.scheduler_id, grant),
+                    lateness=_lateness(store_now(), occ.scheduled_at),
                     kind=occ.kind,
                     backend_task_id=task_id,
                 )
         if burst and info and submitted:
-            assert skew is not None
-            now = self.clock.now() + skew
+            now = store_now()
             log_event(
                 "occurrence.submitted",
                 scheduler_id=self.scheduler_id,
@@ -698,6 +683,17 @@ class Scheduler:
 
 _Sent = tuple[Occurrence, str | None, Exception | None]
 """(occurrence, backend task id, the exception the submission raised)."""
+
+
+def _occurrence_fields(occ: Occurrence, scheduler_id: str, grant: LeaseGrant) -> dict[str, Any]:
+    """The fields every per-occurrence log record starts with."""
+    return {
+        "schedule": occ.schedule_name,
+        "idempotency_key": occ.idempotency_key,
+        "scheduler_id": scheduler_id,
+        "fencing_token": grant.token,
+        "scheduled_at": occ.scheduled_at,
+    }
 
 
 def _lateness(now: datetime, scheduled_at: datetime) -> float:

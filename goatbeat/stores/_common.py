@@ -81,11 +81,7 @@ DEFINITION_COLUMNS = (
     "description",
 )
 
-SCHEDULE_COLUMNS = (
-    "id",
-    "name",
-    "source",
-    *DEFINITION_COLUMNS,
+STATE_FIELDS = (
     "enabled",
     "next_run_at",
     "last_run_at",
@@ -96,6 +92,9 @@ SCHEDULE_COLUMNS = (
     "created_at",
     "updated_at",
 )
+"""Columns of a schedule row the store owns (Schedule's state fields)."""
+
+SCHEDULE_COLUMNS = ("id", "name", "source", *DEFINITION_COLUMNS, *STATE_FIELDS)
 
 # Column widths of the schema: checked up front so every store refuses the same values
 # (PostgreSQL would fail mid-transaction; SQLite and memory would accept them silently).
@@ -453,19 +452,6 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
     )
 
 
-STATE_FIELDS = (
-    "enabled",
-    "next_run_at",
-    "last_run_at",
-    "last_status",
-    "total_run_count",
-    "missed_count",
-    "version",
-    "created_at",
-    "updated_at",
-)
-
-
 _DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
 _read_definition = operator.attrgetter(*_DEFINITION_SLOTS)
 
@@ -639,6 +625,23 @@ def check_payload(payload: object) -> str:
 def lease_payload(name: str) -> str | None:
     payload = f"lease:{name}"
     return payload if validate_payload(payload) else None
+
+
+def executions_query(
+    name: str | None, status: ExecutionStatus | None, limit: int
+) -> tuple[str, dict[str, Any]]:
+    """The named query (``executions[_by_name][_status]``) and parameters the SQL stores run
+    for :meth:`ScheduleStore.executions`."""
+    check_positive("limit", limit)
+    params: dict[str, Any] = {"limit": limit}
+    query = "executions"
+    if name is not None:
+        params["name"] = name
+        query = "executions_by_name"
+    if status is not None:
+        params["status"] = ExecutionStatus(status).value
+        query = "executions_by_name_status" if name is not None else "executions_by_status"
+    return query, params
 
 
 def check_positive(field_name: str, value: int) -> int:

@@ -601,15 +601,7 @@ class SQLiteStore:
         status: ExecutionStatus | None = None,
         limit: int = 50,
     ) -> list[Execution]:
-        common.check_positive("limit", limit)
-        params: dict[str, Any] = {"limit": limit}
-        query = "executions"
-        if name is not None:
-            params["name"] = name
-            query += "_by_name"
-        if status is not None:
-            params["status"] = ExecutionStatus(status).value
-            query = "executions_by_name_status" if name is not None else "executions_by_status"
+        query, params = common.executions_query(name, status, limit)
         with self._session() as conn:
             rows = conn.execute(self._q[query], params).fetchall()
         return [common.execution_from_row(_decode(r)) for r in rows]
