@@ -8,8 +8,9 @@ Contenders, each in a fresh process, one after the other, same Redis (flushed be
   submitter does. The faster of the two bare loops is the reference.
 - ``goatbeat``: N interval schedules in PostgreSQL, all due (``next_run_at`` one second ago);
   ``Scheduler.run_once()`` is called until N occurrences were submitted through
-  ``CelerySubmitter``: lease, claim in batches of 500 (one transaction each), submit, record the
-  outcomes (one statement per batch). Everything a production iteration does is in the time.
+  ``CelerySubmitter`` (default settings: one submission thread, so a full batch is sent while
+  the next is claimed): lease, claim in batches of 500 (one transaction each), submit, record
+  the outcomes (one statement per batch). Everything a production iteration does is in the time.
 - ``celery beat``: stock ``celery.beat.PersistentScheduler`` with N entries in
   ``beat_schedule`` whose ``last_run_at`` is two hours old (``schedule(timedelta(hours=1))``),
   driven the way ``celery beat``'s service drives it: ``tick()`` in a loop, sleeping when it
