@@ -77,10 +77,6 @@ LOG_EACH_LIMIT = 100
 A bigger burst gets one INFO summary (``count``, ``first_key``, ``last_key`` ...) and the
 per-occurrence records at DEBUG: formatting a JSON line costs ~40-60 us, a sizeable share of a
 broker round trip, and 10,000 identical lines help nobody (the executions table has them all)."""
-FIRST_BATCH = 100
-"""With a submitter that sends from a thread of its own, the first claim of an iteration takes
-at most this many rows: the first messages leave after a short claim, and the rest of the
-burst is claimed while they are being sent."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
 
@@ -420,8 +416,7 @@ class Scheduler:
         one claims the next batch (the database round trips overlap the broker's); the
         outcomes of each batch are still recorded in one call, before the next is sent."""
         limit = self.settings.batch_size
-        asked = min(limit, FIRST_BATCH) if self._threads else limit
-        result = self._claim(grant, asked) if self.lease.is_held() else None
+        result = self._claim(grant, limit) if self.lease.is_held() else None
         while result is not None:
             if result.refused:
                 tally.refused = True
@@ -436,8 +431,7 @@ class Scheduler:
                 return
             occurrences = result.occurrences
             self._log_claim(result, grant, tally)
-            more = max(result.schedules_seen, len(occurrences)) >= asked and not self._stop.is_set()
-            asked = limit
+            more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
             if not (occurrences and more and self._threads):
                 if occurrences:
                     self._submit_batch(occurrences, grant, tally, pending=False)

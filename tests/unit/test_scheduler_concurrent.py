@@ -161,17 +161,3 @@ def test_the_next_batch_is_claimed_while_the_current_one_is_sent() -> None:
     assert result.submitted == 25 and result.failed == 0
     assert [len(batch) for batch in store.recorded] == [10, 10, 5]
     assert submitter.keys == sorted(submitter.keys, key=lambda k: (k.split(":", 1)[1], k))
-
-
-def test_the_first_claim_of_a_burst_is_short_so_sending_starts_early() -> None:
-    from goatbeat.core.scheduler import FIRST_BATCH
-
-    sched, store, submitter, clock = make(batch_size=500)
-    store.publish([every(f"s{i:03d}", 60) for i in range(FIRST_BATCH + 150)])
-    sched.run_once()
-    clock.advance(60)
-    result = sched.run_once()
-    sched.close()
-    assert result.submitted == FIRST_BATCH + 150
-    # A short first batch, then full-size batches claimed while the previous one is sent.
-    assert [len(batch) for batch in store.recorded] == [FIRST_BATCH, 150]
