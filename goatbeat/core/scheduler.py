@@ -226,6 +226,12 @@ class Scheduler:
             batch_size=self.settings.batch_size,
         )
         try:
+            # Start listening for wake-ups before the first iteration (stores that LISTEN do so
+            # from their first wait), so a change made during that iteration is not missed.
+            try:
+                self.store.wait(0)
+            except StoreError:
+                pass  # the first iteration reports the outage
             while not self._stop.is_set():
                 try:
                     result = self.run_once()

@@ -224,6 +224,8 @@ class ScheduleStore(Protocol):
 
     def wait(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds; return True early when a notification arrived.
+        A store receives notifications from its first ``wait`` on (``wait(0)`` starts
+        listening without blocking), so stores that never wait never accumulate them.
         Stores without notifications (memory, SQLite across processes) may poll cheaply."""
         ...
 

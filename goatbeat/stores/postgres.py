@@ -6,9 +6,9 @@ Multi-statement work runs in explicit ``conn.transaction()`` blocks, so the same
 on a connection somebody else opened (Django's, through a :class:`ConnectionProvider`).
 
 Every instant that coordinates schedulers comes from the DATABASE clock (``now()``): lease
-expiry, lease checks, and due-ness unless the caller passes ``now``. The store LISTENs on
-:data:`~goatbeat.core.store.NOTIFY_CHANNEL` on its connection; :meth:`PostgresStore.wait`
-returns as soon as a notification arrives.
+expiry, lease checks, and due-ness unless the caller passes ``now``. From its first
+:meth:`PostgresStore.wait` on, the store LISTENs on :data:`~goatbeat.core.store.NOTIFY_CHANNEL`
+on its connection, and ``wait`` returns as soon as a notification arrives.
 
 A claim batch is a fixed number of statements whatever its size: lease check (``FOR SHARE``),
 due select (index walk, no row locks), one compare-and-set UPDATE over arrays, one INSERT of
@@ -154,12 +154,15 @@ class PostgresStore:
     # -- plumbing --------------------------------------------------------------------------
 
     def _connection(self) -> psycopg.Connection[Any]:
-        conn = self.provider.get()
+        return self.provider.get()
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        # Only a store that waits LISTENs: notifications to a connection nobody reads pile up
+        # in psycopg's backlog (a Django web process serving the admin never waits). A new
+        # connection (first wait, or after a failure) must LISTEN again.
         if conn is not self._listening:
-            # A new connection (first use, or after a failure) must LISTEN again.
             conn.execute(self._q["listen"])
             self._listening = conn
-        return conn
 
     @contextmanager
     def _session(self) -> Iterator[psycopg.Connection[Any]]:
@@ -587,6 +590,7 @@ class PostgresStore:
         while True:
             remaining = max(0.0, deadline - time.monotonic())
             with self._session() as conn:
+                self._listen(conn)
                 for notification in conn.notifies(
                     timeout=min(remaining, _WAIT_SLICE), stop_after=1
                 ):

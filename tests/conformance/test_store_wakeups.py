@@ -107,5 +107,6 @@ def test_notify_refuses_payloads_that_are_not_identifiers(
 
 @pytest.mark.parametrize("payload", ["schedule:1", "run:123456", "lease:scheduler"])
 def test_notify_accepts_identifiers(store: ScheduleStore, payload: str) -> None:
+    store.wait(0)  # a store hears notifications from its first wait() on
     store.notify(payload)
     assert store.wait(5.0) is True

@@ -367,3 +367,18 @@ def test_open_store_accepts_both_postgres_schemes(pg_dsn: str) -> None:
         store.migrate()
         assert store.info()["kind"] == "postgres"
         store.close()
+
+
+def test_only_a_store_that_waits_listens(pg_dsn: str, stores: list[PostgresStore]) -> None:
+    # A web process serving the admin never waits: its connection must not LISTEN, or every
+    # notification would pile up unread in the driver's backlog.
+    store = _open(stores, pg_dsn)
+    store.publish([hourly("a")])
+
+    def channels() -> list[str]:
+        rows = store.provider.get().execute("SELECT pg_listening_channels()").fetchall()
+        return [r[0] for r in rows]
+
+    assert channels() == []
+    store.wait(0)
+    assert channels() == ["goatbeat"]
