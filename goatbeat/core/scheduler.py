@@ -193,14 +193,20 @@ class Scheduler:
             return self.lease.release()
         except StoreError as exc:
             # The lease then expires on its own within lease_ttl.
-            log_event(
-                "scheduler.error",
-                level=logging.WARNING,
-                scheduler_id=self.scheduler_id,
-                stage="release",
-                error=str(exc),
-            )
+            self._log_store_error("release", exc)
             return False
+
+    def _log_store_error(
+        self, stage: str, exc: StoreError, *, level: int = logging.WARNING, **fields: Any
+    ) -> None:
+        log_event(
+            "scheduler.error",
+            level=level,
+            scheduler_id=self.scheduler_id,
+            stage=stage,
+            error=str(exc),
+            **fields,
+        )
 
     def close(self) -> None:
         """Stop the submission threads (if the submitter allowed any). :meth:`run` calls it on
@@ -282,13 +288,7 @@ class Scheduler:
                 if self.store.wait(min(remaining, STOP_POLL)):
                     return
             except StoreError as exc:
-                log_event(
-                    "scheduler.error",
-                    level=logging.WARNING,
-                    scheduler_id=self.scheduler_id,
-                    stage="wait",
-                    error=str(exc),
-                )
+                self._log_store_error("wait", exc)
                 self._stop.wait(min(remaining, STOP_POLL))
 
     # -- one iteration --------------------------------------------------------------------------
@@ -336,14 +336,7 @@ class Scheduler:
                 self.settings.max_sleep.total_seconds(),
                 ERROR_BACKOFF_BASE * 2 ** (self._error_streak - 1),
             )
-            log_event(
-                "scheduler.error",
-                level=logging.ERROR,
-                scheduler_id=self.scheduler_id,
-                stage=stage,
-                error=str(exc),
-                retry_in=backoff,
-            )
+            self._log_store_error(stage, exc, level=logging.ERROR, retry_in=backoff)
             # We cannot know whether a renewal or a claim landed: stop trusting the lease.
             self._drop_lease()
             return IterationResult(
