@@ -100,6 +100,13 @@ class DsnConnectionProvider:
                 autocommit=True,
                 connect_timeout=max(1, int(self.connect_timeout)),
                 application_name=self.application_name,
+                # A partitioned or vanished server is noticed in about half a minute instead
+                # of the kernel's two hours, so the loop can back off and reconnect.
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+                tcp_user_timeout=30_000,
             )
             self._conn = conn
         return conn

@@ -382,3 +382,15 @@ def test_only_a_store_that_waits_listens(pg_dsn: str, stores: list[PostgresStore
     assert channels() == []
     store.wait(0)
     assert channels() == ["goatbeat"]
+
+
+def test_the_default_connection_notices_a_dead_peer_within_seconds(
+    pg_dsn: str, stores: list[PostgresStore]
+) -> None:
+    # TCP keepalives and a user timeout: a partitioned server surfaces as a StoreError the
+    # loop backs off from, not as a query hanging for the kernel's two hours.
+    store = _open(stores, pg_dsn)
+    store.now()
+    params = store.provider.get().info.get_parameters()
+    assert params.get("keepalives_idle") == "10"
+    assert params.get("tcp_user_timeout") == "30000"
