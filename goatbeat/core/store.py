@@ -113,8 +113,9 @@ class ScheduleStore(Protocol):
         ...
 
     def delete(self, name: str) -> None:
-        """Delete a schedule; its executions stay as history (schedule id set to NULL).
-        ``ScheduleNotFound`` if absent."""
+        """Delete a schedule; its executions stay as history (schedule id set to NULL), and
+        those still ``claimed`` (never submitted) become ``submit_failed`` with the reason,
+        since nothing can submit them any more. ``ScheduleNotFound`` if absent."""
         ...
 
     def get(self, name: str) -> Schedule:

@@ -107,6 +107,9 @@ _MAX_LENGTHS = {
 }
 
 
+ABANDONED_ERROR = "schedule deleted before this occurrence was submitted"
+
+
 def utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 

@@ -197,6 +197,9 @@ class MemoryStore:
             for execution in self._executions.values():
                 if execution["schedule_id"] == row["id"]:
                     execution["schedule_id"] = None
+                    if execution["status"] == ExecutionStatus.CLAIMED.value:
+                        execution["status"] = ExecutionStatus.SUBMIT_FAILED.value
+                        execution["error"] = common.ABANDONED_ERROR
         self.notify(f"schedule:{row['id']}")
 
     def get(self, name: str) -> Schedule:

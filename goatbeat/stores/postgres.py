@@ -368,6 +368,10 @@ class PostgresStore:
 
     def delete(self, name: str) -> None:
         with self._session() as conn, conn.transaction():
+            with psycopg.Cursor(conn) as cur:
+                cur.execute(
+                    self._q["abandon_claimed"], {"name": name, "error": common.ABANDONED_ERROR}
+                )
             row = self._fetch_one(conn, "schedule_delete", {"name": name})
             if row is None:
                 raise ScheduleNotFound(name)

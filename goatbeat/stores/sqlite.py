@@ -360,6 +360,9 @@ class SQLiteStore:
     def delete(self, name: str) -> None:
         with self._write() as conn:
             row = self._required(conn, name)
+            conn.execute(
+                self._q["abandon_claimed"], {"id": row["id"], "error": common.ABANDONED_ERROR}
+            )
             conn.execute(self._q["schedule_delete"], {"id": row["id"]})
             self._bump(conn, f"schedule:{row['id']}")
         self._wake_local()

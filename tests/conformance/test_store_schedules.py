@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
-from goatbeat.core.model import Routing, Source
+from goatbeat.core.model import ExecutionStatus, Routing, Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from tests.conformance.helpers import HOUR, T0, claim_all, hourly, lease, snapshot
@@ -242,5 +242,8 @@ def test_delete_keeps_executions_as_history(store: ScheduleStore) -> None:
     assert [e.idempotency_key for e in history] == ["doomed:2031-03-01T13:00:00Z"]
     assert history[0].schedule_id is None
     assert store.pending(limit=10) == []  # nothing left to submit it with
+    # ...so the never-submitted occurrence is closed, not left "claimed" forever.
+    assert history[0].status is ExecutionStatus.SUBMIT_FAILED
+    assert history[0].error is not None and "deleted" in history[0].error
     with pytest.raises(ScheduleNotFound):
         store.delete("doomed")

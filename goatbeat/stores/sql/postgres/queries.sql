@@ -79,6 +79,13 @@ RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchan
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
           missed_count, version, description, created_at, updated_at;
 
+-- name: abandon_claimed
+-- Occurrences of a schedule being deleted that were never submitted: nothing can submit them
+-- any more, so they end as submit_failed instead of staying claimed forever.
+UPDATE goatbeat_execution SET status = 'submit_failed', error = %(error)s
+WHERE schedule_id = (SELECT id FROM goatbeat_schedule WHERE name = %(name)s)
+  AND status = 'claimed';
+
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
 

@@ -62,6 +62,12 @@ UPDATE goatbeat_schedule SET
     enabled = :enabled, next_run_at = :next_run_at, version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
 
+-- name: abandon_claimed
+-- Occurrences of a schedule being deleted that were never submitted: nothing can submit them
+-- any more, so they end as submit_failed instead of staying claimed forever.
+UPDATE goatbeat_execution SET status = 'submit_failed', error = :error
+WHERE schedule_id = :id AND status = 'claimed';
+
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE id = :id;
 
