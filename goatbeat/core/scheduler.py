@@ -132,6 +132,11 @@ class _Tally:
         self.conflicts = 0
         self.refused = False
 
+    def result(self, **fields: Any) -> IterationResult:
+        """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
+        counts = {name: getattr(self, name) for name in self.__slots__ if name != "refused"}
+        return IterationResult(**counts, **fields)
+
 
 class Scheduler:
     """Ties the store, the lease and a submitter together. Not thread-safe: one loop per
@@ -339,31 +344,14 @@ class Scheduler:
             self._log_store_error(stage, exc, level=logging.ERROR, retry_in=backoff)
             # We cannot know whether a renewal or a claim landed: stop trusting the lease.
             self._drop_lease()
-            return IterationResult(
-                leader=False,
-                became_leader=became_leader,
-                claimed=tally.claimed,
-                submitted=tally.submitted,
-                resubmitted=tally.resubmitted,
-                retrying=tally.retrying,
-                failed=tally.failed,
-                missed=tally.missed,
-                conflicts=tally.conflicts,
-                error=str(exc),
-                sleep=backoff,
+            return tally.result(
+                leader=False, became_leader=became_leader, error=str(exc), sleep=backoff
             )
         self._error_streak = 0
-        return IterationResult(
+        return tally.result(
             leader=not tally.refused,
             fencing_token=grant.token,
             became_leader=became_leader,
-            claimed=tally.claimed,
-            submitted=tally.submitted,
-            resubmitted=tally.resubmitted,
-            retrying=tally.retrying,
-            failed=tally.failed,
-            missed=tally.missed,
-            conflicts=tally.conflicts,
             refused=tally.refused,
             sleep=sleep,
         )
