@@ -5,12 +5,17 @@ Contenders, each in a fresh process, one after the other, same Redis (flushed be
 - ``send_task``: the limit. A bare loop of ``app.send_task(TASK, args=[i], task_id=key)``, no
   scheduling at all (each call takes a producer from Celery's pool, as user code does).
 - ``send_task (one producer)``: the same loop holding one producer, as goatbeat's Celery
-  submitter does. The faster of the two bare loops is the reference.
+  submitter does. The faster of the two bare loops is the reference of the target.
+- ``send_task (batches of 50)``: the one-producer loop inside kombu's ``producer.batch()``
+  (kombu >= 5.7), 50 messages a batch: on Redis each batch is one pipelined round trip. This
+  is how goatbeat's Celery submitter publishes (``submit_many``), so it is the limit for
+  goatbeat's way of sending; goatbeat is compared with it too.
 - ``goatbeat``: N interval schedules in PostgreSQL, all due (``next_run_at`` one second ago);
   ``Scheduler.run_once()`` is called until N occurrences were submitted through
   ``CelerySubmitter`` (default settings: one submission thread, so a full batch is sent while
-  the next is claimed): lease, claim in batches of 500 (one transaction each), submit, record
-  the outcomes (one statement per batch). Everything a production iteration does is in the time.
+  the next is claimed; messages published in kombu batches of 50): lease, claim in batches of
+  500 (one transaction each), submit, record the outcomes (one statement per batch).
+  Everything a production iteration does is in the time.
 - ``celery beat``: stock ``celery.beat.PersistentScheduler`` with N entries in
   ``beat_schedule`` whose ``last_run_at`` is two hours old (``schedule(timedelta(hours=1))``),
   driven the way ``celery beat``'s service drives it: ``tick()`` in a loop, sleeping when it
@@ -53,11 +58,15 @@ from bench._common import (
 CONTENDERS = {
     "send_task": "bare send_task",
     "send_task_producer": "bare send_task (one producer)",
+    "send_task_batch": "bare send_task (batches of 50)",
     "goatbeat": "goatbeat",
     "celery_beat": "celery beat (PersistentScheduler)",
     "django_celery_beat": "django-celery-beat (DatabaseScheduler)",
 }
-FAST = ("send_task", "send_task_producer", "goatbeat")
+FAST = ("send_task", "send_task_producer", "send_task_batch", "goatbeat")
+BARE = ("send_task", "send_task_producer")
+"""The issue's reference: a bare loop of send_task, the faster of the two."""
+BATCH_SIZE = 50
 TARGET_RATIO = 0.8
 
 
@@ -87,6 +96,12 @@ def child_send_task(args: dict[str, Any]) -> dict[str, Any]:
         with app.producer_or_acquire() as producer:
             for i in range(n):
                 send(TASK, args=[i], kwargs={}, task_id=f"bench-{i}:x", producer=producer)
+    elif args["contender"] == "send_task_batch":
+        with app.producer_or_acquire() as producer:
+            for start in range(0, n, BATCH_SIZE):
+                with producer.batch(max_size=10 * BATCH_SIZE):
+                    for i in range(start, min(n, start + BATCH_SIZE)):
+                        send(TASK, args=[i], kwargs={}, task_id=f"bench-{i}:x", producer=producer)
     else:
         for i in range(n):
             send(TASK, args=[i], kwargs={}, task_id=f"bench-{i}:x")
@@ -235,6 +250,7 @@ def child_django_celery_beat(args: dict[str, Any]) -> dict[str, Any]:
 HANDLERS = {
     "send_task": child_send_task,
     "send_task_producer": child_send_task,
+    "send_task_batch": child_send_task,
     "goatbeat": child_goatbeat,
     "celery_beat": child_celery_beat,
     "django_celery_beat": child_django_celery_beat,
@@ -313,12 +329,9 @@ def _section(
     ]
     chart: dict[str, Any] = {"sizes": sizes, "series": {}}
     for n in sizes:
-        bare = [
-            results[(c, n)]["rate"] or 0.0
-            for c in ("send_task", "send_task_producer")
-            if (c, n) in results
-        ]
+        bare = [results[(c, n)]["rate"] or 0.0 for c in BARE if (c, n) in results]
         limit = max(bare) if bare else None
+        batched = results.get(("send_task_batch", n), {}).get("rate")
         for contender, label in CONTENDERS.items():
             res = results.get((contender, n))
             if res is None:
@@ -331,7 +344,20 @@ def _section(
                 f"| {n:,} | {label} | {fmt(rate)} | "
                 f"{'n/a' if ratio is None else f'{ratio:.0%}'} | {done} | {res['seconds']:.2f} |"
             )
-            if contender in ("send_task", "send_task_producer"):
+            if contender == "send_task_batch":
+                section.rows.append(
+                    Row(
+                        section.name,
+                        f"{label}, {n:,} due",
+                        rate,
+                        "occ/s",
+                        reference="bare send_task",
+                        ratio=ratio,
+                        note="kombu publish batches",
+                    )
+                )
+                continue
+            if contender in BARE:
                 if rate == limit:
                     section.rows.append(
                         Row(section.name, f"{label}, {n:,} due", rate, "occ/s", note="the limit")
@@ -352,6 +378,17 @@ def _section(
                     note="" if res["complete"] else f"stopped after {peer_cap:.0f} s",
                 )
             )
+            if contender == "goatbeat" and rate and batched:
+                section.rows.append(
+                    Row(
+                        section.name,
+                        f"{label}, {n:,} due, vs the batched loop",
+                        rate,
+                        "occ/s",
+                        reference="bare send_task (batches of 50)",
+                        ratio=rate / batched,
+                    )
+                )
     section.chart = chart
     section.details = (
         "\n".join(lines)

@@ -5,7 +5,7 @@
     goatbeat [--app module:attr] [--database URL] [--log-format text|json] [--log-level LEVEL]
         migrate
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
-                  [--max-sleep 60s] [--batch-size 500]
+                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500]
         schedule list [--json]      publish code schedules, then list every schedule
         schedule show NAME [--count N] [--json]
         schedule run NAME           ask the leader for an extra run now
@@ -425,6 +425,11 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
 @_duration_option("--lease-ttl", "Lease time-to-live (default 30s).")
 @_duration_option("--lease-renew-interval", "Renew the lease this often (default 10s).")
 @_duration_option("--max-sleep", "Longest sleep between iterations (default 60s).")
+@_duration_option(
+    "--claim-ahead",
+    "Claim this long before an occurrence's instant, submit at the instant (default 250ms; "
+    "0 to claim only what is due).",
+)
 @click.option("--batch-size", type=int, default=None, help="Claims per transaction (500).")
 @click.pass_context
 def scheduler(
@@ -434,6 +439,7 @@ def scheduler(
     lease_ttl: str | None,
     lease_renew_interval: str | None,
     max_sleep: str | None,
+    claim_ahead: str | None,
     batch_size: int | None,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
@@ -444,6 +450,7 @@ def scheduler(
             ("lease_ttl", lease_ttl),
             ("lease_renew_interval", lease_renew_interval),
             ("max_sleep", max_sleep),
+            ("claim_ahead", claim_ahead),
             ("batch_size", batch_size),
         )
         if value is not None

@@ -22,6 +22,10 @@ class Clock(Protocol):
         """Seconds on a clock that never goes backwards (for local deadlines)."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Block for ``seconds`` (a claimed occurrence waiting for its instant)."""
+        ...
+
 
 class SystemClock:
     """The real clocks. ``offset`` skews the wall clock (fault-injection tests use it to play
@@ -35,6 +39,10 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
 
 
 class FakeClock:
@@ -52,6 +60,11 @@ class FakeClock:
     def monotonic(self) -> float:
         with self._lock:
             return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        """Time passes at once: sleeping moves both clocks forward by ``seconds``."""
+        if seconds > 0:
+            self.advance(seconds)
 
     def advance(self, delta: timedelta | float) -> None:
         seconds = delta.total_seconds() if isinstance(delta, timedelta) else float(delta)

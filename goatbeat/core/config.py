@@ -19,7 +19,7 @@ from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import ConfigError, InvalidValue, short_repr
 from goatbeat.core.timeutil import get_zone
 
-__all__ = ["Settings", "parse_settings", "default_scheduler_id", "KEYS"]
+__all__ = ["Settings", "parse_settings", "default_scheduler_id", "KEYS", "MAX_CLAIM_AHEAD"]
 
 
 def default_scheduler_id() -> str:
@@ -29,6 +29,8 @@ def default_scheduler_id() -> str:
 
 _DEFAULT_LEASE_TTL = timedelta(seconds=30)
 _DEFAULT_LEASE_RENEW = timedelta(seconds=10)
+MAX_CLAIM_AHEAD = timedelta(seconds=5)
+"""The largest ``claim_ahead``; also how long a scheduler ever holds an occurrence back."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +42,10 @@ class Settings:
     lease_ttl: timedelta = _DEFAULT_LEASE_TTL
     lease_renew_interval: timedelta = _DEFAULT_LEASE_RENEW
     max_sleep: timedelta = timedelta(seconds=60)
+    claim_ahead: timedelta = timedelta(milliseconds=250)
+    """How long before its instant an occurrence may be claimed. The claim's database work
+    then happens while waiting; the occurrence is still submitted at its instant, never
+    before. 0 claims only what is already due."""
     batch_size: int = 500
     max_submit_retries: int = 5
     scheduler_id: str = field(default_factory=default_scheduler_id)
@@ -51,18 +57,25 @@ KEYS = (
     "lease_ttl",
     "lease_renew_interval",
     "max_sleep",
+    "claim_ahead",
     "batch_size",
     "max_submit_retries",
     "scheduler_id",
 )
 
 
-def _duration(minimum: timedelta) -> Callable[[str, Any], timedelta]:
+def _duration(
+    minimum: timedelta, maximum: timedelta | None = None
+) -> Callable[[str, Any], timedelta]:
     def parse(key: str, value: Any) -> timedelta:
         result = parse_duration(value, field=key)
         if result < minimum:
             raise InvalidValue(
                 key, value, f"{short_repr(value)} is shorter than {minimum.total_seconds():g}s"
+            )
+        if maximum is not None and result > maximum:
+            raise InvalidValue(
+                key, value, f"{short_repr(value)} is longer than {maximum.total_seconds():g}s"
             )
         return result
 
@@ -102,6 +115,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "lease_ttl": _duration(timedelta(seconds=1)),
     "lease_renew_interval": _duration(timedelta(milliseconds=100)),
     "max_sleep": _duration(timedelta(milliseconds=10)),
+    "claim_ahead": _duration(timedelta(0), MAX_CLAIM_AHEAD),
     "batch_size": _int_range(1, 100_000),
     "max_submit_retries": _int_range(0, 1000),
     "scheduler_id": _text(255),

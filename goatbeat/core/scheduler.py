@@ -13,7 +13,17 @@ One :meth:`Scheduler.run_once` is one iteration:
 4. Claim due occurrences in batches of ``batch_size`` while full batches come back and the local
    deadline still holds, submit them, and record the outcomes of each batch in one call.
 5. Sleep (``store.wait``, so a NOTIFY ends it early) until the earliest of the next
-   ``next_run_at``, the lease renewal, a submit retry, and ``max_sleep``.
+   ``next_run_at`` (less ``claim_ahead``), the lease renewal, a submit retry, and ``max_sleep``.
+
+Claiming ahead. When the earliest ``next_run_at`` is less than ``claim_ahead`` (250 ms by
+default) away by the store's clock, the iteration claims the schedules due at that instant
+already (``claim_due(now=instant)``: due-ness and misfire planning judged at that instant), so
+the transaction's round trips and the planning happen before it. Each occurrence is then held
+until its ``scheduled_at`` — mapped onto the local monotonic clock from a store-clock reading
+taken after the query, so the mapping can only err late — and submitted then, never before.
+Rows another scheduler claimed ahead and left ``claimed`` wait for their instant the same way.
+A schedule disabled or edited inside that window keeps the occurrence already claimed, as it
+would a moment later.
 
 Submit failures. A :class:`~goatbeat.core.errors.PermanentSubmitError` is final at once
 (``submit_failed``). Anything else is retried with exponential backoff (1 s, 2 s, 4 s ...
@@ -29,7 +39,8 @@ a broker's raw send speed. ``occurrence.claimed`` is DEBUG. Nothing is built for
 
 Test hook (fault injection only): with the environment variable
 ``GOATBEAT_CRASH_AFTER_SUBMIT=<n>`` the process calls ``os._exit(137)`` right after its n-th
-successful submission, before the bookkeeping, to play a crash between the two.
+successful submission (after the chunk holding it, for a submitter with ``submit_many``),
+before the bookkeeping, to play a crash between the two.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -46,7 +57,7 @@ from types import FrameType
 from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
-from goatbeat.core.config import Settings
+from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import PermanentSubmitError, StoreError
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import (
@@ -58,7 +69,12 @@ from goatbeat.core.model import (
 )
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, submit_concurrency
+from goatbeat.core.submit import (
+    SUBMIT_MANY_CHUNK,
+    TaskSubmitter,
+    many_submitter,
+    submit_concurrency,
+)
 
 __all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV", "LOG_EACH_LIMIT"]
 
@@ -169,11 +185,14 @@ class Scheduler:
         self._standby_logged = False
         # execution id -> monotonic instant before which it is not retried
         self._retry_at: dict[int, float] = {}
+        # (local monotonic, store clock) read together: when a claimed occurrence is due here.
+        self._store_ref: tuple[float, datetime] | None = None
         self._error_streak = 0
         self._submissions = 0
         self._submissions_lock = threading.Lock()
         # 0: the submitter is called from this scheduler's thread only.
         self._threads = submit_concurrency(submitter)
+        self._submit_many = many_submitter(submitter)
         self._executor: ThreadPoolExecutor | None = None
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
@@ -235,6 +254,7 @@ class Scheduler:
             lease_ttl=self.settings.lease_ttl,
             lease_renew_interval=self.settings.lease_renew_interval,
             batch_size=self.settings.batch_size,
+            claim_ahead=self.settings.claim_ahead,
         )
         try:
             # Start listening for wake-ups before the first iteration (stores that LISTEN do so
@@ -302,6 +322,7 @@ class Scheduler:
         """One iteration; never raises for store or submitter failures (they are logged)."""
         tally = _Tally()
         became_leader = False
+        self._store_ref = None  # each iteration maps the store's clock afresh
         stage = "lease"
         try:
             # Past the local deadline we renew at once rather than wait for the renewal slot.
@@ -389,6 +410,9 @@ class Scheduler:
             ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
             if not ready:
                 return
+            if self._store_ref is None:
+                # Another scheduler may have claimed some ahead of their instant.
+                self._store_reference()
             self._submit_batch(ready, grant, tally, pending=True)
             # Rows that failed again are now in retry_at and skipped by the next page.
             force = False
@@ -403,7 +427,10 @@ class Scheduler:
         one claims the next batch (the database round trips overlap the broker's); the
         outcomes of each batch are still recorded in one call, before the next is sent."""
         limit = self.settings.batch_size
-        result = self._claim(grant, limit) if self.lease.is_held() else None
+        if not self.lease.is_held():
+            return
+        target = self._claim_target()
+        result: ClaimResult | None = self._claim(grant, limit, target)
         while result is not None:
             if result.refused:
                 tally.refused = True
@@ -422,17 +449,54 @@ class Scheduler:
             if not (occurrences and more and self._threads):
                 if occurrences:
                     self._submit_batch(occurrences, grant, tally, pending=False)
-                result = self._claim(grant, limit) if more and self.lease.is_held() else None
+                result = (
+                    self._claim(grant, limit, target) if more and self.lease.is_held() else None
+                )
                 continue
             sending = self._pool().submit(self._send_many, occurrences)
             try:
-                result = self._claim(grant, limit) if self.lease.is_held() else None
+                result = self._claim(grant, limit, target) if self.lease.is_held() else None
             finally:
                 # Even when that claim failed: what was sent must be recorded.
                 self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
 
-    def _claim(self, grant: LeaseGrant, limit: int) -> ClaimResult:
-        return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit)
+    def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:
+        return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit, now=target)
+
+    def _claim_target(self) -> datetime | None:
+        """The instant to claim at when the next one is less than ``claim_ahead`` away by the
+        store's clock; None to claim what is due now."""
+        ahead = self.settings.claim_ahead
+        if not ahead:
+            return None
+        nxt = self.store.next_due_at()
+        if nxt is None:
+            return None
+        now = self._store_reference()
+        return nxt if now < nxt <= now + ahead else None
+
+    def _store_reference(self) -> datetime:
+        """Read the store's clock and pair it with the local monotonic clock read *after* the
+        answer came back: mapped through the pair, an instant can only come out late."""
+        now = self.store.now()
+        self._store_ref = (self.clock.monotonic(), now)
+        return now
+
+    def _wait_for_instant(self, occ: Occurrence) -> None:
+        """Block until ``occ.scheduled_at`` by the store's clock when it was claimed ahead."""
+        ref = self._store_ref
+        if ref is None:
+            return
+        mono, store_now = ref
+        ahead = (occ.scheduled_at - store_now).total_seconds()
+        if ahead <= 0:
+            return
+        # Never more than the largest claim_ahead any replica may use: a clock that jumped
+        # must not park a submission for hours.
+        ahead = min(ahead, MAX_CLAIM_AHEAD.total_seconds())
+        remaining = mono + ahead - self.clock.monotonic()
+        if remaining > 0:
+            self.clock.sleep(remaining)
 
     def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: _Tally) -> None:
         occurrences = result.occurrences
@@ -584,8 +648,16 @@ class Scheduler:
         """The result of each submission, in the order of ``occurrences`` (None: not sent)."""
         if self._threads > 1 and len(occurrences) > 1:
             return self._send_many(occurrences)
-        # Lazily, so the deadline is checked right before each submission.
-        return map(self._send_one, occurrences)
+        return self._send_in_order(occurrences)
+
+    def _send_in_order(self, occurrences: Sequence[Occurrence]) -> Iterator[_Sent | None]:
+        """Lazily, so the deadline is checked right before each submission (each chunk, for a
+        submitter with ``submit_many``)."""
+        if self._submit_many is None:
+            yield from map(self._send_one, occurrences)
+            return
+        for start in range(0, len(occurrences), SUBMIT_MANY_CHUNK):
+            yield from self._send_chunk(occurrences[start : start + SUBMIT_MANY_CHUNK])
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -603,8 +675,8 @@ class Scheduler:
         k = max(1, min(self._threads, len(occurrences)))
 
         def share(first: int) -> None:
-            for i in range(first, len(occurrences), k):
-                results[i] = self._send_one(occurrences[i])
+            for j, sent in enumerate(self._send_in_order(occurrences[first::k])):
+                results[first + j * k] = sent
 
         # At most one _send_many runs at a time, so the pool has a free worker for each share.
         helpers = [self._pool().submit(share, first) for first in range(1, k)]
@@ -617,20 +689,47 @@ class Scheduler:
 
     def _send_one(self, occ: Occurrence) -> _Sent | None:
         """Submit one occurrence unless the local deadline has passed. May run in a
-        submission thread: it touches nothing but the lease's deadline and the crash count."""
+        submission thread: it touches nothing but the lease's deadline and the crash count.
+        An occurrence claimed ahead waits for its instant first."""
+        self._wait_for_instant(occ)
         if not self.lease.is_held():
             return None
         try:
             task_id = self.submitter.submit(occ)
         except Exception as exc:  # every failure is retried or recorded
             return occ, None, exc
+        self._count_submissions(1)
+        return occ, task_id, None
+
+    def _send_chunk(self, chunk: Sequence[Occurrence]) -> list[_Sent | None]:
+        """:meth:`_send_one` for a chunk, through the submitter's ``submit_many``."""
+        assert self._submit_many is not None
+        for occ in chunk:  # in scheduled order: only the first ones can still be ahead
+            self._wait_for_instant(occ)
+        if not self.lease.is_held():
+            return [None] * len(chunk)
+        try:
+            answers = list(self._submit_many(chunk))
+            if len(answers) != len(chunk):
+                raise RuntimeError(
+                    f"submit_many returned {len(answers)} results for {len(chunk)} occurrences"
+                )
+        except Exception as exc:  # every failure is retried or recorded
+            return [(occ, None, exc) for occ in chunk]
+        sent: list[_Sent | None] = [
+            (occ, None, answer) if isinstance(answer, Exception) else (occ, answer, None)
+            for occ, answer in zip(chunk, answers, strict=True)
+        ]
+        self._count_submissions(sum(1 for one in sent if one is not None and one[2] is None))
+        return sent
+
+    def _count_submissions(self, count: int) -> None:
         with self._submissions_lock:
-            self._submissions += 1
+            self._submissions += count
             crash = self._crash_after and self._submissions >= self._crash_after
         if crash:
             # Test hook: die between submission and bookkeeping (see module docstring).
             os._exit(137)
-        return occ, task_id, None
 
     # -- sleeping -------------------------------------------------------------------------------
 
@@ -643,8 +742,10 @@ class Scheduler:
             candidates.append(self.lease.seconds_until_renewal())
         nxt = self.store.next_due_at()
         if nxt is not None:
-            # Due-ness is judged by the store's clock, so the distance is too.
-            candidates.append((nxt - self.store.now()).total_seconds())
+            # Due-ness is judged by the store's clock, so the distance is too; wake early
+            # enough to claim ahead of the instant.
+            until = nxt - self.store.now() - self.settings.claim_ahead
+            candidates.append(until.total_seconds())
         if self._retry_at:
             candidates.append(min(self._retry_at.values()) - self.clock.monotonic())
         sleep = max(0.0, min(candidates))

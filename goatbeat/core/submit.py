@@ -21,11 +21,19 @@ TaskSubmitter:
   1 shares the batch between that many threads (the Celery submitter keeps a producer per
   thread). Without it (or 0), the submitter is only ever called from the scheduler's thread,
   one occurrence at a time. See :func:`submit_concurrency`.
+- ``submit_many(occurrences) -> list[str | None | Exception]``: submit several occurrences at
+  once (one broker round trip for the lot where the backend can pipeline), returning for each,
+  in order, its task id or the exception its submission raised (a SubmitError subclass, as
+  :meth:`~TaskSubmitter.submit` would raise). It must not raise for one occurrence's failure;
+  if it raises anyway, every occurrence of the call counts as failed (retryable). The scheduler
+  then calls it with up to :data:`SUBMIT_MANY_CHUNK` occurrences at a time instead of
+  ``submit`` one by one. See :func:`many_submitter`.
 - ``after_bookkeeping()``: called after the outcomes of a batch were recorded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
 from goatbeat.core.errors import (
@@ -40,6 +48,9 @@ __all__ = [
     "TaskSubmitter",
     "check_supported",
     "submit_concurrency",
+    "many_submitter",
+    "SubmitMany",
+    "SUBMIT_MANY_CHUNK",
     "SubmitError",
     "RetryableSubmitError",
     "PermanentSubmitError",
@@ -107,3 +118,18 @@ def submit_concurrency(submitter: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return 0
     return value
+
+
+SubmitMany = Callable[[Sequence[Occurrence]], Sequence["str | None | Exception"]]
+"""The optional ``submit_many`` capability: occurrences in, one task id or exception each out."""
+
+SUBMIT_MANY_CHUNK = 50
+"""Occurrences per ``submit_many`` call. Small enough that the first messages of a burst reach
+the broker within milliseconds (a chunk lands when it is complete), large enough that one round
+trip serves many: on Redis, chunks of 50 measured within 10 % of chunks of 1,000."""
+
+
+def many_submitter(submitter: object) -> SubmitMany | None:
+    """``submitter``'s ``submit_many`` when it offers one, else None (submit one at a time)."""
+    method = getattr(submitter, "submit_many", None)
+    return method if callable(method) else None

@@ -9,13 +9,13 @@ backend for everything. Backends are created on first use with ``GOATBEAT['submi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter
+from goatbeat.core.submit import TaskSubmitter, many_submitter
 from goatbeat.submitters._dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "import_task"]
@@ -120,6 +120,26 @@ class DjangoRoutingSubmitter:
             raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
         return submitter.submit(occurrence)
 
+    def submit_many(self, occurrences: Sequence[Occurrence]) -> list[str | None | Exception]:
+        """Each backend gets its share of ``occurrences`` in one ``submit_many`` call when it
+        has one (Celery publishes them in one batch), else one ``submit`` at a time."""
+        results: list[str | None | Exception] = [None] * len(occurrences)
+        shares: dict[str, list[int]] = {}
+        for i, occ in enumerate(occurrences):
+            try:
+                backend = self.backend_for(occ.task)
+                self.submitter_for(backend)
+            except LookupError as exc:
+                results[i] = PermanentSubmitError(f"task {occ.task!r}: {exc}")
+                continue
+            shares.setdefault(backend, []).append(i)
+        for backend, positions in shares.items():
+            share = [occurrences[i] for i in positions]
+            answers = _submit_share(self._submitters[backend], share)
+            for i, answer in zip(positions, answers, strict=True):
+                results[i] = answer
+        return results
+
     def after_bookkeeping(self) -> None:
         for submitter in list(self._submitters.values()):
             hook = getattr(submitter, "after_bookkeeping", None)
@@ -144,6 +164,29 @@ class DjangoRoutingSubmitter:
         submitters, self._submitters = self._submitters, {}
         for submitter in submitters.values():
             submitter.close()
+
+
+def _submit_share(
+    submitter: TaskSubmitter, share: Sequence[Occurrence]
+) -> list[str | None | Exception]:
+    many = many_submitter(submitter)
+    if many is not None:
+        try:
+            answers = list(many(share))
+        except Exception as exc:  # the backend's whole share failed
+            return [exc] * len(share)
+        if len(answers) == len(share):
+            return answers
+        return [
+            RuntimeError(f"{submitter.name}: submit_many answered {len(answers)} of {len(share)}")
+        ] * len(share)
+    out: list[str | None | Exception] = []
+    for occ in share:
+        try:
+            out.append(submitter.submit(occ))
+        except Exception as exc:  # reported for this occurrence; the others still go
+            out.append(exc)
+    return out
 
 
 def _current_celery_app() -> Any:

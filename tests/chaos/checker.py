@@ -29,7 +29,9 @@ What is asserted, and what is allowed (and why):
 ``misfire`` (lost or wrongly planned occurrences), per schedule and per definition segment
     A segment starts at the database time ``S`` a definition was written (creation or an edit)
     and lasts until the next edit. The claims of a schedule are grouped by ``claimed_at``
-    (the transaction's ``now()``, which is the instant the planner used). For the group at
+    (the transaction's ``now()``). The instant the planner used is ``claimed_at``, or for a
+    claim made ahead (``claim_ahead``) the instant it claimed, which lies after ``claimed_at``:
+    the later of the two. For the group planned at
     ``c``, preceded by the group at ``p`` (or ``S``), the occurrences owed are the trigger's
     instants in ``(p, c]``; those with ``c - t <= grace`` are on time and ALL must be claimed;
     the late ones follow the policy: ``skip`` claims none, ``run_once`` claims the latest late
@@ -38,7 +40,8 @@ What is asserted, and what is allowed (and why):
     the schedule's final ``next_run_at`` were passed over by a claim that inserted nothing; only
     ``skip`` may do that, and only for instants that were late (``t < next_run_at - grace``).
     After the last group of an edited segment, unclaimed instants were dropped by the edit
-    (an edit recomputes ``next_run_at`` from now): allowed.
+    (an edit recomputes ``next_run_at`` from now): allowed. An instant a claim made ahead took
+    just before an edit counts for the new segment too: its key exists, so it is not owed twice.
     How timely claims were is never asserted (no timing assertions); an outage longer than the
     grace makes occurrences late, and the policy decides what happens to them.
 
@@ -383,37 +386,46 @@ def _check_misfire(ev: Evidence, report: Report) -> None:
                     continue
                 i -= 1
             assigned[i].append((claimed_at, instants))
+        # Instants claimed under earlier segments: a claim made ahead just before an edit may
+        # hold an instant that falls after the edit (same key, so never claimed again).
+        earlier: set[datetime] = set()
         for i, seg in enumerate(segments):
             d = seg.definition
             prev = seg.start
+            if i > 0:
+                earlier.update(t for _, instants in assigned.get(i - 1, []) for t in instants)
             for claimed_at, instants in assigned.get(i, []):
-                window = instants_between(d.trigger, prev, claimed_at)
-                want = expected_claims(d, window, claimed_at)
+                # A claim made ahead was planned at the instant it claimed (see the docstring).
+                planned_at = max(claimed_at, instants[-1])
+                window = instants_between(d.trigger, prev, planned_at)
+                want = expected_claims(d, window, planned_at)
                 checked += len(window)
                 late_dropped += len(window) - len(want)
                 got = set(instants)
-                missing = [t for t in want if t not in got]
+                missing = [t for t in want if t not in got and t not in earlier]
                 unexpected = sorted(got - set(want))
                 if missing:
                     lost += len(missing)
                     report.add(
                         "misfire",
                         f"{name} ({d.misfire.value}, grace {d.grace.total_seconds():g}s): claim at "
-                        f"{claimed_at.isoformat()} lost {[t.isoformat() for t in missing[:5]]}",
+                        f"{planned_at.isoformat()} lost {[t.isoformat() for t in missing[:5]]}",
                     )
                 if unexpected:
                     report.add(
                         "misfire",
-                        f"{name} ({d.misfire.value}): claim at {claimed_at.isoformat()} claimed "
+                        f"{name} ({d.misfire.value}): claim at {planned_at.isoformat()} claimed "
                         f"{[t.isoformat() for t in unexpected[:5]]} the policy drops",
                     )
-                prev = max(prev, claimed_at)
+                prev = max(prev, planned_at)
             last_segment = i == len(segments) - 1
             if last_segment and schedule.enabled and schedule.next_run_at is not None:
                 nxt = schedule.next_run_at
                 passed = instants_between(d.trigger, prev, nxt - timedelta(microseconds=1))
                 checked += len(passed)
                 for t in passed:
+                    if t in earlier:
+                        continue
                     if d.misfire is not MisfirePolicy.SKIP or not t < nxt - d.grace:
                         lost += 1
                         report.add(

@@ -102,6 +102,38 @@ def test_a_clean_history_passes() -> None:
     assert report.figures["occurrences_checked"] == 5
 
 
+def test_claims_made_ahead_of_their_instant_pass() -> None:
+    # claim_ahead: each instant claimed 200 ms before it, planned at the instant itself.
+    h = History()
+    for i in range(1, 6):
+        h.claim(T0 + i * S - timedelta(milliseconds=200), [T0 + i * S])
+    report = check(h.evidence(T0 + 6 * S))
+    assert report.ok, report.summary()
+    assert report.figures["occurrences_checked"] == 5
+
+
+def test_a_claim_ahead_that_skips_an_instant_is_still_a_lost_occurrence() -> None:
+    h = History()
+    h.claim(T0 + S - timedelta(milliseconds=200), [T0 + S])
+    h.claim(T0 + 3 * S - timedelta(milliseconds=200), [T0 + 3 * S])  # 2 s never claimed
+    assert "misfire" in kinds(h.evidence(T0 + 4 * S))
+
+
+def test_an_instant_claimed_ahead_just_before_an_edit_is_not_owed_again() -> None:
+    h = History()
+    h.claim(T0 + S - timedelta(milliseconds=200), [T0 + S])
+    h.claim(T0 + 2 * S - timedelta(milliseconds=200), [T0 + 2 * S])
+    # An edit at 1.9 s (same trigger) resets next_run_at to 2 s, already claimed ahead at 1.8 s.
+    edit = T0 + 2 * S - timedelta(milliseconds=100)
+    h.claim(T0 + 3 * S - timedelta(milliseconds=200), [T0 + 3 * S])
+    segments = [Segment(start=T0, definition=h.d), Segment(start=edit, definition=h.d)]
+    report = check(h.evidence(T0 + 4 * S, segments={"s": segments}))
+    assert report.ok, report.summary()
+    # Without the earlier claim, 2 s is owed by the new segment and lost.
+    h.rows = [r for r in h.rows if r.scheduled_at != T0 + 2 * S]
+    assert "misfire" in kinds(h.evidence(T0 + 4 * S, segments={"s": segments}))
+
+
 def test_an_on_time_occurrence_missing_is_lost() -> None:
     h = History()
     nxt = steady(h)

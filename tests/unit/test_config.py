@@ -32,6 +32,7 @@ def test_no_settings_means_the_documented_defaults() -> None:
         assert settings.lease_ttl == timedelta(seconds=30)
         assert settings.lease_renew_interval == timedelta(seconds=10)
         assert settings.max_sleep == timedelta(seconds=60)
+        assert settings.claim_ahead == timedelta(milliseconds=250)
         assert (settings.batch_size, settings.max_submit_retries) == (500, 5)
 
 
@@ -71,6 +72,28 @@ def test_the_documented_example_parses() -> None:
 def test_durations_are_written_like_people_write_them(text: str, expected: timedelta) -> None:
     assert parse_settings({"max_sleep": text}).max_sleep == expected
     assert parse_settings({"lease_ttl": text, "lease_renew_interval": "1s"}).lease_ttl == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0, timedelta(0)),
+        ("0s", timedelta(0)),
+        ("100ms", timedelta(milliseconds=100)),
+        ("5s", timedelta(seconds=5)),
+    ],
+)
+def test_claim_ahead_accepts_zero_to_five_seconds(value: object, expected: timedelta) -> None:
+    assert parse_settings({"claim_ahead": value}).claim_ahead == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"), [("6s", "longer than 5s"), (-1, "negative"), ("-1s", "not a duration")]
+)
+def test_claim_ahead_outside_its_range_is_named_with_its_value(value: object, reason: str) -> None:
+    (problem,) = problems_of({"claim_ahead": value})
+    assert problem.startswith("claim_ahead:")
+    assert repr(value) in problem and reason in problem
 
 
 def test_numbers_are_seconds() -> None:

@@ -464,10 +464,18 @@ def test_a_manual_run_request_is_submitted_on_the_next_iteration(store, submitte
 
 def test_leader_sleeps_until_the_next_due_instant(store, submitter, clock):
     store.publish([every("a", 5)])
-    sched = make(store, submitter, clock)
+    sched = make(store, submitter, clock, claim_ahead=timedelta(0))
     assert sched.run_once().sleep == pytest.approx(5.0)
     clock.advance(2)
     assert sched.run_once().sleep == pytest.approx(3.0)
+
+
+def test_leader_wakes_claim_ahead_before_the_next_due_instant(store, submitter, clock):
+    store.publish([every("a", 5)])
+    sched = make(store, submitter, clock)  # claim_ahead 250 ms by default
+    assert sched.run_once().sleep == pytest.approx(4.75)
+    clock.advance(2)
+    assert sched.run_once().sleep == pytest.approx(2.75)
 
 
 def test_leader_sleep_is_bounded_by_renewal_and_max_sleep(store, submitter, clock):

@@ -469,3 +469,119 @@ def test_without_arguments_the_projects_own_app_and_broker_are_used(redis_url: s
     finally:
         dramatiq.broker.global_broker = previous
         broker.close()
+
+
+# -- submit_many: one kombu publish batch per call ------------------------------------------
+
+
+def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the publish batches kombu's Redis channel opens (the real ones, not replaced)."""
+    from kombu.transport import redis as kombu_redis
+
+    opened: list[int] = []
+    real = kombu_redis.Channel.create_publish_batch
+
+    def counting(self: Any, max_size: int) -> Any:
+        opened.append(max_size)
+        return real(self, max_size)
+
+    monkeypatch.setattr(kombu_redis.Channel, "create_publish_batch", counting)
+    return opened
+
+
+def test_celery_submit_many_publishes_the_lot_in_one_batch(
+    redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = count_batches(monkeypatch)
+    submitter = CelerySubmitter(redis_url)
+    occurrences = [
+        make_occurrence(TASKS[CelerySubmitter], name=f"r{i}", queue="emails" if i % 2 else None)
+        for i in range(20)
+    ]
+    try:
+        results = submitter.submit_many(occurrences)
+        single = submitter.submit(make_occurrence(TASKS[CelerySubmitter], name="alone"))
+    finally:
+        submitter.close()
+    assert results == [o.idempotency_key for o in occurrences]
+    assert len(opened) == 1  # one batch for the 20, none for submit()
+    by_queue = {q: [json.loads(m) for m in client.lrange(q, 0, -1)] for q in ("celery", "emails")}
+    assert [m["headers"]["id"] for m in reversed(by_queue["emails"])] == results[1::2]
+    assert [m["headers"]["id"] for m in reversed(by_queue["celery"])] == [*results[::2], single]
+    # A batched message is the very message submit() sends, key headers included.
+    batched, alone = by_queue["celery"][-1], by_queue["celery"][0]
+    assert batched["body"] == alone["body"]
+    assert batched["headers"]["goatbeat_idempotency_key"] == results[0]
+    assert set(batched["headers"]) == set(alone["headers"])
+
+
+def test_celery_submit_many_reports_a_bad_message_and_sends_the_others(
+    redis_url: str, client: redis.Redis
+) -> None:
+    submitter = CelerySubmitter(redis_url)
+    good = [make_occurrence(TASKS[CelerySubmitter], name=f"g{i}") for i in range(3)]
+    bad = make_occurrence(TASKS[CelerySubmitter], name="bad", args=(lambda: None,))
+    try:
+        results = submitter.submit_many([good[0], bad, good[1], good[2]])
+    finally:
+        submitter.close()
+    assert results[0] == good[0].idempotency_key and results[2:] == [
+        good[1].idempotency_key,
+        good[2].idempotency_key,
+    ]
+    assert isinstance(results[1], PermanentSubmitError) and "bad:" in str(results[1])
+    landed = {json.loads(m)["headers"]["id"] for m in client.lrange("celery", 0, -1)}
+    assert landed == {o.idempotency_key for o in good}
+
+
+def test_celery_submit_many_with_the_broker_down_fails_each_as_retryable() -> None:
+    submitter = CelerySubmitter(closed_port_url())
+    occurrences = [make_occurrence(TASKS[CelerySubmitter], name=f"d{i}") for i in range(2)]
+    try:
+        results = submitter.submit_many(occurrences)
+    finally:
+        submitter.close()
+    assert all(isinstance(r, RetryableSubmitError) for r in results)
+    assert [o.idempotency_key in str(r) for o, r in zip(occurrences, results, strict=True)] == [
+        True,
+        True,
+    ]
+
+
+def test_a_failed_flush_makes_every_message_of_the_batch_a_retryable_failure(
+    redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    submitter = CelerySubmitter(redis_url)
+    submitter.submit(make_occurrence(TASKS[CelerySubmitter], name="warm"))  # producer in pool
+    warm_producer = submitter._idle[0]
+
+    def broken_execute(self: Any, raise_on_error: bool = True) -> Any:
+        raise redis.ConnectionError("connection reset by peer")
+
+    # The network fails exactly when kombu flushes its pipeline.
+    monkeypatch.setattr(redis.client.Pipeline, "execute", broken_execute)
+    occurrences = [make_occurrence(TASKS[CelerySubmitter], name=f"f{i}") for i in range(3)]
+    try:
+        results = submitter.submit_many(occurrences)
+        assert all(isinstance(r, RetryableSubmitError) for r in results)
+        assert all("delivery uncertain" in str(r) for r in results)
+        # The producer that met the failure is not handed out again.
+        assert warm_producer not in submitter._idle
+    finally:
+        submitter.close()
+    assert client.llen("celery") == 1  # only the warm-up message
+
+
+def test_celery_batch_publish_can_be_turned_off(
+    redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = count_batches(monkeypatch)
+    submitter = CelerySubmitter(redis_url, batch_publish=False)
+    occurrences = [make_occurrence(TASKS[CelerySubmitter], name=f"o{i}") for i in range(5)]
+    try:
+        results = submitter.submit_many(occurrences)
+    finally:
+        submitter.close()
+    assert opened == []
+    assert results == [o.idempotency_key for o in occurrences]
+    assert client.llen("celery") == 5
