@@ -2,9 +2,11 @@
 
 10,000 cron schedules spread over the minute (six-field expressions ``S * * * * *`` with
 ``S = i mod 60``: about 167 due every second), in PostgreSQL. The scheduler runs as operators
-run it (``goatbeat ... --log-format json scheduler``, INFO logs, the Celery submitter sending
-to the real Redis). After it took the lease and a 5 s warm-up, every occurrence scheduled in
-the measured window (2 minutes; 1 with ``--quick``) counts:
+run it (``goatbeat ... --log-format json scheduler``, INFO logs, default settings, the Celery
+submitter sending to the real Redis). With the defaults, each second's occurrences are claimed
+up to 250 ms before their instant (``claim_ahead``) and published at the instant, in kombu
+batches of 50 (one Redis round trip each). After it took the lease and a 5 s warm-up, every
+occurrence scheduled in the measured window (2 minutes; 1 with ``--quick``) counts:
 
 - lateness at the broker (the headline): a thread of the benchmark pops each message off
   Redis's ``celery`` list as it lands (``BLPOP``) and subtracts the scheduled instant carried in
