@@ -14,7 +14,7 @@ A :class:`celery.beat.Scheduler` subclass that keeps celery beat's interface (``
 Configuration (Celery settings, with the ``CELERY_`` prefix under Django):
 ``goatbeat_database`` (else the ``GOATBEAT_DATABASE`` environment variable, else
 ``sqlite:///celerybeat-goatbeat.sqlite3``), and optionally ``goatbeat_lease_ttl``,
-``goatbeat_lease_renew_interval``, ``goatbeat_scheduler_id``.
+``goatbeat_lease_renew_interval``, ``goatbeat_claim_ahead``, ``goatbeat_scheduler_id``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def _settings(self) -> Any:
         raw: dict[str, Any] = {"database": self.database_url}
-        for key in ("lease_ttl", "lease_renew_interval", "scheduler_id"):
+        for key in ("lease_ttl", "lease_renew_interval", "claim_ahead", "scheduler_id"):
             value = self._conf(f"goatbeat_{key}")
             if value is not None:
                 raw[key] = value

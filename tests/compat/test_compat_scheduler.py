@@ -80,6 +80,32 @@ def test_tick_returns_seconds_within_max_interval(tmp_path: Path) -> None:
         s.close()
 
 
+def test_goatbeat_settings_come_from_celery_configuration(tmp_path: Path) -> None:
+    app = make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}")
+    app.conf.goatbeat_lease_ttl = "20s"
+    app.conf.goatbeat_lease_renew_interval = "5s"
+    app.conf.goatbeat_claim_ahead = "100ms"
+    app.conf.goatbeat_scheduler_id = "beat-eu-1"
+    s = Scheduler(app=app)
+    try:
+        settings = s._gb_scheduler.settings
+        assert settings.lease_ttl == timedelta(seconds=20)
+        assert settings.lease_renew_interval == timedelta(seconds=5)
+        assert settings.claim_ahead == timedelta(milliseconds=100)
+        assert settings.scheduler_id == "beat-eu-1"
+    finally:
+        s.close()
+
+
+def test_a_bad_goatbeat_setting_stops_beat_naming_it(tmp_path: Path) -> None:
+    from goatbeat.core.errors import ConfigError
+
+    app = make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}")
+    app.conf.goatbeat_claim_ahead = "10s"
+    with pytest.raises(ConfigError, match="claim_ahead: '10s' is longer than 5s"):
+        Scheduler(app=app)
+
+
 def test_removed_entries_are_disabled_on_next_start(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
     Scheduler(

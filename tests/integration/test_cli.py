@@ -277,6 +277,19 @@ def test_invalid_scheduler_option_is_one_line(app_dir, db):
     )
 
 
+def test_a_claim_ahead_out_of_range_is_one_line_naming_it(app_dir, db):
+    spec = write_app(app_dir, APP)
+    result = invoke("--app", spec, "--database", db, "scheduler", "--once", "--claim-ahead", "9s")
+    assert_one_line_error(result, "claim_ahead: '9s' is longer than 5s")
+
+
+def test_claim_ahead_zero_is_accepted_by_the_cli(app_dir, db):
+    spec = write_app(app_dir, APP)
+    result = invoke("--app", spec, "--database", db, "scheduler", "--once", "--claim-ahead", "0")
+    assert result.exit_code == 0, result.output
+    assert '"leader": true' in result.output
+
+
 def test_unreachable_database_is_one_line_with_status_1():
     result = invoke("--database", "postgresql://nobody@127.0.0.1:1/none", "migrate")
     assert_one_line_error(result, "StoreError", code=1)
