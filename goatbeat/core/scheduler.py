@@ -482,6 +482,15 @@ class Scheduler:
         self._store_ref = (self.clock.monotonic(), now)
         return now
 
+    def _store_now(self) -> datetime:
+        """The store's clock: read through this iteration's reference when there is one (no
+        round trip), else asked."""
+        ref = self._store_ref
+        if ref is None:
+            return self.store.now()
+        mono, store_now = ref
+        return store_now + timedelta(seconds=self.clock.monotonic() - mono)
+
     def _wait_for_instant(self, occ: Occurrence) -> None:
         """Block until ``occ.scheduled_at`` by the store's clock when it was claimed ahead."""
         ref = self._store_ref
@@ -744,7 +753,7 @@ class Scheduler:
         if nxt is not None:
             # Due-ness is judged by the store's clock, so the distance is too; wake early
             # enough to claim ahead of the instant.
-            until = nxt - self.store.now() - self.settings.claim_ahead
+            until = nxt - self._store_now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
         if self._retry_at:
             candidates.append(min(self._retry_at.values()) - self.clock.monotonic())
