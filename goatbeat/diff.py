@@ -425,7 +425,6 @@ def diff_command(
     max_instants: int,
     accept_known_bugs: bool,
     all_sources: bool,
-    schedule_file: str | None,
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
     try:
@@ -437,9 +436,7 @@ def diff_command(
             if start_text
             else datetime.now(UTC).replace(microsecond=0)
         )
-        old, _ = collect_entries(
-            from_app=from_app, from_dcb=from_dcb, check_tasks=False, schedule_file=schedule_file
-        )
+        old, _ = collect_entries(from_app=from_app, from_dcb=from_dcb, check_tasks=False)
         sources = {e.source for e in old}
         if from_app:
             sources.add(Source.CELERY)

@@ -6,10 +6,6 @@ A :class:`celery.beat.Scheduler` subclass that keeps celery beat's interface (``
 * at start-up it publishes the app's ``beat_schedule`` (plus celery's own default entries) into
   the goatbeat store, converted with :func:`goatbeat.compat.to_trigger`, and disables
   celery-sourced schedules no longer declared (as beat drops them from its shelve file);
-* interval entries keep the phase stock beat gave them: their last runs are read from beat's
-  schedule file (``-s``, ``celerybeat-schedule`` by default) when it exists, so the first run
-  after the switch is the one stock beat would have made next. The phase is decided once, by
-  the first publish; later starts (on any host, with or without that file) keep it;
 * every ``tick()`` is one iteration of :class:`goatbeat.core.scheduler.Scheduler`: the lease,
   the fencing token and the idempotency key decide who dispatches, so any number of
   ``celery beat`` replicas (and ``goatbeat scheduler`` processes, which use the same lease)
@@ -23,22 +19,18 @@ Configuration (Celery settings, with the ``CELERY_`` prefix under Django):
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from celery import beat
 from celery.utils.log import get_logger
 
 from goatbeat.core.config import parse_settings
-from goatbeat.core.errors import InvalidValue
-from goatbeat.core.model import Schedule, Source
+from goatbeat.core.model import Source
 from goatbeat.core.scheduler import Scheduler as CoreScheduler
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.triggers import IntervalTrigger
-from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule, read_beat_state
+from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule
 
 __all__ = ["Scheduler", "DEFAULT_DATABASE"]
 
@@ -59,8 +51,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._gb_submitter: Any = None
         self._gb_closed = False
         self._gb_problems: list[tuple[str, str]] = []
-        # celery beat passes its -s/--schedule file to every scheduler class.
-        self._gb_state_file: str | None = kwargs.get("schedule_filename")
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # -- configuration ------------------------------------------------------------------------
@@ -108,10 +98,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         data: dict[str, Any] = {}
         self._collect_defaults(data)
         data.update(self.app.conf.beat_schedule or {})
-        entries = read_beat_schedule(
-            data, timezone=app_timezone(self.app), last_runs=self._last_runs()
-        )
-        schedules = _keep_phase(store, [e.schedule for e in entries if e.schedule is not None])
+        entries = read_beat_schedule(data, timezone=app_timezone(self.app))
+        schedules = [e.schedule for e in entries if e.schedule is not None]
         self._gb_problems = [(e.name, e.problem or "") for e in entries if e.schedule is None]
         for name, reason in self._gb_problems:
             logger.error("goatbeat: beat_schedule entry %r not scheduled: %s", name, reason)
@@ -128,19 +116,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             len(pruned),
             len(self._gb_problems),
         )
-
-    def _last_runs(self) -> dict[str, datetime]:
-        """Stock beat's last runs, from its schedule file when there is one."""
-        path = self._gb_state_file
-        if not path or not any(os.path.exists(path + x) for x in ("", ".db", ".dat", ".dir")):
-            return {}
-        try:
-            runs = read_beat_state(path)
-        except InvalidValue as exc:
-            logger.warning("goatbeat: interval phases start afresh: %s", exc)
-            return {}
-        logger.info("goatbeat: read the last runs of %d entries from %s", len(runs), path)
-        return runs
 
     def _collect_defaults(self, data: dict[str, Any]) -> None:
         # celery.backend_cleanup, as celery beat installs it, without touching our data dict.
@@ -208,27 +183,3 @@ def _redact(url: str) -> str:
     from goatbeat.importers.django_celery_beat import _redact as redact
 
     return redact(url)
-
-
-def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Schedule]:
-    """An interval already published keeps its anchor: replicas read different schedule files
-    (or none), and each restart must not move the phase the first publish chose."""
-    published = {
-        s.name: s.trigger
-        for s in store.list_schedules(source=Source.CELERY)
-        if isinstance(s.trigger, IntervalTrigger)
-    }
-    kept: list[Schedule] = []
-    for schedule in schedules:
-        old = published.get(schedule.name)
-        new = schedule.trigger
-        if (
-            isinstance(new, IntervalTrigger)
-            and old is not None
-            and isinstance(old, IntervalTrigger)
-            and old.every == new.every
-            and old != new
-        ):
-            schedule = dataclasses.replace(schedule, trigger=old, last_run_at=None)
-        kept.append(schedule)
-    return kept

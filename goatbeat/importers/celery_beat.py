@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from goatbeat.compat.convert import timezone_name, to_trigger
@@ -19,14 +19,7 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
 
-__all__ = [
-    "load_app",
-    "app_timezone",
-    "known_tasks",
-    "read_beat_schedule",
-    "read_app",
-    "read_beat_state",
-]
+__all__ = ["load_app", "app_timezone", "known_tasks", "read_beat_schedule", "read_app"]
 
 _ENTRY_KEYS = {"task", "schedule", "args", "kwargs", "options", "relative"}
 _ROUTING_OPTIONS = {"queue", "exchange", "routing_key", "priority", "expires", "headers"}
@@ -71,50 +64,12 @@ def known_tasks(app: Any) -> set[str]:
     return set(app.tasks.keys())
 
 
-def read_app(
-    app: Any, *, check_tasks: bool = True, last_runs: Mapping[str, datetime] | None = None
-) -> list[SourceEntry]:
+def read_app(app: Any, *, check_tasks: bool = True) -> list[SourceEntry]:
     """The source entries of ``app.conf.beat_schedule``."""
     tasks = known_tasks(app) if check_tasks else None
     return read_beat_schedule(
-        app.conf.beat_schedule or {},
-        timezone=app_timezone(app),
-        known_tasks=tasks,
-        last_runs=last_runs,
+        app.conf.beat_schedule or {}, timezone=app_timezone(app), known_tasks=tasks
     )
-
-
-def read_beat_state(filename: str) -> dict[str, datetime]:
-    """Each entry's last run, from the schedule file stock ``celery beat`` keeps
-    (``PersistentScheduler``'s shelve, ``-s``/``--schedule``, ``celerybeat-schedule`` by
-    default). Read-only. Naive instants are UTC, as celery reads them. InvalidValue (field
-    ``schedule_file``) when the file is missing or is not a celery beat schedule."""
-    import dbm
-    import shelve
-
-    try:
-        # Unpickled as celery beat itself reads it: the project's own file.
-        db = shelve.open(filename, flag="r")  # noqa: S301
-    except (*dbm.error, OSError) as exc:
-        raise InvalidValue(
-            "schedule_file", filename, f"cannot read {filename!r} as a celery beat schedule: {exc}"
-        ) from None
-    try:
-        entries = db.get("entries")
-    except Exception as exc:  # noqa: BLE001 - a pickle from another celery, a torn file...
-        raise InvalidValue(
-            "schedule_file", filename, f"{filename!r} holds unreadable entries: {exc}"
-        ) from None
-    finally:
-        db.close()
-    if not isinstance(entries, Mapping):
-        raise InvalidValue("schedule_file", filename, f"{filename!r} has no celery beat entries")
-    last_runs: dict[str, datetime] = {}
-    for name, entry in entries.items():
-        last = getattr(entry, "last_run_at", None)
-        if isinstance(last, datetime):
-            last_runs[str(name)] = last if last.tzinfo is not None else last.replace(tzinfo=UTC)
-    return last_runs
 
 
 def read_beat_schedule(
@@ -122,31 +77,20 @@ def read_beat_schedule(
     *,
     timezone: str = "UTC",
     known_tasks: Collection[str] | None = None,
-    last_runs: Mapping[str, datetime] | None = None,
 ) -> list[SourceEntry]:
     """Convert every entry of a beat schedule; never raises for a bad entry.
 
     ``timezone``: the app's zone (crontabs are evaluated in it). ``known_tasks``: task names
-    the app registers; when given, an entry naming another task is reported, not imported.
-    ``last_runs``: each entry's last run as celery beat recorded it (:func:`read_beat_state`):
-    an interval then keeps celery's phase (its next run is the last one plus the interval) and
-    the first goatbeat run is the one celery would have made next."""
+    the app registers; when given, an entry naming another task is reported, not imported."""
     if not isinstance(beat_schedule, Mapping):
         raise InvalidValue("beat_schedule", beat_schedule, "must be a mapping of name -> entry")
-    runs = last_runs or {}
     return [
-        _read_entry(str(name), entry, timezone, known_tasks, runs.get(str(name)))
+        _read_entry(str(name), entry, timezone, known_tasks)
         for name, entry in beat_schedule.items()
     ]
 
 
-def _read_entry(
-    name: str,
-    entry: Any,
-    zone: str,
-    tasks: Collection[str] | None,
-    last_run_at: datetime | None = None,
-) -> SourceEntry:
+def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None) -> SourceEntry:
     def failed(reason: str, **extra: Any) -> SourceEntry:
         return SourceEntry(name=name, source=Source.CELERY, problem=reason, **extra)
 
@@ -171,7 +115,7 @@ def _read_entry(
     relative = bool(entry.get("relative", False))
     notes: list[str] = []
     try:
-        trigger = to_trigger(sched, timezone=zone, relative=relative, last_run_at=last_run_at)
+        trigger = to_trigger(sched, timezone=zone, relative=relative)
         args = kombu_json.encode(list(_sequence(entry.get("args", ()), "args")), field="args")
         kwargs = kombu_json.encode(
             dict(_mapping(entry.get("kwargs") or {}, "kwargs")), field="kwargs"
@@ -188,7 +132,6 @@ def _read_entry(
             routing=routing,
             end_at=end_at,
             source=Source.CELERY,
-            last_run_at=last_run_at,
         )
     except GoatbeatError as exc:
         return failed(str(exc), task=task)
@@ -199,7 +142,6 @@ def _read_entry(
         notes=tuple(notes),
         celery_schedule=_celery_schedule(sched, relative),
         celery_tz=zone,
-        last_run_at=last_run_at,
         task=task,
         args=schedule.args,
         kwargs=schedule.kwargs,

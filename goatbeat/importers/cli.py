@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 import click
@@ -110,21 +109,15 @@ def collect_entries(
     from_dcb: str | None,
     check_tasks: bool = True,
     naive_timezone: str | None = None,
-    schedule_file: str | None = None,
 ) -> tuple[list[SourceEntry], list[str]]:
     """Read the requested sources; returns (entries, human lines about what was read).
 
     ``from_dcb`` is a URL, or ``"default"`` for Django's default database. With neither
-    source under Django, both the project's beat schedule and its tables are read.
-    ``schedule_file``: stock celery beat's schedule file, for the beat schedule's last runs."""
+    source under Django, both the project's beat schedule and its tables are read."""
     from goatbeat.importers import celery_beat, django_celery_beat
 
     entries: list[SourceEntry] = []
     lines: list[str] = []
-    last_runs = None
-    if schedule_file:
-        last_runs = celery_beat.read_beat_state(schedule_file)
-        lines.append(f"last runs of {len(last_runs)} entries from {schedule_file}")
     django = _under_django()
     app: Any = None
     if from_app:
@@ -138,12 +131,11 @@ def collect_entries(
                 app.conf.beat_schedule or {},
                 timezone=celery_beat.app_timezone(app),
                 known_tasks=tasks,
-                last_runs=last_runs,
             )
             lines.append(f"{len(read)} entries in the Celery app's beat_schedule")
             entries += read
         elif django:
-            read = _settings_beat_schedule(last_runs)
+            read = _settings_beat_schedule()
             lines.append(f"{len(read)} entries in settings.CELERY_BEAT_SCHEDULE")
             entries += read
     if from_dcb is not None or (django and not from_app):
@@ -182,14 +174,14 @@ def _redacted(url: str) -> str:
     return _redact(url)
 
 
-def _settings_beat_schedule(last_runs: Mapping[str, datetime] | None) -> list[SourceEntry]:
+def _settings_beat_schedule() -> list[SourceEntry]:
     from django.conf import settings
 
     from goatbeat.importers.celery_beat import read_beat_schedule
 
     schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}
     zone = getattr(settings, "CELERY_TIMEZONE", None) or "UTC"
-    return read_beat_schedule(schedule, timezone=zone, last_runs=last_runs)
+    return read_beat_schedule(schedule, timezone=zone)
 
 
 def _django_naive_zone() -> str:
@@ -201,21 +193,12 @@ def _django_naive_zone() -> str:
 
 
 def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
-    """``--from-app``, ``--from-django-celery-beat``, ``--schedule-file`` and ``--database``:
-    the sources :func:`collect_entries` reads and the goatbeat store, spelled alike by every
-    command."""
+    """``--from-app``, ``--from-django-celery-beat`` and ``--database``: the sources
+    :func:`collect_entries` reads and the goatbeat store, spelled alike by every command."""
 
     def decorate(command: Callable[..., Any]) -> Any:
         # Applied innermost first, so --help lists them in reading order.
         command = click.option("--database", default=None, help=database_help)(command)
-        command = click.option(
-            "--schedule-file",
-            "schedule_file",
-            metavar="PATH",
-            default=None,
-            help="Stock celery beat's schedule file (its -s, celerybeat-schedule): interval "
-            "entries keep the phase of their last runs.",
-        )(command)
         command = click.option(
             "--from-django-celery-beat",
             "from_dcb",
@@ -257,7 +240,6 @@ def import_celery_beat(
     as_json: bool,
     check_tasks: bool,
     naive_timezone: str | None,
-    schedule_file: str | None,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
     if not from_app and from_dcb is None and not _under_django():
@@ -270,7 +252,6 @@ def import_celery_beat(
             from_dcb=from_dcb,
             check_tasks=check_tasks,
             naive_timezone=naive_timezone,
-            schedule_file=schedule_file,
         )
     except click.ClickException:
         raise
