@@ -187,6 +187,8 @@ class Scheduler:
         self._retry_at: dict[int, float] = {}
         # (local monotonic, store clock) read together: when a claimed occurrence is due here.
         self._store_ref: tuple[float, datetime] | None = None
+        # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
+        self._due_read: tuple[datetime | None] | None = None
         self._error_streak = 0
         self._submissions = 0
         self._submissions_lock = threading.Lock()
@@ -323,6 +325,7 @@ class Scheduler:
         tally = _Tally()
         became_leader = False
         self._store_ref = None  # each iteration maps the store's clock afresh
+        self._due_read = None
         stage = "lease"
         try:
             # Past the local deadline we renew at once rather than wait for the renewal slot.
@@ -470,6 +473,7 @@ class Scheduler:
         if not ahead:
             return None
         nxt = self.store.next_due_at()
+        self._due_read = (nxt,)
         if nxt is None:
             return None
         now = self._store_reference()
@@ -749,7 +753,10 @@ class Scheduler:
             candidates.append(0.0)  # refused, or past the local deadline: renew right away
         else:
             candidates.append(self.lease.seconds_until_renewal())
-        nxt = self.store.next_due_at()
+        # The read made before claiming still holds when the claim moved no schedule (an edit
+        # since then NOTIFYs, which ends the sleep).
+        moved = tally.claimed or tally.missed or tally.conflicts
+        nxt = self._due_read[0] if self._due_read and not moved else self.store.next_due_at()
         if nxt is not None:
             # Due-ness is judged by the store's clock, so the distance is too; wake early
             # enough to claim ahead of the instant.

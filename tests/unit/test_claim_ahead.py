@@ -163,3 +163,34 @@ def test_a_lost_local_deadline_while_waiting_leaves_the_row_claimed(store, clock
     (execution,) = store.executions(limit=10)
     assert execution.status is ExecutionStatus.CLAIMED
     assert submitter.submitted == []
+
+
+class CountingStore(MemoryStore):
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.due_reads = 0
+
+    def next_due_at(self) -> datetime | None:
+        self.due_reads += 1
+        return super().next_due_at()
+
+
+def test_an_idle_iteration_reads_the_next_due_instant_once(clock):
+    store = CountingStore(clock)
+    store.publish([every("a", 10)])
+    sched = make(store, clock, RecordingSubmitter(), claim_ahead=timedelta(milliseconds=250))
+    result = sched.run_once()
+    assert result.claimed == 0
+    assert store.due_reads == 1
+    assert result.sleep == pytest.approx(9.75)  # computed from that one read
+
+
+def test_after_a_claim_the_next_due_instant_is_read_again(clock):
+    store = CountingStore(clock)
+    store.publish([every("a", 10)])
+    sched = make(store, clock, RecordingSubmitter(), claim_ahead=timedelta(milliseconds=250))
+    clock.set(FIRST - timedelta(milliseconds=100))
+    result = sched.run_once()
+    assert result.submitted == 1
+    assert store.due_reads == 2  # the claim moved the schedule: the sleep needs its new instant
+    assert result.sleep == pytest.approx(9.75)
