@@ -425,6 +425,7 @@ def diff_command(
     max_instants: int,
     accept_known_bugs: bool,
     all_sources: bool,
+    last_runs_file: str | None,
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
     try:
@@ -436,7 +437,12 @@ def diff_command(
             if start_text
             else datetime.now(UTC).replace(microsecond=0)
         )
-        old, _ = collect_entries(from_app=from_app, from_dcb=from_dcb, check_tasks=False)
+        old, _ = collect_entries(
+            from_app=from_app,
+            from_dcb=from_dcb,
+            check_tasks=False,
+            last_runs_file=last_runs_file,
+        )
         sources = {e.source for e in old}
         if from_app:
             sources.add(Source.CELERY)

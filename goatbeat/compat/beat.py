@@ -6,6 +6,10 @@ A :class:`celery.beat.Scheduler` subclass that keeps celery beat's interface (``
 * at start-up it publishes the app's ``beat_schedule`` (plus celery's own default entries) into
   the goatbeat store, converted with :func:`goatbeat.compat.to_trigger`, and disables
   celery-sourced schedules no longer declared (as beat drops them from its shelve file);
+* interval entries keep the phase stock beat gave them when ``goatbeat_last_runs`` names the
+  JSON of their last runs (dumped from beat's ``celerybeat-schedule``, see docs/migration): the
+  first run after the switch is then the one stock beat would have made next. The phase is
+  decided once, by the first publish; later starts (on any host, with or without it) keep it;
 * every ``tick()`` is one iteration of :class:`goatbeat.core.scheduler.Scheduler`: the lease,
   the fencing token and the idempotency key decide who dispatches, so any number of
   ``celery beat`` replicas (and ``goatbeat scheduler`` processes, which use the same lease)
@@ -14,23 +18,27 @@ A :class:`celery.beat.Scheduler` subclass that keeps celery beat's interface (``
 Configuration (Celery settings, with the ``CELERY_`` prefix under Django):
 ``goatbeat_database`` (else the ``GOATBEAT_DATABASE`` environment variable, else
 ``sqlite:///celerybeat-goatbeat.sqlite3``), and optionally ``goatbeat_lease_ttl``,
-``goatbeat_lease_renew_interval``, ``goatbeat_claim_ahead``, ``goatbeat_scheduler_id``.
+``goatbeat_lease_renew_interval``, ``goatbeat_claim_ahead``, ``goatbeat_scheduler_id``,
+``goatbeat_last_runs``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import beat
 from celery.utils.log import get_logger
 
 from goatbeat.core.config import parse_settings
-from goatbeat.core.model import Source
+from goatbeat.core.model import Schedule, Source
 from goatbeat.core.scheduler import Scheduler as CoreScheduler
 from goatbeat.core.store import ScheduleStore
-from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule
+from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule, read_last_runs
 
 __all__ = ["Scheduler", "DEFAULT_DATABASE"]
 
@@ -98,8 +106,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         data: dict[str, Any] = {}
         self._collect_defaults(data)
         data.update(self.app.conf.beat_schedule or {})
-        entries = read_beat_schedule(data, timezone=app_timezone(self.app))
-        schedules = [e.schedule for e in entries if e.schedule is not None]
+        entries = read_beat_schedule(
+            data, timezone=app_timezone(self.app), last_runs=self._last_runs()
+        )
+        schedules = _keep_phase(store, [e.schedule for e in entries if e.schedule is not None])
         self._gb_problems = [(e.name, e.problem or "") for e in entries if e.schedule is None]
         for name, reason in self._gb_problems:
             logger.error("goatbeat: beat_schedule entry %r not scheduled: %s", name, reason)
@@ -116,6 +126,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             len(pruned),
             len(self._gb_problems),
         )
+
+    def _last_runs(self) -> dict[str, datetime]:
+        """Stock beat's last runs, from the JSON ``goatbeat_last_runs`` names (if any). A file
+        that cannot be read stops beat: the operator asked for it."""
+        path = self._conf("goatbeat_last_runs")
+        if not path:
+            return {}
+        runs = read_last_runs(str(path))
+        logger.info("goatbeat: read the last runs of %d entries from %s", len(runs), path)
+        return runs
 
     def _collect_defaults(self, data: dict[str, Any]) -> None:
         # celery.backend_cleanup, as celery beat installs it, without touching our data dict.
@@ -183,3 +203,27 @@ def _redact(url: str) -> str:
     from goatbeat.importers.django_celery_beat import _redact as redact
 
     return redact(url)
+
+
+def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Schedule]:
+    """An interval already published keeps its anchor: replicas read different schedule files
+    (or none), and each restart must not move the phase the first publish chose."""
+    published = {
+        s.name: s.trigger
+        for s in store.list_schedules(source=Source.CELERY)
+        if isinstance(s.trigger, IntervalTrigger)
+    }
+    kept: list[Schedule] = []
+    for schedule in schedules:
+        old = published.get(schedule.name)
+        new = schedule.trigger
+        if (
+            isinstance(new, IntervalTrigger)
+            and old is not None
+            and isinstance(old, IntervalTrigger)
+            and old.every == new.every
+            and old != new
+        ):
+            schedule = dataclasses.replace(schedule, trigger=old, last_run_at=None)
+        kept.append(schedule)
+    return kept

@@ -9,8 +9,9 @@ becomes a :class:`~goatbeat.importers.entries.SourceEntry` of source ``celery``.
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Collection, Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goatbeat.compat.convert import timezone_name, to_trigger
@@ -19,7 +20,14 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
 
-__all__ = ["load_app", "app_timezone", "known_tasks", "read_beat_schedule", "read_app"]
+__all__ = [
+    "load_app",
+    "app_timezone",
+    "known_tasks",
+    "read_beat_schedule",
+    "read_app",
+    "read_last_runs",
+]
 
 _ENTRY_KEYS = {"task", "schedule", "args", "kwargs", "options", "relative"}
 _ROUTING_OPTIONS = {"queue", "exchange", "routing_key", "priority", "expires", "headers"}
@@ -64,12 +72,49 @@ def known_tasks(app: Any) -> set[str]:
     return set(app.tasks.keys())
 
 
-def read_app(app: Any, *, check_tasks: bool = True) -> list[SourceEntry]:
+def read_app(
+    app: Any, *, check_tasks: bool = True, last_runs: Mapping[str, datetime] | None = None
+) -> list[SourceEntry]:
     """The source entries of ``app.conf.beat_schedule``."""
     tasks = known_tasks(app) if check_tasks else None
     return read_beat_schedule(
-        app.conf.beat_schedule or {}, timezone=app_timezone(app), known_tasks=tasks
+        app.conf.beat_schedule or {},
+        timezone=app_timezone(app),
+        known_tasks=tasks,
+        last_runs=last_runs,
     )
+
+
+def read_last_runs(path: str) -> dict[str, datetime]:
+    """Each entry's last run, from a JSON file ``{"entry name": "ISO-8601 instant", ...}``.
+
+    Stock ``celery beat`` keeps its last runs in a pickle shelve (``celerybeat-schedule``),
+    which goatbeat never unpickles; docs/migration shows the one line of Python that dumps it
+    as this JSON with the project's own interpreter. Naive instants are UTC, as celery reads
+    them. InvalidValue (field ``last_runs``) names the file or the entry that is wrong."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise InvalidValue("last_runs", path, f"cannot read {path!r}: {exc}") from None
+    except ValueError as exc:
+        raise InvalidValue("last_runs", path, f"{path!r} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidValue(
+            "last_runs", path, f"{path!r} must hold an object of entry name -> instant"
+        )
+    runs: dict[str, datetime] = {}
+    for name, text in data.items():
+        try:
+            instant = datetime.fromisoformat(text) if isinstance(text, str) else None
+        except ValueError:
+            instant = None
+        if instant is None:
+            raise InvalidValue(
+                "last_runs", text, f"{path!r}: entry {name!r} has {text!r}, not an ISO-8601 instant"
+            )
+        runs[str(name)] = instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+    return runs
 
 
 def read_beat_schedule(
@@ -77,20 +122,31 @@ def read_beat_schedule(
     *,
     timezone: str = "UTC",
     known_tasks: Collection[str] | None = None,
+    last_runs: Mapping[str, datetime] | None = None,
 ) -> list[SourceEntry]:
     """Convert every entry of a beat schedule; never raises for a bad entry.
 
     ``timezone``: the app's zone (crontabs are evaluated in it). ``known_tasks``: task names
-    the app registers; when given, an entry naming another task is reported, not imported."""
+    the app registers; when given, an entry naming another task is reported, not imported.
+    ``last_runs``: each entry's last run as celery beat recorded it (:func:`read_last_runs`):
+    an interval then keeps celery's phase (its next run is the last one plus the interval) and
+    the first goatbeat run is the one celery would have made next."""
     if not isinstance(beat_schedule, Mapping):
         raise InvalidValue("beat_schedule", beat_schedule, "must be a mapping of name -> entry")
+    runs = last_runs or {}
     return [
-        _read_entry(str(name), entry, timezone, known_tasks)
+        _read_entry(str(name), entry, timezone, known_tasks, runs.get(str(name)))
         for name, entry in beat_schedule.items()
     ]
 
 
-def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None) -> SourceEntry:
+def _read_entry(
+    name: str,
+    entry: Any,
+    zone: str,
+    tasks: Collection[str] | None,
+    last_run_at: datetime | None = None,
+) -> SourceEntry:
     def failed(reason: str, **extra: Any) -> SourceEntry:
         return SourceEntry(name=name, source=Source.CELERY, problem=reason, **extra)
 
@@ -115,7 +171,7 @@ def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None)
     relative = bool(entry.get("relative", False))
     notes: list[str] = []
     try:
-        trigger = to_trigger(sched, timezone=zone, relative=relative)
+        trigger = to_trigger(sched, timezone=zone, relative=relative, last_run_at=last_run_at)
         args = kombu_json.encode(list(_sequence(entry.get("args", ()), "args")), field="args")
         kwargs = kombu_json.encode(
             dict(_mapping(entry.get("kwargs") or {}, "kwargs")), field="kwargs"
@@ -132,6 +188,7 @@ def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None)
             routing=routing,
             end_at=end_at,
             source=Source.CELERY,
+            last_run_at=last_run_at,
         )
     except GoatbeatError as exc:
         return failed(str(exc), task=task)
@@ -142,6 +199,7 @@ def _read_entry(name: str, entry: Any, zone: str, tasks: Collection[str] | None)
         notes=tuple(notes),
         celery_schedule=_celery_schedule(sched, relative),
         celery_tz=zone,
+        last_run_at=last_run_at,
         task=task,
         args=schedule.args,
         kwargs=schedule.kwargs,

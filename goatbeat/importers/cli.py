@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import click
@@ -109,15 +110,21 @@ def collect_entries(
     from_dcb: str | None,
     check_tasks: bool = True,
     naive_timezone: str | None = None,
+    last_runs_file: str | None = None,
 ) -> tuple[list[SourceEntry], list[str]]:
     """Read the requested sources; returns (entries, human lines about what was read).
 
     ``from_dcb`` is a URL, or ``"default"`` for Django's default database. With neither
-    source under Django, both the project's beat schedule and its tables are read."""
+    source under Django, both the project's beat schedule and its tables are read.
+    ``last_runs_file``: the beat schedule's last runs as JSON (:func:`read_last_runs`)."""
     from goatbeat.importers import celery_beat, django_celery_beat
 
     entries: list[SourceEntry] = []
     lines: list[str] = []
+    last_runs = None
+    if last_runs_file:
+        last_runs = celery_beat.read_last_runs(last_runs_file)
+        lines.append(f"last runs of {len(last_runs)} entries from {last_runs_file}")
     django = _under_django()
     app: Any = None
     if from_app:
@@ -131,11 +138,12 @@ def collect_entries(
                 app.conf.beat_schedule or {},
                 timezone=celery_beat.app_timezone(app),
                 known_tasks=tasks,
+                last_runs=last_runs,
             )
             lines.append(f"{len(read)} entries in the Celery app's beat_schedule")
             entries += read
         elif django:
-            read = _settings_beat_schedule()
+            read = _settings_beat_schedule(last_runs)
             lines.append(f"{len(read)} entries in settings.CELERY_BEAT_SCHEDULE")
             entries += read
     if from_dcb is not None or (django and not from_app):
@@ -174,14 +182,14 @@ def _redacted(url: str) -> str:
     return _redact(url)
 
 
-def _settings_beat_schedule() -> list[SourceEntry]:
+def _settings_beat_schedule(last_runs: Mapping[str, datetime] | None) -> list[SourceEntry]:
     from django.conf import settings
 
     from goatbeat.importers.celery_beat import read_beat_schedule
 
     schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}
     zone = getattr(settings, "CELERY_TIMEZONE", None) or "UTC"
-    return read_beat_schedule(schedule, timezone=zone)
+    return read_beat_schedule(schedule, timezone=zone, last_runs=last_runs)
 
 
 def _django_naive_zone() -> str:
@@ -193,12 +201,21 @@ def _django_naive_zone() -> str:
 
 
 def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
-    """``--from-app``, ``--from-django-celery-beat`` and ``--database``: the sources
-    :func:`collect_entries` reads and the goatbeat store, spelled alike by every command."""
+    """``--from-app``, ``--from-django-celery-beat``, ``--last-runs`` and ``--database``:
+    the sources :func:`collect_entries` reads and the goatbeat store, spelled alike by every
+    command."""
 
     def decorate(command: Callable[..., Any]) -> Any:
         # Applied innermost first, so --help lists them in reading order.
         command = click.option("--database", default=None, help=database_help)(command)
+        command = click.option(
+            "--last-runs",
+            "last_runs_file",
+            metavar="JSON_FILE",
+            default=None,
+            help="The beat schedule's last runs, {name: ISO instant} (dumped from stock beat's "
+            "celerybeat-schedule, see docs/migration): intervals keep celery's phase.",
+        )(command)
         command = click.option(
             "--from-django-celery-beat",
             "from_dcb",
@@ -240,6 +257,7 @@ def import_celery_beat(
     as_json: bool,
     check_tasks: bool,
     naive_timezone: str | None,
+    last_runs_file: str | None,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
     if not from_app and from_dcb is None and not _under_django():
@@ -252,6 +270,7 @@ def import_celery_beat(
             from_dcb=from_dcb,
             check_tasks=check_tasks,
             naive_timezone=naive_timezone,
+            last_runs_file=last_runs_file,
         )
     except click.ClickException:
         raise
