@@ -403,21 +403,22 @@ class Scheduler:
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
 
     def _submit_pending(self, grant: LeaseGrant, tally: _Tally, *, force: bool) -> None:
-        """Submit ``claimed`` rows page by page while pages come back full and something in
-        them was ready (rows waiting for a retry are skipped, so this always ends)."""
+        """Submit ``claimed`` rows page by page while pages come back full. Rows backing off
+        from a failed submission are left out of the query, so every page is ready however
+        many wait, and this always ends: a row leaves the next page by being submitted, by
+        failing for good, or by failing again (it then backs off)."""
         limit = self.settings.batch_size
         retry_at = self._retry_at
         while self.lease.is_held() and not self._stop.is_set():
-            rows = self.store.pending(limit=limit)
             now_m = self.clock.monotonic()
-            ready = [o for o in rows if force or retry_at.get(o.execution_id, 0.0) <= now_m]
-            if not ready:
+            waiting = [] if force else [i for i, at in retry_at.items() if at > now_m]
+            rows = self.store.pending(limit=limit, exclude=waiting)
+            if not rows:
                 return
             if self._store_ref is None:
                 # Another scheduler may have claimed some ahead of their instant.
                 self._store_reference()
-            self._submit_batch(ready, grant, tally, pending=True)
-            # Rows that failed again are now in retry_at and skipped by the next page.
+            self._submit_batch(rows, grant, tally, pending=True)
             force = False
             if len(rows) < limit:
                 return

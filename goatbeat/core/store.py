@@ -179,9 +179,10 @@ class ScheduleStore(Protocol):
         Touches: due schedule rows, new execution rows."""
         ...
 
-    def pending(self, *, limit: int) -> list[Occurrence]:
+    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         """Executions in status ``claimed`` (left by a crash between claim and bookkeeping, or
-        manual run requests), oldest first, as occurrences to (re)submit. Read-only."""
+        manual run requests), oldest first, as occurrences to (re)submit, leaving out the
+        execution ids in ``exclude`` (rows the caller is backing off from). Read-only."""
         ...
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:

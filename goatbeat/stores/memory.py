@@ -392,8 +392,9 @@ class MemoryStore:
         self._by_key[key] = execution_id
         return execution_id
 
-    def pending(self, *, limit: int) -> list[Occurrence]:
+    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)
+        skip = set(common.execution_ids("exclude", exclude))
         with self._lock:
             rows = sorted(
                 (
@@ -401,6 +402,7 @@ class MemoryStore:
                     for e in self._executions.values()
                     if e["status"] == ExecutionStatus.CLAIMED.value
                     and e["schedule_id"] in self._schedules
+                    and e["id"] not in skip
                 ),
                 key=lambda e: (e["claimed_at"], e["id"]),
             )[:limit]

@@ -530,10 +530,11 @@ class PostgresStore:
             schedules_seen=batch.schedules_seen,
         )
 
-    def pending(self, *, limit: int) -> list[Occurrence]:
+    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)
+        skip = common.execution_ids("exclude", exclude)
         with self._session() as conn:
-            rows = self._fetch(conn, "pending", {"limit": limit})
+            rows = self._fetch(conn, "pending", {"limit": limit, "exclude": skip})
         return [common.occurrence_from_row(r) for r in rows]
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:

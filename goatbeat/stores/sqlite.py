@@ -522,10 +522,11 @@ class SQLiteStore:
             schedules_seen=batch.schedules_seen,
         )
 
-    def pending(self, *, limit: int) -> list[Occurrence]:
+    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)
+        skip = json.dumps(common.execution_ids("exclude", exclude))
         with self._session() as conn:
-            rows = conn.execute(self._q["pending"], {"limit": limit}).fetchall()
+            rows = conn.execute(self._q["pending"], {"limit": limit, "exclude": skip}).fetchall()
         return [common.occurrence_from_row(_decode(r)) for r in rows]
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:

@@ -24,7 +24,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -102,9 +102,9 @@ class RecordingPostgresStore(PostgresStore):
         self.dsn = dsn
         self.recorder = recorder
 
-    def pending(self, *, limit: int) -> list[Occurrence]:
+    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         started = time.time()
-        rows = super().pending(limit=limit)
+        rows = super().pending(limit=limit, exclude=exclude)
         if rows:
             self.recorder.write(
                 {"type": "pending", "ids": [o.execution_id for o in rows], "t": started}

@@ -121,6 +121,10 @@ def test_bad_limits_are_refused(store: ScheduleStore) -> None:
             store.claim_due(grant, scheduler_id="s", limit=bad)
         with pytest.raises(InvalidValue):
             store.pending(limit=bad)
+    for bad_ids in ("12", [1, "2"], [True], None):
+        with pytest.raises(InvalidValue) as info:
+            store.pending(limit=10, exclude=bad_ids)
+        assert info.value.field == "exclude"
         with pytest.raises(InvalidValue):
             store.executions(limit=bad)
 

@@ -254,6 +254,11 @@ def test_claimed_rows_are_resubmitted_through_pending(store: ScheduleStore) -> N
     assert [p.idempotency_key for p in pending] == [o.idempotency_key for o in claimed]
     assert pending == claimed  # same ids, task, args, routing, token: resubmitted as claimed
     assert [p.idempotency_key for p in store.pending(limit=2)] == keys(claimed)[:2]
+    # Rows the caller backs off from are left out, so the page reaches the rows after them.
+    skipped = [claimed[0].execution_id, claimed[1].execution_id]
+    rest = store.pending(limit=2, exclude=skipped)
+    assert [p.idempotency_key for p in rest] == keys(claimed)[2:4]
+    assert store.pending(limit=10, exclude=[o.execution_id for o in claimed]) == []
 
 
 def test_record_outcomes_sets_statuses(store: ScheduleStore) -> None:

@@ -319,6 +319,27 @@ def test_claimed_rows_left_by_a_dead_leader_are_resubmitted_with_the_same_key(
     ]
 
 
+def test_a_full_page_backing_off_does_not_hold_back_the_rows_after_it(store, submitter, clock):
+    # batch_size 3: the three oldest claimed rows fill a page and wait for their retry; a
+    # manual run requested after them must still go out at once.
+    store.publish([every(f"s{i}", 100) for i in range(3)] + [every("m", 3600)])
+
+    def broker_refuses_the_s_tasks(occ: Occurrence) -> None:
+        if occ.schedule_name.startswith("s"):
+            raise RetryableSubmitError(f"queue of {occ.schedule_name} is down")
+
+    submitter.on_submit = broker_refuses_the_s_tasks
+    sched = make(store, submitter, clock, batch_size=3)
+    clock.advance(100)
+    assert sched.run_once().retrying == 3
+    manual = store.request_run("m")
+    clock.advance(0.5)  # the three are inside their 1 s backoff
+    result = sched.run_once()
+    assert (result.submitted, result.retrying) == (1, 0)
+    assert submitter.keys == [manual.idempotency_key]
+    assert statuses(store)[manual.idempotency_key][0] is ExecutionStatus.SUBMITTED
+
+
 def test_becoming_leader_resubmits_even_rows_waiting_for_a_retry(store, submitter, clock):
     store.publish([every("a", 100)])
     sched = make(store, submitter, clock)

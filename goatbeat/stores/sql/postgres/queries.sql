@@ -183,7 +183,7 @@ SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.i
        s.routing_key, s.priority, s.expires, s.headers
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
-WHERE e.status = 'claimed'
+WHERE e.status = 'claimed' AND e.id <> ALL(%(exclude)s::bigint[])
 ORDER BY e.claimed_at, e.id
 LIMIT %(limit)s;
 

@@ -145,7 +145,7 @@ SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.i
        s.routing_key, s.priority, s.expires, s.headers
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
-WHERE e.status = 'claimed'
+WHERE e.status = 'claimed' AND e.id NOT IN (SELECT value FROM json_each(:exclude))
 ORDER BY e.claimed_at, e.id
 LIMIT :limit;
 
