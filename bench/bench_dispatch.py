@@ -2,7 +2,7 @@
 
 Contenders, each in a fresh process, one after the other, same Redis (flushed before each):
 
-- ``send_task``: the limit. A bare loop of ``app.send_task(TASK, args=[i], task_id=key)``, no
+- ``send_task``: the reference. A bare loop of ``app.send_task(TASK, args=[i], task_id=key)``, no
   scheduling at all (each call takes a producer from Celery's pool, as user code does).
 - ``send_task (one producer)``: the same loop holding one producer, as goatbeat's Celery
   submitter does. The faster of the two bare loops is the reference of the target.
@@ -347,7 +347,9 @@ def _section(
             if contender in BARE:
                 if rate == limit:
                     section.rows.append(
-                        Row(section.name, f"{label}, {n:,} due", rate, "occ/s", note="the limit")
+                        Row(
+                            section.name, f"{label}, {n:,} due", rate, "occ/s", note="the reference"
+                        )
                     )
                 continue
             target = f">= {TARGET_RATIO:.0%} of bare" if contender == "goatbeat" else ""
