@@ -217,13 +217,7 @@ def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Sch
     for schedule in schedules:
         old = published.get(schedule.name)
         new = schedule.trigger
-        if (
-            isinstance(new, IntervalTrigger)
-            and old is not None
-            and isinstance(old, IntervalTrigger)
-            and old.every == new.every
-            and old != new
-        ):
+        if isinstance(new, IntervalTrigger) and old is not None and old.every == new.every:
             schedule = dataclasses.replace(schedule, trigger=old, last_run_at=None)
         kept.append(schedule)
     return kept

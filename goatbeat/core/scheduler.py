@@ -73,6 +73,7 @@ from goatbeat.core.submit import (
     SUBMIT_MANY_CHUNK,
     TaskSubmitter,
     many_submitter,
+    submit_all,
     submit_concurrency,
 )
 
@@ -194,7 +195,8 @@ class Scheduler:
         self._submissions_lock = threading.Lock()
         # 0: the submitter is called from this scheduler's thread only.
         self._threads = submit_concurrency(submitter)
-        self._submit_many = many_submitter(submitter)
+        # The submitter takes chunks (``submit_many``) rather than one occurrence at a time.
+        self._chunked = many_submitter(submitter) is not None
         self._executor: ThreadPoolExecutor | None = None
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
@@ -667,7 +669,7 @@ class Scheduler:
     def _send_in_order(self, occurrences: Sequence[Occurrence]) -> Iterator[_Sent | None]:
         """Lazily, so the deadline is checked right before each submission (each chunk, for a
         submitter with ``submit_many``)."""
-        if self._submit_many is None:
+        if not self._chunked:
             yield from map(self._send_one, occurrences)
             return
         for start in range(0, len(occurrences), SUBMIT_MANY_CHUNK):
@@ -717,19 +719,11 @@ class Scheduler:
 
     def _send_chunk(self, chunk: Sequence[Occurrence]) -> list[_Sent | None]:
         """:meth:`_send_one` for a chunk, through the submitter's ``submit_many``."""
-        assert self._submit_many is not None
         for occ in chunk:  # in scheduled order: only the first ones can still be ahead
             self._wait_for_instant(occ)
         if not self.lease.is_held():
             return [None] * len(chunk)
-        try:
-            answers = list(self._submit_many(chunk))
-            if len(answers) != len(chunk):
-                raise RuntimeError(
-                    f"submit_many returned {len(answers)} results for {len(chunk)} occurrences"
-                )
-        except Exception as exc:  # every failure is retried or recorded
-            return [(occ, None, exc) for occ in chunk]
+        answers = submit_all(self.submitter, chunk)  # every failure is retried or recorded
         sent: list[_Sent | None] = [
             (occ, None, answer) if isinstance(answer, Exception) else (occ, answer, None)
             for occ, answer in zip(chunk, answers, strict=True)

@@ -49,6 +49,7 @@ __all__ = [
     "check_supported",
     "submit_concurrency",
     "many_submitter",
+    "submit_all",
     "SubmitMany",
     "SUBMIT_MANY_CHUNK",
     "SubmitError",
@@ -133,3 +134,31 @@ def many_submitter(submitter: object) -> SubmitMany | None:
     """``submitter``'s ``submit_many`` when it offers one, else None (submit one at a time)."""
     method = getattr(submitter, "submit_many", None)
     return method if callable(method) else None
+
+
+def submit_all(
+    submitter: TaskSubmitter, occurrences: Sequence[Occurrence]
+) -> list[str | None | Exception]:
+    """Submit ``occurrences`` (through ``submit_many`` when offered, else one by one) and
+    answer, in order, each one's task id or the exception its submission raised. Never
+    raises for a submission: a ``submit_many`` that raises, or answers for a different number
+    of occurrences, fails every occurrence of the call."""
+    many = many_submitter(submitter)
+    if many is None:
+        out: list[str | None | Exception] = []
+        for occ in occurrences:
+            try:
+                out.append(submitter.submit(occ))
+            except Exception as exc:  # reported for this occurrence; the others still go
+                out.append(exc)
+        return out
+    try:
+        answers = list(many(occurrences))
+    except Exception as exc:  # the whole call failed
+        return [exc] * len(occurrences)
+    if len(answers) != len(occurrences):
+        error = RuntimeError(
+            f"submit_many returned {len(answers)} results for {len(occurrences)} occurrences"
+        )
+        return [error] * len(occurrences)
+    return answers

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, many_submitter
+from goatbeat.core.submit import TaskSubmitter, submit_all
 from goatbeat.submitters._dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "import_task"]
@@ -135,7 +135,7 @@ class DjangoRoutingSubmitter:
             shares.setdefault(backend, []).append(i)
         for backend, positions in shares.items():
             share = [occurrences[i] for i in positions]
-            answers = _submit_share(self._submitters[backend], share)
+            answers = submit_all(self._submitters[backend], share)
             for i, answer in zip(positions, answers, strict=True):
                 results[i] = answer
         return results
@@ -164,29 +164,6 @@ class DjangoRoutingSubmitter:
         submitters, self._submitters = self._submitters, {}
         for submitter in submitters.values():
             submitter.close()
-
-
-def _submit_share(
-    submitter: TaskSubmitter, share: Sequence[Occurrence]
-) -> list[str | None | Exception]:
-    many = many_submitter(submitter)
-    if many is not None:
-        try:
-            answers = list(many(share))
-        except Exception as exc:  # the backend's whole share failed
-            return [exc] * len(share)
-        if len(answers) == len(share):
-            return answers
-        return [
-            RuntimeError(f"{submitter.name}: submit_many answered {len(answers)} of {len(share)}")
-        ] * len(share)
-    out: list[str | None | Exception] = []
-    for occ in share:
-        try:
-            out.append(submitter.submit(occ))
-        except Exception as exc:  # reported for this occurrence; the others still go
-            out.append(exc)
-    return out
 
 
 def _current_celery_app() -> Any:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Collection, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from goatbeat.compat.convert import timezone_name, to_trigger
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
+from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 
 __all__ = [
     "load_app",
@@ -106,14 +106,14 @@ def read_last_runs(path: str) -> dict[str, datetime]:
     runs: dict[str, datetime] = {}
     for name, text in data.items():
         try:
-            instant = datetime.fromisoformat(text) if isinstance(text, str) else None
-        except ValueError:
+            instant = celery_instant(text, "last_runs") if isinstance(text, str) else None
+        except InvalidValue:
             instant = None
         if instant is None:
             raise InvalidValue(
                 "last_runs", text, f"{path!r}: entry {name!r} has {text!r}, not an ISO-8601 instant"
             )
-        runs[str(name)] = instant if instant.tzinfo is not None else instant.replace(tzinfo=UTC)
+        runs[str(name)] = instant
     return runs
 
 

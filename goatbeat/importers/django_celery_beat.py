@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -30,7 +30,7 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import SourceEntry, celery_misfire_grace
+from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 
 __all__ = ["read_django_celery_beat", "connect", "TABLE"]
 
@@ -175,22 +175,6 @@ def read_django_celery_beat(
     return [_entry(r, known_tasks, default_timezone, naive_timezone) for r in rows]
 
 
-def _instant(value: Any, field: str, naive_tz: str) -> datetime | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-        except ValueError:
-            raise InvalidValue(field, value, f"{value!r} is not a datetime") from None
-    if not isinstance(value, datetime):
-        raise InvalidValue(field, value, f"{value!r} is not a datetime")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=get_zone(naive_tz))
-    result: datetime = value.astimezone(UTC)
-    return result
-
-
 def _text(value: Any) -> str | None:
     if value is None:
         return None
@@ -220,10 +204,10 @@ def _entry(
     notes: list[str] = []
     bugs: list[str] = []
     try:
-        last_run_at = _instant(row["last_run_at"], "last_run_at", naive_tz)
-        date_changed = _instant(row["date_changed"], "date_changed", naive_tz)
-        start_at = _instant(row["start_time"], "start_time", naive_tz)
-        expires_at = _instant(row["expires"], "expires", naive_tz)
+        last_run_at = celery_instant(row["last_run_at"], "last_run_at", naive_tz)
+        date_changed = celery_instant(row["date_changed"], "date_changed", naive_tz)
+        start_at = celery_instant(row["start_time"], "start_time", naive_tz)
+        expires_at = celery_instant(row["expires"], "expires", naive_tz)
         # django-celery-beat counts a never-run row from its last change.
         anchor = last_run_at or date_changed
         trigger, celery_sched, celery_tz = _trigger(row, anchor, default_tz, naive_tz, notes, bugs)
@@ -346,7 +330,7 @@ def _trigger(
         except ValueError as exc:
             raise InvalidValue("solar", event, str(exc).strip()) from None
         return to_trigger(sched), sched, "UTC"
-    at = _instant(row["clocked_clocked_time"], "clocked_time", naive_tz)
+    at = celery_instant(row["clocked_clocked_time"], "clocked_time", naive_tz)
     if at is None:
         raise InvalidValue("clocked_time", None, "the clocked schedule has no time")
     trigger = OnceTrigger(at)

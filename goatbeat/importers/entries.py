@@ -12,15 +12,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, Schedule, Source
 from goatbeat.core.store import ScheduleStore
+from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, Trigger
 
 __all__ = ["SourceEntry", "ImportReport", "import_entries", "plan_import", "celery_misfire_grace"]
+
+
+def celery_instant(value: Any, field: str, naive_tz: str = "UTC") -> datetime | None:
+    """An instant as celery stored it (a datetime or ISO-8601 text, ``Z`` accepted), in UTC;
+    a naive one is read in ``naive_tz``. None for no value; InvalidValue naming ``field``."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidValue(field, value, f"{value!r} is not a datetime") from None
+    if not isinstance(value, datetime):
+        raise InvalidValue(field, value, f"{value!r} is not a datetime")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=get_zone(naive_tz))
+    result: datetime = value.astimezone(UTC)
+    return result
 
 
 def celery_misfire_grace(trigger: Trigger) -> timedelta:

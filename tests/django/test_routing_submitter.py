@@ -15,6 +15,7 @@ import redis
 from goatbeat.core.errors import PermanentSubmitError
 from goatbeat.core.model import Occurrence, Routing, idempotency_key
 from goatbeat.django.submitter import DjangoRoutingSubmitter
+from tests.unit.test_submitters import count_batches
 
 AT = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 CELERY_TASK = "proj.tasks.report"
@@ -55,16 +56,7 @@ def router(redis_url: str) -> Iterator[DjangoRoutingSubmitter]:
 def test_each_backend_gets_its_share_in_one_call_and_answers_keep_their_order(
     router: DjangoRoutingSubmitter, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kombu.transport import redis as kombu_redis
-
-    batches: list[int] = []
-    real = kombu_redis.Channel.create_publish_batch
-
-    def counting(self: Any, max_size: int) -> Any:
-        batches.append(max_size)
-        return real(self, max_size)
-
-    monkeypatch.setattr(kombu_redis.Channel, "create_publish_batch", counting)
+    batches = count_batches(monkeypatch)
     occurrences = [
         occurrence("c1", CELERY_TASK, 1),
         occurrence("r1", RQ_TASK, 2),
