@@ -32,7 +32,7 @@ from typing import Any, TypeVar, overload
 from goatbeat.core.clock import Clock
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.durations import parse_duration
-from goatbeat.core.errors import InvalidSchedule, InvalidValue
+from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption
 from goatbeat.core.model import (
     DEFAULT_CATCH_UP_LIMIT,
     Execution,
@@ -64,7 +64,8 @@ _EMBEDDED_PREFIXES = ("sqlite:", "memory:")
 
 def task_path(task: object) -> str:
     """The task name stored for ``task``: a string as given; a Celery task's ``name``; a
-    Django Tasks ``Task``'s ``module_path``; otherwise the callable's ``module.qualname``."""
+    Django Tasks ``Task``'s ``module_path``; a Dramatiq actor's ``actor_name``; otherwise the
+    callable's ``module.qualname``."""
     if isinstance(task, str):
         return task
     name = getattr(task, "name", None)
@@ -73,12 +74,14 @@ def task_path(task: object) -> str:
     module_path = getattr(task, "module_path", None)
     if isinstance(module_path, str):
         return module_path  # a django.tasks.Task
-    func = getattr(task, "fn", None) if callable(getattr(task, "send", None)) else None
-    target = func if func is not None else task  # a Dramatiq actor wraps its function in .fn
-    if not callable(target):
+    actor = _dramatiq_actor(task)
+    if actor is not None:
+        # Dramatiq workers look actors up by name, never by the function's module path.
+        return actor[0]
+    if not callable(task):
         raise InvalidSchedule("task", task, f"{task!r} is neither a callable nor a dotted path")
-    module = getattr(target, "__module__", None)
-    qualname = getattr(target, "__qualname__", None)
+    module = getattr(task, "__module__", None)
+    qualname = getattr(task, "__qualname__", None)
     if not module or not qualname:
         raise InvalidSchedule("task", task, f"{task!r} has no importable name; pass a dotted path")
     if "<locals>" in qualname or "<lambda>" in qualname:
@@ -89,6 +92,39 @@ def task_path(task: object) -> str:
             "define the task at module level",
         )
     return f"{module}.{qualname}"
+
+
+def _dramatiq_actor(task: object) -> tuple[str, str] | None:
+    """``(actor_name, queue_name)`` of a Dramatiq actor (told apart without importing
+    dramatiq: an object that sends messages and has both names), else None."""
+    name = getattr(task, "actor_name", None)
+    queue = getattr(task, "queue_name", None)
+    if (
+        isinstance(name, str)
+        and isinstance(queue, str)
+        and callable(getattr(task, "send_with_options", None))
+    ):
+        return name, queue
+    return None
+
+
+def _backend_options(submitter: TaskSubmitter, task: str) -> frozenset[str] | None:
+    """The per-schedule options ``submitter`` takes for ``task`` (its ``backend_options``);
+    None when it takes any. A routing submitter (``backend_for`` + ``submitter_for``, as the
+    Django one) answers for the backend of ``task``. A submitter that declares nothing takes
+    none."""
+    if hasattr(submitter, "backend_options"):
+        names: frozenset[str] | None = submitter.backend_options
+        return names
+    backend_for = getattr(submitter, "backend_for", None)
+    submitter_for = getattr(submitter, "submitter_for", None)
+    if callable(backend_for) and callable(submitter_for):
+        try:
+            inner = submitter_for(backend_for(task))
+        except LookupError:
+            return frozenset()  # validate() reports the unknown task
+        return _backend_options(inner, task)
+    return frozenset()
 
 
 def build_trigger(
@@ -302,9 +338,17 @@ class Beat:
         timedelta), ``at=`` (an aware datetime or ISO string), ``solar=dict(event=, latitude=,
         longitude=)``, ``trigger=`` (a Trigger); ``args=()``, ``kwargs={}``; routing
         ``queue=``, ``exchange=``, ``routing_key=``, ``priority=``, ``expires=`` (seconds or a
-        duration), ``headers=``; ``misfire="run_once"|"skip"|"run_all"``,
+        duration, counted from submission unless the submitter counts it from the scheduled
+        instant: ``expires_from="scheduled"``), ``headers=``; ``options=``, the backend's own
+        per-schedule options (RQ: ``job_timeout``, ``result_ttl``, ``failure_ttl``, ``retry``,
+        ``at_front``; Dramatiq: ``max_retries``, ``time_limit``, ``min_backoff``,
+        ``max_backoff``), refused when the backend does not take them, stored with the headers;
+        ``misfire="run_once"|"skip"|"run_all"``,
         ``misfire_grace="60s"``, ``catch_up_limit=100``; ``start_at=``, ``end_at=``;
         ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``.
+
+        A Dramatiq actor is stored by its ``actor_name``, on its ``queue_name`` unless
+        ``queue=`` names another.
         """
         if task is None:
 
@@ -335,6 +379,7 @@ class Beat:
         priority: int | None = None,
         expires: float | str | timedelta | None = None,
         headers: Mapping[str, Any] | None = None,
+        options: Mapping[str, Any] | None = None,
         misfire: str | MisfirePolicy = MisfirePolicy.RUN_ONCE,
         misfire_grace: str | float | timedelta = "60s",
         catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
@@ -348,6 +393,10 @@ class Beat:
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
         path = task_path(task)
+        actor = _dramatiq_actor(task)
+        if actor is not None and queue is None:
+            queue = actor[1]
+        headers = self._with_options(path, headers, options)
         zone = self.timezone if timezone is None else timezone
         get_zone(zone, "timezone")
         start = None if start_at is None else parse_instant(start_at, "start_at")
@@ -400,6 +449,39 @@ class Beat:
         self.submitter.validate(schedule)
         self._declared[schedule.name] = schedule
         return schedule
+
+    def _with_options(
+        self, task: str, headers: Mapping[str, Any] | None, options: Mapping[str, Any] | None
+    ) -> Mapping[str, Any] | None:
+        """``headers`` with the backend ``options`` added: they travel in the same JSON column,
+        where each submitter takes the names it knows (and checks their values in validate)."""
+        if options is None:
+            return headers
+        if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+            raise InvalidSchedule("options", options, f"{options!r} is not a mapping of names")
+        if not options:
+            return headers
+        takes = _backend_options(self.submitter, task)
+        if takes is not None:
+            unknown = sorted(set(options) - takes)
+            if unknown:
+                offered = ", ".join(sorted(takes)) or "none"
+                raise UnsupportedOption(
+                    "options",
+                    dict(options),
+                    f"the {self.submitter.name} backend takes no option "
+                    f"{', '.join(map(repr, unknown))} per schedule (it takes: {offered})",
+                )
+        if headers is not None and not isinstance(headers, Mapping):
+            return headers  # Routing reports it
+        both = sorted(set(headers or {}) & set(options))
+        if both:
+            raise InvalidSchedule(
+                "options",
+                dict(options),
+                f"{', '.join(map(repr, both))} given both in headers= and in options=",
+            )
+        return {**(headers or {}), **options}
 
     # -- talking to the store ----------------------------------------------------------------------
 

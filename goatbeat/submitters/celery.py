@@ -26,8 +26,10 @@ import importlib
 import re
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar
 
+from goatbeat.core.clock import Clock
 from goatbeat.core.errors import (
     InvalidSchedule,
     InvalidValue,
@@ -36,6 +38,7 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
+from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters._keys import RESERVED_HEADERS, key_headers
 
 __all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
@@ -141,6 +144,9 @@ class CelerySubmitter:
     ``concurrency`` is how many submissions the scheduler may run at once (its
     ``concurrent_submits``); 0 keeps every submission in the scheduler's own thread.
     ``batch_publish=False`` publishes each message on its own even where kombu can batch.
+    ``expires_from``: ``"submission"`` (default, as celery beat) or ``"scheduled"``, where
+    ``expires`` counts from (see :mod:`goatbeat.submitters._expiry`); from the scheduled
+    instant it is sent as an absolute expiry.
     """
 
     name: ClassVar[str] = "celery"
@@ -149,6 +155,8 @@ class CelerySubmitter:
     supports_exchange: ClassVar[bool] = True
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
+    backend_options: ClassVar[frozenset[str]] = frozenset()
+    """None: Celery's routing options are the schedule's own fields."""
 
     def __init__(
         self,
@@ -157,9 +165,13 @@ class CelerySubmitter:
         retry_policy: Mapping[str, float] | None = None,
         concurrency: int = DEFAULT_CONCURRENCY,
         batch_publish: bool = True,
+        expires_from: str = "submission",
+        clock: Clock | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
             raise InvalidValue("concurrency", concurrency, f"{concurrency!r} must be >= 0")
+        self.expires_from = check_expires_from(expires_from)
+        self.clock = clock_or_system(clock)
         self.app, self._owns_app = _load_app(app)
         self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
         self._retryable, self._permanent = _error_classes()
@@ -267,8 +279,12 @@ class CelerySubmitter:
             options["routing_key"] = routing.routing_key
         if routing.priority is not None:
             options["priority"] = routing.priority
-        if routing.expires is not None:
-            options["expires"] = routing.expires
+        left = expires_left(occurrence, self.expires_from, self.clock)
+        if left is not None and self.expires_from == "scheduled":
+            # Absolute, so the time the message waits in the broker counts too.
+            options["expires"] = occurrence.scheduled_at + timedelta(seconds=routing.expires or 0)
+        elif left is not None:
+            options["expires"] = left
         # goatbeat's headers last: a user header must not forge the key.
         headers = {**routing.headers, **key_headers(occurrence)}
         try:

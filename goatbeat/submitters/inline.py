@@ -56,6 +56,9 @@ class InlineSubmitter:
     def __init__(self, store: ScheduleStore | None = None, *, strict: bool = False) -> None:
         self.store = store
         self.strict = strict
+        # Standing in for the production backend, it takes that backend's options (None: any
+        # name) and ignores them; strict, it takes none.
+        self.backend_options: frozenset[str] | None = frozenset() if strict else None
         self._tasks: dict[str, Callable[..., Any]] = {}
         self._finished: list[tuple[str, bool, str | None]] = []
 

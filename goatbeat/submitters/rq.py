@@ -10,31 +10,58 @@ is still known to RQ (queued, running, or finished within its ``result_ttl``) do
 twice; goatbeat reports the existing job's id. The key itself is in ``job.meta``
 (``goatbeat_idempotency_key``, ``goatbeat_scheduled_at``).
 
-What RQ can honour: ``queue``; ``expires`` as the job ``ttl`` (whole seconds, rounded up: RQ
-drops a job still queued after it); ``headers`` as extra ``job.meta`` entries. ``priority``,
-``exchange`` and ``routing_key`` have no RQ equivalent and are refused.
+What RQ can honour:
+
+- ``queue``: a name an ``rq worker`` command line can take (letters, digits, ``_ . : -``, not
+  starting with ``-``, ``.`` or ``:``); RQ needs no declaration, a worker consumes the queues it
+  is started with;
+- ``expires`` as the job ``ttl`` (whole seconds, rounded up: RQ drops a job still queued after
+  it), counted from submission, or from the scheduled instant with ``expires_from="scheduled"``;
+- the job options RQ users pass to ``enqueue`` (``Beat.schedule(options=...)``, stored with the
+  headers): ``job_timeout`` (seconds, ``-1`` for none, or RQ's ``"10m"`` form), ``result_ttl``
+  (seconds; ``-1`` keeps the result, ``0`` keeps none), ``failure_ttl`` (seconds), ``retry``
+  (``3`` or ``{"max": 3, "interval": 10 | [10, 30, 60]}``: ``Retry(max, interval)``; an interval
+  needs a worker running RQ's scheduler) and ``at_front`` (``true``: enqueued at the front of its
+  queue, what RQ users do where others set a priority);
+- the other ``headers`` become ``job.meta`` entries.
+
+``priority``, ``exchange`` and ``routing_key`` have no RQ equivalent and are refused.
 """
 
 from __future__ import annotations
 
 import inspect
 import math
+import re
 import threading
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from goatbeat.core.clock import Clock
 from goatbeat.core.errors import (
     InvalidSchedule,
     InvalidValue,
     PermanentSubmitError,
     RetryableSubmitError,
+    short_repr,
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
+from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters._keys import RESERVED_HEADERS, derived_uuid, key_headers
 
-__all__ = ["RQSubmitter", "job_id_for"]
+__all__ = ["RQSubmitter", "job_id_for", "BACKEND_OPTIONS"]
 
 JOB_ID_PREFIX = "goatbeat-"
+
+BACKEND_OPTIONS = frozenset({"job_timeout", "result_ttl", "failure_ttl", "retry", "at_front"})
+"""The per-schedule job options (``Beat.schedule(options=...)``) the RQ submitter takes."""
+
+# What an `rq worker QUEUE...` command line can be given: no spaces, nothing an option parser
+# or a shell would read otherwise. RQ itself accepts any string and would wait on it forever.
+_QUEUE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*")
+_TIMEOUT = re.compile(r"([0-9]+)([dhms]?)", re.IGNORECASE)
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def job_id_for(idempotency_key: str) -> str:
@@ -55,7 +82,9 @@ class RQSubmitter:
 
     ``connection`` is a ``redis.Redis`` or a Redis URL (a client is created and closed with the
     submitter). ``default_queue`` is used when the schedule names no queue. ``result_ttl`` is
-    passed to RQ when given (it also bounds how long a finished job keeps its id reserved).
+    passed to RQ when given and the schedule sets none (it also bounds how long a finished job
+    keeps its id reserved). ``expires_from``: ``"submission"`` (default) or ``"scheduled"``,
+    where ``expires`` counts from (see :mod:`goatbeat.submitters._expiry`).
     """
 
     name: ClassVar[str] = "rq"
@@ -64,16 +93,29 @@ class RQSubmitter:
     supports_exchange: ClassVar[bool] = False
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
+    backend_options: ClassVar[frozenset[str]] = BACKEND_OPTIONS
+    """Job options RQ users pass to ``enqueue`` (``Beat.schedule(options=)``)."""
 
     def __init__(
-        self, connection: Any, *, default_queue: str = "default", result_ttl: int | None = None
+        self,
+        connection: Any,
+        *,
+        default_queue: str = "default",
+        result_ttl: int | None = None,
+        expires_from: str = "submission",
+        clock: Clock | None = None,
     ) -> None:
-        from rq import Queue
+        from rq import Queue, Retry
 
-        if not isinstance(default_queue, str) or not default_queue:
+        if not isinstance(default_queue, str) or not _QUEUE.fullmatch(default_queue):
             raise InvalidValue(
-                "default_queue", default_queue, f"{default_queue!r} is not a queue name"
+                "default_queue", default_queue, f"{default_queue!r} is not an RQ queue name"
             )
+        if result_ttl is not None:
+            _check_option("result_ttl", result_ttl)
+        self.expires_from = check_expires_from(expires_from)
+        self.clock = clock_or_system(clock)
+        self._retry_class: Any = Retry
         self.connection, self._owns_connection = _load_connection(connection)
         self.default_queue = default_queue
         self.result_ttl = result_ttl
@@ -108,6 +150,17 @@ class RQSubmitter:
                 schedule.task,
                 f"{schedule.task!r} is not the dotted path of a function (module.function)",
             )
+        queue = schedule.routing.queue
+        if queue is not None and not _QUEUE.fullmatch(queue):
+            raise InvalidSchedule(
+                "queue",
+                queue,
+                f"{queue!r} is not an RQ queue name an `rq worker` can be given "
+                "(letters, digits, '_.:-', not starting with '-', '.' or ':')",
+            )
+        headers = schedule.routing.headers
+        for option in sorted(BACKEND_OPTIONS & set(headers)):
+            _check_option(option, headers[option])
         clashing = sorted(set(schedule.routing.headers) & RESERVED_HEADERS)
         if clashing:
             raise InvalidSchedule(
@@ -126,14 +179,14 @@ class RQSubmitter:
     def submit(self, occurrence: Occurrence) -> str | None:
         routing = occurrence.routing
         job_id = job_id_for(occurrence.idempotency_key)
-        options: dict[str, Any] = {
-            "job_id": job_id,
-            "meta": {**routing.headers, **key_headers(occurrence)},
-        }
-        if routing.expires is not None:
-            options["ttl"] = max(1, math.ceil(routing.expires))
+        meta = {k: v for k, v in routing.headers.items() if k not in BACKEND_OPTIONS}
+        options: dict[str, Any] = {"job_id": job_id, "meta": {**meta, **key_headers(occurrence)}}
+        left = expires_left(occurrence, self.expires_from, self.clock)
+        if left is not None:
+            options["ttl"] = max(1, math.ceil(left))
         if self.result_ttl is not None:
             options["result_ttl"] = self.result_ttl
+        options.update(self._job_options(routing.headers))
         if self._has_unique:
             options["unique"] = True
         with self._lock:
@@ -163,6 +216,25 @@ class RQSubmitter:
             ) from exc
         return str(job.id)
 
+    def _job_options(self, headers: Mapping[str, Any]) -> dict[str, Any]:
+        """``enqueue_call`` keywords for the job options among ``headers`` (checked when the
+        schedule was declared)."""
+        out: dict[str, Any] = {}
+        for option in BACKEND_OPTIONS & set(headers):
+            value = headers[option]
+            if option == "job_timeout":
+                out["timeout"] = _seconds(value)
+            elif option == "retry":
+                if isinstance(value, Mapping):
+                    out["retry"] = self._retry_class(
+                        max=value["max"], interval=value.get("interval", 0)
+                    )
+                else:
+                    out["retry"] = self._retry_class(max=value)
+            else:
+                out[option] = value
+        return out
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -173,3 +245,53 @@ class RQSubmitter:
                 self.connection.close()
             except Exception:  # noqa: BLE001 - closing must not raise
                 pass
+
+
+def _seconds(value: int | str) -> int:
+    """RQ's timeout forms: an integer, or digits and a unit (``"90"``, ``"10m"``, ``"1h"``)."""
+    if isinstance(value, int):
+        return value
+    match = _TIMEOUT.fullmatch(value)
+    assert match is not None  # checked at declaration
+    return int(match.group(1)) * _UNIT[match.group(2).lower()]
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_option(option: str, value: Any) -> None:
+    """Raise InvalidSchedule naming ``option`` when RQ would refuse ``value`` or misread it."""
+    if option == "job_timeout":
+        ok = _is_int(value, 1) or (_is_int(value, -1) and value == -1)
+        if isinstance(value, str):
+            match = _TIMEOUT.fullmatch(value)
+            ok = match is not None and int(match.group(1)) > 0
+        want = "seconds >= 1, -1 for no limit, or RQ's '10m' form (units d, h, m, s)"
+    elif option == "result_ttl":
+        ok = _is_int(value, -1)
+        want = "seconds: -1 keeps the result, 0 keeps none"
+    elif option == "failure_ttl":
+        ok = _is_int(value, 1)
+        want = "seconds >= 1"
+    elif option == "retry":
+        ok = _is_int(value, 1) or _retry_ok(value)
+        want = (
+            "a number of retries >= 1, or {'max': >= 1, 'interval': seconds >= 0 or a list of them}"
+        )
+    else:  # at_front
+        ok = isinstance(value, bool)
+        want = "true or false"
+    if not ok:
+        raise InvalidSchedule(option, value, f"{short_repr(value)} is not {want}")
+
+
+def _retry_ok(value: Any) -> bool:
+    if not isinstance(value, Mapping) or "max" not in value:
+        return False
+    if set(value) - {"max", "interval"} or not _is_int(value["max"], 1):
+        return False
+    interval = value.get("interval", 0)
+    if isinstance(interval, list):
+        return bool(interval) and all(_is_int(i, 0) for i in interval)
+    return _is_int(interval, 0)

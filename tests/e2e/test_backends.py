@@ -11,15 +11,9 @@ backend dropped the stale message.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -33,101 +27,13 @@ from goatbeat.submitters._keys import derived_uuid
 from goatbeat.submitters.celery import CelerySubmitter
 from goatbeat.submitters.dramatiq import DramatiqSubmitter
 from goatbeat.submitters.rq import RQSubmitter, job_id_for
-from tests.e2e.backend_apps._record import URL_ENV, WORKER_ENV, read
+from tests.e2e.workers import StartWorker, wait_for_runs
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
-
-REPO = Path(__file__).resolve().parents[2]
-DEADLINE = 45.0  # seconds a worker gets to start and run everything
 
 CELERY_TASK = "tests.e2e.backend_apps.celery_app.record_run"
 DRAMATIQ_ACTOR = "goatbeat_e2e_record"
 RQ_FUNC = "tests.e2e.backend_apps.rq_jobs.record_run"
-
-
-# -- workers -----------------------------------------------------------------------------------
-
-
-class Worker:
-    def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-        self.name = name
-        self.proc = proc
-        self.log = log
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    # The worker leads its own session: its pool children go down with it.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
-@pytest.fixture
-def start_worker(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Worker]]:
-    """Start a worker subprocess with a hermetic environment; every one is stopped at the end."""
-    started: list[Worker] = []
-
-    def start(name: str, *args: str) -> Worker:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": os.environ.get("HOME", str(tmp_path)),
-            "LANG": "C.UTF-8",
-            "PYTHONPATH": str(REPO),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            URL_ENV: redis_url,
-            WORKER_ENV: name,
-        }
-        log = tmp_path / f"worker-{name}.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", *args],
-                cwd=tmp_path,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        worker = Worker(name, proc, log)
-        started.append(worker)
-        return worker
-
-    try:
-        yield start
-    finally:
-        for worker in started:
-            _stop(worker.proc)
-
-
-def wait_for_runs(
-    client: redis.Redis, backend: str, count: int, workers: list[Worker], *, exits: bool = False
-) -> list[dict[str, Any]]:
-    """The recorded runs once there are ``count`` of them; fails at the deadline.
-
-    ``exits``: the workers stop by themselves (RQ ``--burst``); a worker that exits otherwise
-    has crashed."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        runs = read(client, backend)
-        if len(runs) >= count and (not exits or all(w.proc.poll() is not None for w in workers)):
-            return runs
-        for worker in workers:
-            code = worker.proc.poll()
-            if code is not None and (not exits or code != 0):
-                pytest.fail(f"worker {worker.name} exited with {code}:\n{worker.output()}")
-        if time.monotonic() > deadline:
-            logs = "\n".join(f"--- {w.name}\n{w.output()}" for w in workers)
-            pytest.fail(f"{len(runs)}/{count} {backend} runs after {DEADLINE}s: {runs}\n{logs}")
-        time.sleep(0.1)
 
 
 # -- scheduling ----------------------------------------------------------------------------------
@@ -213,7 +119,7 @@ def check_runs(
 
 
 def test_celery_workers_run_the_dispatched_occurrences_on_their_queues(
-    redis_url: str, tmp_path: Path, start_worker: Callable[..., Worker]
+    redis_url: str, tmp_path: Path, start_worker: StartWorker
 ) -> None:
     client = redis.Redis.from_url(redis_url)
     beat, keys = dispatch(tmp_path, CelerySubmitter(redis_url), CELERY_TASK, minutes=2)
@@ -239,7 +145,7 @@ def test_celery_workers_run_the_dispatched_occurrences_on_their_queues(
 
 
 def test_dramatiq_workers_run_the_dispatched_occurrences_on_their_queues(
-    redis_url: str, tmp_path: Path, start_worker: Callable[..., Worker]
+    redis_url: str, tmp_path: Path, start_worker: StartWorker
 ) -> None:
     client = redis.Redis.from_url(redis_url)
     beat, keys = dispatch(tmp_path, DramatiqSubmitter(redis_url), DRAMATIQ_ACTOR, minutes=2)
@@ -263,7 +169,7 @@ def test_dramatiq_workers_run_the_dispatched_occurrences_on_their_queues(
 
 
 def test_rq_workers_run_the_dispatched_occurrences_on_their_queues(
-    redis_url: str, tmp_path: Path, start_worker: Callable[..., Worker]
+    redis_url: str, tmp_path: Path, start_worker: StartWorker
 ) -> None:
     client = redis.Redis.from_url(redis_url)
     # RQ's ttl has whole seconds: a stale job would need a sleep; its ttl is checked in
@@ -282,4 +188,61 @@ def test_rq_workers_run_the_dispatched_occurrences_on_their_queues(
     runs = wait_for_runs(client, "rq", 4, workers, exits=True)
     check_runs(runs, keys, custom="custom-only", default="default-only")
     assert all(run["job_id"] == job_id_for(run["key"]) for run in runs)
+    client.close()
+
+
+# -- Dramatiq as its users know it ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dramatiq_app() -> ModuleType:
+    """The workers' actors module, imported here for its actor objects; Dramatiq's global broker
+    is left as it was (the module sets it)."""
+    import dramatiq.broker
+
+    previous = dramatiq.broker.global_broker
+    try:
+        from tests.e2e.backend_apps import dramatiq_app as module
+    finally:
+        dramatiq.broker.global_broker = previous
+    return module
+
+
+def test_dramatiq_actor_objects_run_under_their_actor_name_on_their_own_queue(
+    redis_url: str, tmp_path: Path, start_worker: StartWorker, dramatiq_app: ModuleType
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    t0 = datetime.now(UTC).replace(microsecond=0)
+    clock = FakeClock(t0)
+    beat = Beat(
+        f"sqlite:///{tmp_path / 'goatbeat.db'}", submitter=DramatiqSubmitter(redis_url), clock=clock
+    )
+    first = t0 + timedelta(minutes=1)
+    try:
+        beat.schedule(name="object", task=dramatiq_app.record_elsewhere, every="1m",
+                      start_at=first, args=["object"])  # fmt: skip
+        beat.schedule(name="routed", task=dramatiq_app.record_elsewhere, every="1m",
+                      start_at=first, args=["routed"], queue="custom")  # fmt: skip
+        beat.schedule(name="named", task="goatbeat_e2e_elsewhere", every="1m", start_at=first,
+                      args=["named"])  # fmt: skip
+        beat.publish()
+        clock.advance(60)
+        result = beat.scheduler().run_once()
+        assert (result.claimed, result.submitted, result.error) == (3, 3, None), result
+    finally:
+        beat.close()
+    worker = start_worker(
+        "all-queues", "dramatiq", "tests.e2e.backend_apps.dramatiq_app", "--processes", "1",
+        "--threads", "1",
+    )  # fmt: skip
+    runs = wait_for_runs(client, "dramatiq", 3, [worker])
+    by_args = {run["args"][0]: run for run in runs}
+    assert sorted(by_args) == ["named", "object", "routed"]
+    assert {run["actor"] for run in runs} == {"goatbeat_e2e_elsewhere"}
+    # An actor object brings its own queue, unless the schedule names another.
+    assert by_args["object"]["queue"] == "elsewhere"
+    assert by_args["routed"]["queue"] == "custom"
+    # A string is the actor's name; this broker (a URL) knows no actors, so it cannot know the
+    # actor's queue either: the default queue (test_backend_failover names the actors' module).
+    assert by_args["named"]["queue"] == "default"
     client.close()

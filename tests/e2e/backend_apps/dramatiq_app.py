@@ -1,4 +1,8 @@
-"""The Dramatiq broker and actor of the e2e tests: ``dramatiq tests.e2e.backend_apps.dramatiq_app``."""
+"""The Dramatiq broker and actors of the e2e tests: ``dramatiq tests.e2e.backend_apps.dramatiq_app``.
+
+goatbeat's scheduler processes name this module as their broker (``broker=`` this module, as
+for the ``dramatiq`` command), so they know the same actors and queues the workers do.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +23,7 @@ dramatiq.set_broker(broker)
 broker.declare_queue("custom")
 
 
-@dramatiq.actor(actor_name="goatbeat_e2e_record", queue_name="default", max_retries=0)
-def record_run(*args: Any, **kwargs: Any) -> None:
+def _record(*args: Any, **kwargs: Any) -> None:
     message = CurrentMessage.get_current_message()
     assert message is not None
     options = message.options
@@ -28,9 +31,29 @@ def record_run(*args: Any, **kwargs: Any) -> None:
         "dramatiq",
         args=list(args),
         kwargs=kwargs,
+        actor=message.actor_name,
         message_id=message.message_id,
         key=options.get("goatbeat_idempotency_key"),
         scheduled_at=options.get("goatbeat_scheduled_at"),
         extra={k: v for k, v in options.items() if k.startswith("x-")},
         queue=message.queue_name,
+        retries=options.get("retries", 0),
     )
+
+
+@dramatiq.actor(actor_name="goatbeat_e2e_record", queue_name="default", max_retries=0)
+def record_run(*args: Any, **kwargs: Any) -> None:
+    _record(*args, **kwargs)
+
+
+@dramatiq.actor(actor_name="goatbeat_e2e_elsewhere", queue_name="elsewhere", max_retries=0)
+def record_elsewhere(*args: Any, **kwargs: Any) -> None:
+    """An actor whose name and queue differ from its function's module path and "default"."""
+    _record(*args, **kwargs)
+
+
+@dramatiq.actor(actor_name="goatbeat_e2e_fail", queue_name="default", max_retries=0)
+def fail_run(*args: Any, **kwargs: Any) -> None:
+    """Records the attempt, then fails: a schedule's max_retries decides how often it retries."""
+    _record(*args, **kwargs)
+    raise RuntimeError("goatbeat e2e: this task always fails")

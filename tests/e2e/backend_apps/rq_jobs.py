@@ -1,4 +1,4 @@
-"""The RQ job function of the e2e tests (the worker imports it by its dotted path)."""
+"""The RQ job functions of the e2e tests (the worker imports them by their dotted paths)."""
 
 from __future__ import annotations
 
@@ -21,4 +21,12 @@ def record_run(*args: Any, **kwargs: Any) -> None:
         scheduled_at=job.meta.get("goatbeat_scheduled_at"),
         extra={k: v for k, v in job.meta.items() if k.startswith("x-")},
         queue=job.origin,
+        retries_left=job.retries_left,
+        timeout=job.timeout,
     )
+
+
+def fail_run(*args: Any, **kwargs: Any) -> None:
+    """Records the attempt, then fails: a schedule's ``retry`` decides how often RQ retries."""
+    record_run(*args, **kwargs)
+    raise RuntimeError("goatbeat e2e: this job always fails")
