@@ -168,8 +168,13 @@ class PostgresServer:
 
 @dataclass
 class RedisServer:
+    """A throwaway redis-server. With ``data_dir`` it keeps its data there (append-only file,
+    synced on every write), so it can be stopped and started again on the same port with its
+    queues intact: a broker outage, not a broker wipe."""
+
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    data_dir: Path | None = None
 
     @property
     def url(self) -> str:
@@ -179,6 +184,14 @@ class RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        if self.data_dir is None:
+            persistence = ["--save", "", "--appendonly", "no"]
+            cwd = tempfile.gettempdir()
+        else:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            persistence = ["--save", "", "--appendonly", "yes", "--appendfsync", "always",
+                           "--dir", str(self.data_dir)]  # fmt: skip
+            cwd = str(self.data_dir)
         self.proc = subprocess.Popen(
             [
                 exe,
@@ -186,17 +199,14 @@ class RedisServer:
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
+                *persistence,
                 "--protected-mode",
                 "no",
                 "--loglevel",
                 "warning",
             ],
             stdout=subprocess.DEVNULL,
-            cwd=tempfile.gettempdir(),
+            cwd=cwd,
         )
         atexit.register(self.stop)
         _wait_port(self.port, 15)
