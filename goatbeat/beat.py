@@ -108,23 +108,23 @@ def _dramatiq_actor(task: object) -> tuple[str, str] | None:
     return None
 
 
-def _backend_options(submitter: TaskSubmitter, task: str) -> frozenset[str] | None:
-    """The per-schedule options ``submitter`` takes for ``task`` (its ``backend_options``);
-    None when it takes any. A routing submitter (``backend_for`` + ``submitter_for``, as the
-    Django one) answers for the backend of ``task``. A submitter that declares nothing takes
-    none."""
+def _backend_options(submitter: TaskSubmitter, task: str) -> tuple[str, frozenset[str] | None]:
+    """The backend's name and the per-schedule options it takes for ``task`` (its
+    ``backend_options``; None: any). A routing submitter (``backend_for`` + ``submitter_for``,
+    as the Django one) answers for the backend of ``task``. A submitter that declares nothing
+    takes none."""
     if hasattr(submitter, "backend_options"):
         names: frozenset[str] | None = submitter.backend_options
-        return names
+        return submitter.name, names
     backend_for = getattr(submitter, "backend_for", None)
     submitter_for = getattr(submitter, "submitter_for", None)
     if callable(backend_for) and callable(submitter_for):
         try:
             inner = submitter_for(backend_for(task))
         except LookupError:
-            return frozenset()  # validate() reports the unknown task
+            return submitter.name, frozenset()  # validate() reports the unknown task
         return _backend_options(inner, task)
-    return frozenset()
+    return submitter.name, frozenset()
 
 
 def build_trigger(
@@ -461,7 +461,7 @@ class Beat:
             raise InvalidSchedule("options", options, f"{options!r} is not a mapping of names")
         if not options:
             return headers
-        takes = _backend_options(self.submitter, task)
+        backend, takes = _backend_options(self.submitter, task)
         if takes is not None:
             unknown = sorted(set(options) - takes)
             if unknown:
@@ -469,7 +469,7 @@ class Beat:
                 raise UnsupportedOption(
                     "options",
                     dict(options),
-                    f"the {self.submitter.name} backend takes no option "
+                    f"the {backend} backend takes no option "
                     f"{', '.join(map(repr, unknown))} per schedule (it takes: {offered})",
                 )
         if headers is not None and not isinstance(headers, Mapping):

@@ -29,6 +29,10 @@ TaskSubmitter:
   then calls it with up to :data:`SUBMIT_MANY_CHUNK` occurrences at a time instead of
   ``submit`` one by one. See :func:`many_submitter`.
 - ``after_bookkeeping()``: called after the outcomes of a batch were recorded.
+- ``backend_options: frozenset[str] | None``: the names of the backend's own per-schedule
+  options (``Beat.schedule(options=...)``: RQ's ``job_timeout``, Dramatiq's ``max_retries``...),
+  which travel with ``routing.headers`` and which ``validate`` checks; ``None`` takes any name.
+  Without it, a schedule's ``options`` are refused at declaration.
 """
 
 from __future__ import annotations

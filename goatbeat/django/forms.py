@@ -82,8 +82,15 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "timezone": "The IANA zone a cron expression reads wall-clock time in.",
             "args": 'A JSON array, e.g. [42, "x"].',
             "kwargs": 'A JSON object, e.g. {"user_id": 42}.',
-            "expires": "Seconds after submission after which the backend drops the task.",
-            "headers": "A JSON object of message headers (Celery).",
+            "expires": (
+                "Seconds after which the backend drops the task unrun, counted from submission "
+                "(from the scheduled instant when the submitter has expires_from='scheduled')."
+            ),
+            "headers": (
+                "A JSON object: message headers (Celery); message options such as max_retries, "
+                "time_limit (Dramatiq); job options job_timeout, result_ttl, failure_ttl, "
+                "retry, at_front, and job.meta entries (RQ)."
+            ),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -387,6 +387,23 @@ def test_beat_options_are_checked_against_the_backend_and_kept_with_the_headers(
         beat.close()
 
 
+def test_a_routing_submitter_takes_the_options_of_the_tasks_backend() -> None:
+    from goatbeat.django.submitter import DjangoRoutingSubmitter
+
+    router = DjangoRoutingSubmitter(pinned="rq", options={"rq": {"connection": closed_port_url()}})
+    beat = Beat("memory://", submitter=router)
+    try:
+        schedule = beat.schedule(
+            name="r", task="proj.jobs.send", every="1m", options={"job_timeout": 30}
+        )
+        assert schedule.routing.headers["job_timeout"] == 30
+        with pytest.raises(UnsupportedOption) as info:
+            beat.schedule(name="d", task="proj.jobs.send", every="1m", options={"max_retries": 1})
+        assert info.value.field == "options" and "rq" in str(info.value)
+    finally:
+        beat.close()
+
+
 def test_backends_without_per_schedule_options_refuse_them() -> None:
     celery = Beat("memory://", submitter=CelerySubmitter(closed_port_url()))
     try:
