@@ -32,7 +32,7 @@ from typing import Any, TypeVar, overload
 from goatbeat.core.clock import Clock
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.durations import parse_duration
-from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption
+from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption, short_repr
 from goatbeat.core.model import (
     DEFAULT_CATCH_UP_LIMIT,
     Execution,
@@ -458,7 +458,9 @@ class Beat:
         if options is None:
             return headers
         if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-            raise InvalidSchedule("options", options, f"{options!r} is not a mapping of names")
+            raise InvalidSchedule(
+                "options", options, f"{short_repr(options)} is not a mapping of option names"
+            )
         if not options:
             return headers
         backend, takes = _backend_options(self.submitter, task)

@@ -186,7 +186,13 @@ class RQSubmitter:
             options["ttl"] = max(1, math.ceil(left))
         if self.result_ttl is not None:
             options["result_ttl"] = self.result_ttl
-        options.update(self._job_options(routing.headers))
+        try:
+            options.update(self._job_options(routing.headers))
+        except (TypeError, ValueError) as exc:
+            # Only a row written around validate() gets here; it would fail every time.
+            raise PermanentSubmitError(
+                f"rq job options of {occurrence.idempotency_key}: {exc}"
+            ) from exc
         if self._has_unique:
             options["unique"] = True
         with self._lock:
@@ -217,11 +223,11 @@ class RQSubmitter:
         return str(job.id)
 
     def _job_options(self, headers: Mapping[str, Any]) -> dict[str, Any]:
-        """``enqueue_call`` keywords for the job options among ``headers`` (checked when the
-        schedule was declared)."""
+        """``enqueue_call`` keywords for the job options among ``headers``."""
         out: dict[str, Any] = {}
         for option in BACKEND_OPTIONS & set(headers):
             value = headers[option]
+            _check_option(option, value)
             if option == "job_timeout":
                 out["timeout"] = _seconds(value)
             elif option == "retry":
@@ -252,7 +258,8 @@ def _seconds(value: int | str) -> int:
     if isinstance(value, int):
         return value
     match = _TIMEOUT.fullmatch(value)
-    assert match is not None  # checked at declaration
+    if match is None:
+        raise ValueError(f"job_timeout: {value!r} is not an RQ timeout")
     return int(match.group(1)) * _UNIT[match.group(2).lower()]
 
 

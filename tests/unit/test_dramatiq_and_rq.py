@@ -314,6 +314,17 @@ def test_rq_refuses_job_options_rq_would_refuse(option: str, value: Any) -> None
     assert short_repr(value) in str(info.value)
 
 
+def test_rq_job_options_a_row_got_wrong_are_a_permanent_error(redis_url: str) -> None:
+    submitter = RQSubmitter(redis_url)
+    try:
+        # What a row written around validate() could hold: it would fail on every attempt.
+        with pytest.raises(PermanentSubmitError) as info:
+            submitter.submit(make_occurrence("proj.jobs.send", headers={"retry": 0}))
+    finally:
+        submitter.close()
+    assert "retry" in str(info.value) and "report:2026-12-01T08:00:00Z" in str(info.value)
+
+
 def test_dramatiq_per_message_options_reach_the_message(
     redis_url: str, client: redis.Redis
 ) -> None:
