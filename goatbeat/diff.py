@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from goatbeat.compat.convert import CELERY_BUGS
+from goatbeat.conversion import CELERY_BUGS
 from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import GoatbeatError
 from goatbeat.core.model import Schedule, Source

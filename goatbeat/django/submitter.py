@@ -16,7 +16,7 @@ from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import TaskSubmitter, submit_all
-from goatbeat.submitters._dotted import import_dotted as import_task
+from goatbeat.submitters.dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "import_task"]
 

@@ -30,6 +30,7 @@ from goatbeat.core.errors import GoatbeatError, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
+from goatbeat.stores import redact_url
 
 __all__ = ["import_celery_beat", "collect_entries", "open_target_store", "source_options"]
 
@@ -157,7 +158,7 @@ def collect_entries(
             source: Any = connection
             label = "Django's default database"
         else:
-            source, label = from_dcb, _redacted(from_dcb)
+            source, label = from_dcb, redact_url(from_dcb)
         try:
             read = django_celery_beat.read_django_celery_beat(
                 source, known_tasks=tasks, default_timezone=zone, naive_timezone=naive
@@ -174,12 +175,6 @@ def collect_entries(
     if tasks is None and (from_app or from_dcb is not None or django):
         lines.append("task names not checked (no Celery app; pass --from-app to check them)")
     return entries, lines
-
-
-def _redacted(url: str) -> str:
-    from goatbeat.importers.django_celery_beat import _redact
-
-    return _redact(url)
 
 
 def _settings_beat_schedule(last_runs: Mapping[str, datetime] | None) -> list[SourceEntry]:
