@@ -545,7 +545,7 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
         app.publish()
         store = app.store
         sched = store.get(name)
-        upcoming = next_fire_times(sched, count, store.now())
+        upcoming = sched.next_fire_times(count, store.now())
         recent = store.executions(name=name, limit=10)
         if as_json:
             data = schedule_to_json(sched)
@@ -730,20 +730,6 @@ def demo(ctx: click.Context, duration: float | None) -> None:
 
 
 # -- formatting helpers ----------------------------------------------------------------------------
-
-
-def next_fire_times(sched: Schedule, count: int, now: datetime) -> list[datetime]:
-    """The next ``count`` fire instants of ``sched`` from its ``next_run_at`` (or ``now``)."""
-    result: list[datetime] = []
-    t = sched.next_run_at
-    if t is None:
-        if not sched.enabled:
-            return result
-        t = sched.first_run_after(now)
-    while t is not None and len(result) < count:
-        result.append(t)
-        t = sched.first_run_after(t)
-    return result
 
 
 def schedule_to_json(s: Schedule) -> dict[str, Any]:
