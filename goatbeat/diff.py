@@ -1,4 +1,5 @@
-"""``goatbeat diff``: do the old (celery) and the new (goatbeat) schedules fire at the same instants?
+"""The comparison behind ``goatbeat diff``: do the old (celery) and the new (goatbeat) schedules
+fire at the same instants?
 
 The old side is computed AS CELERY COMPUTES IT: each entry's own celery schedule object
 (``crontab``, ``schedule``, ``solar``; django-celery-beat's rows rebuilt the way its
@@ -9,33 +10,25 @@ one side only; differences in task, args, kwargs, routing and enabled; and the f
 over the horizon where the fire times differ, with the reason when it is known (a DST rule, a
 celery bug, see :data:`goatbeat.compat.CELERY_BUGS`).
 
-Exit status: 0 equal, 1 different, 2 error.
+:func:`compute_diff` is pure: entries and schedules in, a :class:`DiffReport` out. The command
+that reads the sources and prints the report is :func:`goatbeat.cli.migration.diff`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import click
-
-from goatbeat.compat.convert import CELERY_BUGS
-from goatbeat.core.durations import format_duration, parse_duration
-from goatbeat.core.errors import GoatbeatError
-from goatbeat.core.model import Schedule, Source
-from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
+from goatbeat.conversion import CELERY_BUGS
+from goatbeat.core.durations import format_duration
+from goatbeat.core.model import Schedule
+from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.importers import kombu_json
-from goatbeat.importers.cli import (
-    _under_django,
-    collect_entries,
-    open_target_store,
-    source_options,
-)
 from goatbeat.importers.entries import SourceEntry
 
 __all__ = [
@@ -44,8 +37,6 @@ __all__ = [
     "ScheduleDiff",
     "celery_fire_times",
     "compute_diff",
-    "diff",
-    "diff_command",
     "goatbeat_fire_times",
 ]
 
@@ -346,129 +337,3 @@ def compute_diff(
             diffs.append(ScheduleDiff(name=sched.name, status="only_new"))
     diffs.sort(key=lambda d: d.name)
     return DiffReport(start=start, horizon=horizon, schedules=diffs, accept_known=accept_known)
-
-
-# -- the command ----------------------------------------------------------------------------
-
-
-def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
-    width = max([len(s.name) for s in report.schedules] + [8])
-    echo(
-        f"{'SCHEDULE':<{width}}  STATUS     "
-        f"(fire times from {iso_z(report.start)} over {format_duration(report.horizon)})"
-    )
-    for s in report.schedules:
-        status = s.status if s.differs(accept_known=report.accept_known) else "equal"
-        if s.status == "different" and status == "equal":
-            status = "equal*"  # only known celery bugs differ, and they were accepted
-        echo(f"{s.name:<{width}}  {status}")
-        for name, (o, n) in s.fields.items():
-            echo(f"{'':<{width}}    {name}: celery {o!r} -> goatbeat {n!r}")
-        if s.fire_difference_count:
-            echo(f"{'':<{width}}    {s.fire_difference_count} fire time(s) differ; first:")
-        for f in s.fire_times:
-            side = "celery only  " if f.old else "goatbeat only"
-            echo(f"{'':<{width}}      {iso_z(f.at)}  {side}  {f.reason or ''}")
-        for note in s.notes:
-            echo(f"{'':<{width}}    note: {note}")
-    verdict = "EQUAL" if report.equal else "DIFFERENT"
-    counts: dict[str, int] = {}
-    for s in report.schedules:
-        key = s.status if s.differs(accept_known=report.accept_known) else "equal"
-        counts[key] = counts.get(key, 0) + 1
-    echo(f"{verdict}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-
-
-class DiffError(click.ClickException):
-    """The comparison could not be made: exit status 2."""
-
-    exit_code = 2
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split()))
-
-    def show(self, file: Any = None) -> None:
-        click.echo(f"goatbeat: error: {self.format_message()}", file=file, err=True)
-
-
-def _error(message: str) -> click.ClickException:
-    return DiffError(message)
-
-
-@click.command("diff")
-@source_options("The goatbeat database (the new side).")
-@click.option("--horizon", default="30d", show_default=True, help="How far ahead to compare.")
-@click.option(
-    "--start", "start_text", default=None, help="Compare from this instant (default now)."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--max-instants", default=5, show_default=True, help="Differing instants shown.")
-@click.option(
-    "--accept-known-bugs",
-    is_flag=True,
-    help="Count differences explained by a known celery bug (DST, day_of_week=7) as equal.",
-)
-@click.option(
-    "--all-sources",
-    is_flag=True,
-    help="Compare every goatbeat schedule, not only those imported from the given sources.",
-)
-@click.pass_context
-def diff_command(
-    ctx: click.Context,
-    from_app: str | None,
-    from_dcb: str | None,
-    database: str | None,
-    horizon: str,
-    start_text: str | None,
-    as_json: bool,
-    max_instants: int,
-    accept_known_bugs: bool,
-    all_sources: bool,
-    last_runs_file: str | None,
-) -> None:
-    """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
-    try:
-        if not from_app and from_dcb is None and not _under_django():
-            raise _error("nothing to compare: pass --from-app and/or --from-django-celery-beat")
-        span = parse_duration(horizon, field="horizon")
-        start = (
-            parse_instant(start_text, "start")
-            if start_text
-            else datetime.now(UTC).replace(microsecond=0)
-        )
-        old, _ = collect_entries(
-            from_app=from_app,
-            from_dcb=from_dcb,
-            check_tasks=False,
-            last_runs_file=last_runs_file,
-        )
-        sources = {e.source for e in old}
-        if from_app:
-            sources.add(Source.CELERY)
-        if from_dcb is not None:
-            sources.add(Source.DJANGO_CELERY_BEAT)
-        with open_target_store(ctx, database) as store:
-            new = [s for s in store.list_schedules() if all_sources or s.source in sources]
-        report = compute_diff(
-            old,
-            new,
-            start=start,
-            horizon=span,
-            max_instants=max_instants,
-            accept_known=accept_known_bugs,
-        )
-    except click.ClickException as exc:
-        if exc.exit_code != 2:
-            raise _error(exc.format_message()) from None
-        raise
-    except (GoatbeatError, ImportError, OSError) as exc:
-        raise _error(f"diff failed: {exc}") from None
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
-    else:
-        _print_report(report, click.echo)
-    ctx.exit(0 if report.equal else 1)
-
-
-diff = diff_command

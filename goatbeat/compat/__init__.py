@@ -1,7 +1,8 @@
 """The celery side of goatbeat: schedule conversion and the drop-in beat scheduler.
 
 ``to_trigger(celery_schedule)`` converts a celery ``crontab`` / ``schedule`` / ``solar`` into a
-goatbeat trigger with celery's meaning; ``Scheduler`` is the ``celery beat -S
+goatbeat trigger with celery's meaning (the rules live in :mod:`goatbeat.conversion`, which the
+importers share); ``Scheduler`` is the ``celery beat -S
 goatbeat.compat:Scheduler`` class (imported lazily: ``import goatbeat.compat`` needs no celery).
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from goatbeat.compat.convert import (
+from goatbeat.conversion import (
     CELERY_BUGS,
     CeleryCrontabTrigger,
     UnsupportedSchedule,

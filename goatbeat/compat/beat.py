@@ -39,6 +39,7 @@ from goatbeat.core.scheduler import Scheduler as CoreScheduler
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule, read_last_runs
+from goatbeat.stores import redact_url
 
 __all__ = ["Scheduler", "DEFAULT_DATABASE"]
 
@@ -191,18 +192,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        return f"    . db -> {_redact(self.database_url)} (goatbeat)"
+        return f"    . db -> {redact_url(self.database_url)} (goatbeat)"
 
     @property
     def problems(self) -> list[tuple[str, str]]:
         """Entries of the beat schedule that could not be scheduled: (name, reason)."""
         return list(self._gb_problems)
-
-
-def _redact(url: str) -> str:
-    from goatbeat.importers.django_celery_beat import _redact as redact
-
-    return redact(url)
 
 
 def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Schedule]:

@@ -375,6 +375,20 @@ class Schedule:
             return None
         return nxt
 
+    def next_fire_times(self, count: int, now: datetime) -> list[datetime]:
+        """The next ``count`` fire instants from ``next_run_at`` (from ``now`` when the store
+        has not planned one yet; none when disabled and unplanned)."""
+        result: list[datetime] = []
+        t = self.next_run_at
+        if t is None:
+            if not self.enabled:
+                return result
+            t = self.first_run_after(now)
+        while t is not None and len(result) < count:
+            result.append(t)
+            t = self.first_run_after(t)
+        return result
+
     def evolve(self, **changes: Any) -> Schedule:
         return replace(self, **changes)
 

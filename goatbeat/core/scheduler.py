@@ -25,32 +25,18 @@ Rows another scheduler claimed ahead and left ``claimed`` wait for their instant
 A schedule disabled or edited inside that window keeps the occurrence already claimed, as it
 would a moment later.
 
-Submit failures. A :class:`~goatbeat.core.errors.PermanentSubmitError` is final at once
-(``submit_failed``). Anything else is retried with exponential backoff (1 s, 2 s, 4 s ...
-capped at 60 s) — the row stays ``claimed`` with ``attempts`` counted in the store, so a new
-leader continues the count — until ``1 + max_submit_retries`` attempts have failed.
-
-Logging on the hot path. ``occurrence.submitted`` is logged at INFO for every occurrence of a
-batch of up to ``LOG_EACH_LIMIT`` (100), so an operator sees each fire. A larger burst is
-summarised in one INFO ``occurrence.submitted`` record (``count``, ``first_key``, ``last_key``,
-earliest ``scheduled_at``, worst ``lateness``) with the per-occurrence records at DEBUG: measured,
-one JSON log line costs 40-60 us, which alone would take a 10,000-occurrence burst below 80 % of
-a broker's raw send speed. ``occurrence.claimed`` is DEBUG. Nothing is built for a disabled level.
-
-Test hook (fault injection only): with the environment variable
-``GOATBEAT_CRASH_AFTER_SUBMIT=<n>`` the process calls ``os._exit(137)`` right after its n-th
-successful submission (after the chunk holding it, for a submitter with ``submit_many``),
-before the bookkeeping, to play a crash between the two.
+Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
+the retries with backoff after a failed submission, the bookkeeping of every outcome in one
+store call and the per-occurrence log records are :mod:`goatbeat.core.submission`'s; this loop
+hands it each batch, with its lease check and its store-clock mapping.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -58,49 +44,30 @@ from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
-from goatbeat.core.errors import PermanentSubmitError, StoreError
+from goatbeat.core.errors import StoreError
 from goatbeat.core.lease import LeaseManager
-from goatbeat.core.model import (
-    ClaimResult,
-    ExecutionKind,
-    LeaseGrant,
-    Occurrence,
-    SubmitOutcome,
-)
+from goatbeat.core.model import ClaimResult, LeaseGrant, Occurrence
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import (
-    SUBMIT_MANY_CHUNK,
-    TaskSubmitter,
-    many_submitter,
-    submit_all,
-    submit_concurrency,
+from goatbeat.core.submission import (
+    BatchCounts,
+    Sent,
+    Submission,
+    lateness,
+    occurrence_fields,
+    store_skew,
 )
+from goatbeat.core.submit import TaskSubmitter
 
-__all__ = ["Scheduler", "IterationResult", "retry_delay", "CRASH_ENV", "LOG_EACH_LIMIT"]
+__all__ = ["Scheduler", "IterationResult"]
 
-CRASH_ENV = "GOATBEAT_CRASH_AFTER_SUBMIT"
-"""Test hook: exit with status 137 right after the n-th successful submission."""
-
-RETRY_BASE = 1.0
-RETRY_CAP = 60.0
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_CAP = 30.0
 MIN_IDLE_SLEEP = 0.01
 """Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
 (a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
-LOG_EACH_LIMIT = 100
-"""Up to this many occurrences in one batch, each gets its own INFO ``occurrence.submitted``.
-A bigger burst gets one INFO summary (``count``, ``first_key``, ``last_key`` ...) and the
-per-occurrence records at DEBUG: formatting a JSON line costs ~40-60 us, a sizeable share of a
-broker round trip, and 10,000 identical lines help nobody (the executions table has them all)."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
-
-
-def retry_delay(attempts: int) -> float:
-    """Backoff before the next try after ``attempts`` failed attempts: 1 s, 2 s, 4 s ... 60 s."""
-    return float(min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempts - 1)))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +116,12 @@ class _Tally:
         self.conflicts = 0
         self.refused = False
 
+    def add(self, batch: BatchCounts) -> None:
+        self.submitted += batch.submitted
+        self.resubmitted += batch.resubmitted
+        self.retrying += batch.retrying
+        self.failed += batch.failed
+
     def result(self, **fields: Any) -> IterationResult:
         """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
         counts = {name: getattr(self, name) for name in self.__slots__ if name != "refused"}
@@ -184,24 +157,19 @@ class Scheduler:
         self._stop = threading.Event()
         self._leader_token: int | None = None
         self._standby_logged = False
-        # execution id -> monotonic instant before which it is not retried
-        self._retry_at: dict[int, float] = {}
         # (local monotonic, store clock) read together: when a claimed occurrence is due here.
         self._store_ref: tuple[float, datetime] | None = None
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
         self._due_read: tuple[datetime | None] | None = None
         self._error_streak = 0
-        self._submissions = 0
-        self._submissions_lock = threading.Lock()
-        # 0: the submitter is called from this scheduler's thread only.
-        self._threads = submit_concurrency(submitter)
-        # The submitter takes chunks (``submit_many``) rather than one occurrence at a time.
-        self._chunked = many_submitter(submitter) is not None
-        self._executor: ThreadPoolExecutor | None = None
-        crash = os.environ.get(CRASH_ENV, "").strip()
-        self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
-        self._after_bookkeeping: Callable[[], None] | None = getattr(
-            submitter, "after_bookkeeping", None
+        self.submission = Submission(
+            store,
+            submitter,
+            clock=self.clock,
+            scheduler_id=settings.scheduler_id,
+            max_submit_retries=settings.max_submit_retries,
+            lease_held=self.lease.is_held,
+            wait_for_instant=self._wait_for_instant,
         )
 
     # -- control --------------------------------------------------------------------------------
@@ -239,9 +207,7 @@ class Scheduler:
     def close(self) -> None:
         """Stop the submission threads (if the submitter allowed any). :meth:`run` calls it on
         its way out; the scheduler may still be used afterwards (they are started again)."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True)
+        self.submission.close()
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Loop until ``stop`` is set, :meth:`request_stop` is called, or SIGTERM/SIGINT arrive
@@ -340,7 +306,7 @@ class Scheduler:
                     self._leader_token = grant.token
                     self._standby_logged = False
                     # Backoff state belongs to the previous reign; pending rows go out now.
-                    self._retry_at.clear()
+                    self.submission.backoff.clear()
                 else:
                     log_event(
                         "lease.renewed",
@@ -410,10 +376,8 @@ class Scheduler:
         many wait, and this always ends: a row leaves the next page by being submitted, by
         failing for good, or by failing again (it then backs off)."""
         limit = self.settings.batch_size
-        retry_at = self._retry_at
         while self.lease.is_held() and not self._stop.is_set():
-            now_m = self.clock.monotonic()
-            waiting = [] if force else [i for i, at in retry_at.items() if at > now_m]
+            waiting = [] if force else self.submission.backoff.waiting()
             rows = self.store.pending(limit=limit, exclude=waiting)
             if not rows:
                 return
@@ -452,14 +416,14 @@ class Scheduler:
             occurrences = result.occurrences
             self._log_claim(result, grant, tally)
             more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
-            if not (occurrences and more and self._threads):
+            if not (occurrences and more and self.submission.threaded):
                 if occurrences:
                     self._submit_batch(occurrences, grant, tally, pending=False)
                 result = (
                     self._claim(grant, limit, target) if more and self.lease.is_held() else None
                 )
                 continue
-            sending = self._pool().submit(self._send_many, occurrences)
+            sending = self.submission.send_in_background(occurrences)
             try:
                 result = self._claim(grant, limit, target) if self.lease.is_held() else None
             finally:
@@ -536,23 +500,16 @@ class Scheduler:
                 conflicts=result.conflicts,
             )
         if occurrences and logger.isEnabledFor(logging.DEBUG):
-            skew = self._store_skew()
+            skew = store_skew(self.store, self.clock)
             for occ in occurrences:
                 log_event(
                     "occurrence.claimed",
                     level=logging.DEBUG,
-                    **_occurrence_fields(occ, self.scheduler_id, grant),
-                    lateness=_lateness(self.clock.now() + skew, occ.scheduled_at),
+                    **occurrence_fields(occ, self.scheduler_id, grant),
+                    lateness=lateness(self.clock.now() + skew, occ.scheduled_at),
                 )
 
     # -- submission -----------------------------------------------------------------------------
-
-    def _store_skew(self) -> timedelta:
-        """The store's clock minus ours (zero when the store cannot answer right now)."""
-        try:
-            return self.store.now() - self.clock.now()
-        except StoreError:
-            return timedelta(0)
 
     def _submit_batch(
         self,
@@ -561,183 +518,9 @@ class Scheduler:
         tally: _Tally,
         *,
         pending: bool,
-        sent: Iterable[_Sent | None] | None = None,
+        sent: list[Sent | None] | None = None,
     ) -> None:
-        """Submit while the local deadline holds; record every outcome in one store call.
-        Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader.
-        ``sent``: the results of submissions already made (by a submission thread)."""
-        outcomes: list[SubmitOutcome] = []
-        info = logger.isEnabledFor(logging.INFO)
-        burst = len(occurrences) > LOG_EACH_LIMIT
-        each_level = logging.DEBUG if burst else logging.INFO
-        log_each = logger.isEnabledFor(each_level)
-        # Lateness is judged by the store's clock, like due-ness: a host whose clock is skewed
-        # must not log hours of lateness. One store read per batch gives the offset, made
-        # after the first submission: it must not delay what is due.
-        skew: list[timedelta] = []
-
-        def store_now() -> datetime:
-            if not skew:
-                skew.append(self._store_skew())
-            return self.clock.now() + skew[0]
-
-        max_attempts = 1 + self.settings.max_submit_retries
-        submitted: list[Occurrence] = []
-        for one in self._send_all(occurrences) if sent is None else sent:
-            if one is None:
-                continue  # the local deadline passed first: left claimed
-            occ, task_id, exc = one
-            if exc is not None:
-                attempts = occ.attempts + 1
-                final = isinstance(exc, PermanentSubmitError) or attempts >= max_attempts
-                error = f"{type(exc).__name__}: {exc}"
-                outcomes.append(
-                    SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=final)
-                )
-                if final:
-                    tally.failed += 1
-                    self._retry_at.pop(occ.execution_id, None)
-                    log_event(
-                        "occurrence.submit_failed",
-                        level=logging.ERROR,
-                        **_occurrence_fields(occ, self.scheduler_id, grant),
-                        attempts=attempts,
-                        error=error,
-                    )
-                else:
-                    tally.retrying += 1
-                    delay = retry_delay(attempts)
-                    self._retry_at[occ.execution_id] = self.clock.monotonic() + delay
-                    log_event(
-                        "occurrence.submit_retry",
-                        level=logging.WARNING,
-                        **_occurrence_fields(occ, self.scheduler_id, grant),
-                        attempts=attempts,
-                        retry_in=delay,
-                        error=error,
-                    )
-                continue
-            outcomes.append(
-                SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
-            )
-            tally.submitted += 1
-            if pending:
-                tally.resubmitted += 1
-                was_retry = self._retry_at.pop(occ.execution_id, None) is not None
-                if info and occ.kind is ExecutionKind.SCHEDULED and not was_retry:
-                    # A row another leader (or a crash) left claimed, now actually resubmitted.
-                    log_event(
-                        "occurrence.resubmitted",
-                        **_occurrence_fields(occ, self.scheduler_id, grant),
-                        attempts=occ.attempts,
-                    )
-            if burst:
-                submitted.append(occ)
-            if log_each:
-                log_event(
-                    "occurrence.submitted",
-                    level=each_level,
-                    **_occurrence_fields(occ, self.scheduler_id, grant),
-                    lateness=_lateness(store_now(), occ.scheduled_at),
-                    kind=occ.kind,
-                    backend_task_id=task_id,
-                )
-        if burst and info and submitted:
-            now = store_now()
-            log_event(
-                "occurrence.submitted",
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                count=len(submitted),
-                schedules=len({o.schedule_name for o in submitted}),
-                first_key=submitted[0].idempotency_key,
-                last_key=submitted[-1].idempotency_key,
-                scheduled_at=min(o.scheduled_at for o in submitted),
-                lateness=max(_lateness(now, o.scheduled_at) for o in submitted),
-            )
-        if outcomes:
-            self.store.record_outcomes(outcomes)
-            if self._after_bookkeeping is not None:
-                self._after_bookkeeping()
-
-    def _send_all(self, occurrences: Sequence[Occurrence]) -> Iterable[_Sent | None]:
-        """The result of each submission, in the order of ``occurrences`` (None: not sent)."""
-        if self._threads > 1 and len(occurrences) > 1:
-            return self._send_many(occurrences)
-        return self._send_in_order(occurrences)
-
-    def _send_in_order(self, occurrences: Sequence[Occurrence]) -> Iterator[_Sent | None]:
-        """Lazily, so the deadline is checked right before each submission (each chunk, for a
-        submitter with ``submit_many``)."""
-        if not self._chunked:
-            yield from map(self._send_one, occurrences)
-            return
-        for start in range(0, len(occurrences), SUBMIT_MANY_CHUNK):
-            yield from self._send_chunk(occurrences[start : start + SUBMIT_MANY_CHUNK])
-
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=self._threads, thread_name_prefix="goatbeat-submit"
-            )
-        return self._executor
-
-    def _send_many(self, occurrences: Sequence[Occurrence]) -> list[_Sent | None]:
-        """:meth:`_send_all` for a submitter that may be called from other threads: up to
-        ``concurrent_submits`` threads (the calling one included) share the batch, each taking
-        every k-th occurrence so the oldest still go out first. They meet only at the end:
-        waking a waiting thread per message costs more under the GIL than it would hide."""
-        results: list[_Sent | None] = [None] * len(occurrences)
-        k = max(1, min(self._threads, len(occurrences)))
-
-        def share(first: int) -> None:
-            for j, sent in enumerate(self._send_in_order(occurrences[first::k])):
-                results[first + j * k] = sent
-
-        # At most one _send_many runs at a time, so the pool has a free worker for each share.
-        helpers = [self._pool().submit(share, first) for first in range(1, k)]
-        try:
-            share(0)
-        finally:
-            for helper in helpers:
-                helper.result()
-        return results
-
-    def _send_one(self, occ: Occurrence) -> _Sent | None:
-        """Submit one occurrence unless the local deadline has passed. May run in a
-        submission thread: it touches nothing but the lease's deadline and the crash count.
-        An occurrence claimed ahead waits for its instant first."""
-        self._wait_for_instant(occ)
-        if not self.lease.is_held():
-            return None
-        try:
-            task_id = self.submitter.submit(occ)
-        except Exception as exc:  # every failure is retried or recorded
-            return occ, None, exc
-        self._count_submissions(1)
-        return occ, task_id, None
-
-    def _send_chunk(self, chunk: Sequence[Occurrence]) -> list[_Sent | None]:
-        """:meth:`_send_one` for a chunk, through the submitter's ``submit_many``."""
-        for occ in chunk:  # in scheduled order: only the first ones can still be ahead
-            self._wait_for_instant(occ)
-        if not self.lease.is_held():
-            return [None] * len(chunk)
-        answers = submit_all(self.submitter, chunk)  # every failure is retried or recorded
-        sent: list[_Sent | None] = [
-            (occ, None, answer) if isinstance(answer, Exception) else (occ, answer, None)
-            for occ, answer in zip(chunk, answers, strict=True)
-        ]
-        self._count_submissions(sum(1 for one in sent if one is not None and one[2] is None))
-        return sent
-
-    def _count_submissions(self, count: int) -> None:
-        with self._submissions_lock:
-            self._submissions += count
-            crash = self._crash_after and self._submissions >= self._crash_after
-        if crash:
-            # Test hook: die between submission and bookkeeping (see module docstring).
-            os._exit(137)
+        tally.add(self.submission.submit(occurrences, grant, pending=pending, sent=sent))
 
     # -- sleeping -------------------------------------------------------------------------------
 
@@ -757,8 +540,9 @@ class Scheduler:
             # enough to claim ahead of the instant.
             until = nxt - self._store_now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
-        if self._retry_at:
-            candidates.append(min(self._retry_at.values()) - self.clock.monotonic())
+        retry_in = self.submission.backoff.next_retry_in()
+        if retry_in is not None:
+            candidates.append(retry_in)
         sleep = max(0.0, min(candidates))
         if sleep < MIN_IDLE_SLEEP and not (tally.claimed or tally.submitted or tally.failed):
             sleep = MIN_IDLE_SLEEP
@@ -778,25 +562,6 @@ class Scheduler:
             return min(max_sleep, ERROR_BACKOFF_BASE)
         # Wake just after the expiry; a release NOTIFY ends the wait sooner.
         return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
-
-
-_Sent = tuple[Occurrence, str | None, Exception | None]
-"""(occurrence, backend task id, the exception the submission raised)."""
-
-
-def _occurrence_fields(occ: Occurrence, scheduler_id: str, grant: LeaseGrant) -> dict[str, Any]:
-    """The fields every per-occurrence log record starts with."""
-    return {
-        "schedule": occ.schedule_name,
-        "idempotency_key": occ.idempotency_key,
-        "scheduler_id": scheduler_id,
-        "fencing_token": grant.token,
-        "scheduled_at": occ.scheduled_at,
-    }
-
-
-def _lateness(now: datetime, scheduled_at: datetime) -> float:
-    return round((now - scheduled_at).total_seconds(), 6)
 
 
 def _safe_info(store: ScheduleStore) -> Any:

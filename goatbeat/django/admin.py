@@ -145,15 +145,13 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def upcoming(self, obj: ScheduleRow) -> str:
         if obj.pk is None:
             return "-"
-        from goatbeat.cli import next_fire_times
-
         try:
             schedule = _store().get(obj.name)
         except (ScheduleNotFound, InvalidValue) as exc:
             return str(exc)
         if not schedule.enabled:
             return "disabled"
-        times = next_fire_times(schedule, UPCOMING_COUNT, datetime.now(UTC))
+        times = schedule.next_fire_times(UPCOMING_COUNT, datetime.now(UTC))
         if not times:
             return "never fires again"
         zone = schedule.timezone

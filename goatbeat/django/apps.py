@@ -23,11 +23,9 @@ class GoatbeatConfig(AppConfig):  # type: ignore[misc]
         conf.get()
         setting_changed.connect(_settings_changed, dispatch_uid="goatbeat.settings_changed")
 
-        from django.tasks.signals import task_finished
+        from goatbeat.django import completions
 
-        from goatbeat.submitters.django_tasks import on_task_finished
-
-        task_finished.connect(on_task_finished, dispatch_uid="goatbeat.task_finished")
+        completions.connect()  # Django Tasks: task ids on the executions, completions back
         registry.autodiscover()
 
 

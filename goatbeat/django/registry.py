@@ -7,7 +7,8 @@ same core types and rules as :class:`goatbeat.beat.Beat` (the registry *is* a Be
 cron expression stops the project at startup naming the schedule and the field.
 
 A task may be a Django Task, a Celery task, a Dramatiq actor, a plain function (RQ) or a dotted
-path. The registry remembers which backend each declared task object belongs to;
+path. The registry remembers which backend each declared task object belongs to
+(:func:`~goatbeat.django.submitter.backend_of`);
 :class:`~goatbeat.django.submitter.DjangoRoutingSubmitter` hands each occurrence to it.
 """
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from goatbeat.beat import Beat, task_path
 from goatbeat.core.errors import InvalidSchedule
 from goatbeat.core.store import ScheduleStore
+from goatbeat.django.submitter import DjangoRoutingSubmitter, backend_of
 
 if TYPE_CHECKING:
     from goatbeat.django.conf import DjangoSettings
@@ -53,32 +55,6 @@ def call(func: Any, /, *args: Any, **kwargs: Any) -> Call:
     return Call(func, tuple(args), dict(kwargs))
 
 
-def backend_of(task: Any) -> str | None:
-    """The submitter a task object belongs to, from what it is; None for a dotted path.
-
-    ``django_tasks`` for a ``django.tasks.Task``, ``celery`` for a Celery task, ``dramatiq``
-    for an actor, ``rq`` for any other function (RQ enqueues plain functions)."""
-    if isinstance(task, str):
-        return None
-    from django.tasks import Task as DjangoTask
-
-    if isinstance(task, DjangoTask):
-        return "django_tasks"
-    roots = {f"{c.__module__.partition('.')[0]}.{c.__name__}" for c in type(task).__mro__}
-    if "celery.Task" in roots or (
-        callable(getattr(task, "apply_async", None))
-        and isinstance(getattr(task, "name", None), str)
-    ):
-        return "celery"
-    if "dramatiq.Actor" in roots or (
-        callable(getattr(task, "send_with_options", None)) and hasattr(task, "actor_name")
-    ):
-        return "dramatiq"
-    if callable(task):
-        return "rq"
-    return None
-
-
 class DjangoRegistry(Beat):
     """The schedules a Django project declares in code, and its store and submitter.
 
@@ -89,7 +65,6 @@ class DjangoRegistry(Beat):
 
     def __init__(self, settings: DjangoSettings | None = None) -> None:
         from goatbeat.django import conf
-        from goatbeat.django.submitter import DjangoRoutingSubmitter
 
         django_settings = settings or conf.get()
         self.django_settings = django_settings

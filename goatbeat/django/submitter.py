@@ -16,9 +16,35 @@ from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import TaskSubmitter, submit_all
-from goatbeat.submitters._dotted import import_dotted as import_task
+from goatbeat.submitters.dotted import import_dotted as import_task
 
-__all__ = ["DjangoRoutingSubmitter", "import_task"]
+__all__ = ["DjangoRoutingSubmitter", "backend_of", "import_task"]
+
+
+def backend_of(task: Any) -> str | None:
+    """The submitter a task object belongs to, from what it is; None for a dotted path.
+
+    ``django_tasks`` for a ``django.tasks.Task``, ``celery`` for a Celery task, ``dramatiq``
+    for an actor, ``rq`` for any other function (RQ enqueues plain functions)."""
+    if isinstance(task, str):
+        return None
+    from django.tasks import Task as DjangoTask
+
+    if isinstance(task, DjangoTask):
+        return "django_tasks"
+    roots = {f"{c.__module__.partition('.')[0]}.{c.__name__}" for c in type(task).__mro__}
+    if "celery.Task" in roots or (
+        callable(getattr(task, "apply_async", None))
+        and isinstance(getattr(task, "name", None), str)
+    ):
+        return "celery"
+    if "dramatiq.Actor" in roots or (
+        callable(getattr(task, "send_with_options", None)) and hasattr(task, "actor_name")
+    ):
+        return "dramatiq"
+    if callable(task):
+        return "rq"
+    return None
 
 
 class DjangoRoutingSubmitter:
@@ -57,8 +83,6 @@ class DjangoRoutingSubmitter:
         known = self.backends.get(task) or self._detected.get(task)
         if known is not None:
             return known
-        from goatbeat.django.registry import backend_of
-
         try:
             obj = import_task(task)
         except LookupError:

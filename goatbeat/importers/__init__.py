@@ -2,8 +2,8 @@
 
 ``read_beat_schedule`` / ``read_app`` and ``read_django_celery_beat`` turn a source into
 :class:`SourceEntry` values (converted schedule or the reason it cannot be); ``import_entries``
-publishes them into a store, idempotently, reporting every failure by name. The click command
-``import_celery_beat`` lives in :mod:`goatbeat.importers.cli`.
+publishes them into a store, idempotently, reporting every failure by name. The command
+``import_celery_beat`` lives with the CLI, in :mod:`goatbeat.cli.migration`.
 """
 
 from __future__ import annotations

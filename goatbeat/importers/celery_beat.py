@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from goatbeat.compat.convert import timezone_name, to_trigger
+from goatbeat.conversion import timezone_name, to_trigger
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json

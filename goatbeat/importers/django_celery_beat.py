@@ -23,7 +23,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from goatbeat.compat.convert import CELERY_BUGS, to_trigger
+from goatbeat.conversion import CELERY_BUGS, to_trigger
 from goatbeat.core.cron import parse_cron
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Routing, Schedule, Source
@@ -31,6 +31,7 @@ from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
 from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
+from goatbeat.stores import redact_url
 
 __all__ = ["read_django_celery_beat", "connect", "TABLE"]
 
@@ -64,7 +65,7 @@ def connect(url: str) -> Iterator[Any]:
         try:
             pg = psycopg.connect(url.replace("postgresql+psycopg", "postgresql", 1))
         except psycopg.Error as exc:
-            raise StoreError(f"cannot connect to {_redact(url)}: {exc}") from None
+            raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from None
         try:
             yield pg
         finally:
@@ -85,15 +86,8 @@ def connect(url: str) -> Iterator[Any]:
             lite.close()
     else:
         raise InvalidValue(
-            "database", url, f"{_redact(url)!r} is not a postgresql:// or sqlite:/// URL"
+            "database", url, f"{redact_url(url)!r} is not a postgresql:// or sqlite:/// URL"
         )
-
-
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
 
 
 def _columns(cursor: Any, table: str) -> set[str]:

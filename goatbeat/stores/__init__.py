@@ -5,11 +5,14 @@
   :class:`~goatbeat.stores.sqlite.SQLiteStore` (the embedded default; processes on one host)
 - ``postgresql://...`` or ``postgres://...`` -> :class:`~goatbeat.stores.postgres.PostgresStore`
   (production; needs psycopg 3, imported only here)
+
+:func:`redact_url` masks a database URL's password wherever one is shown (logs, messages).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import InvalidValue
@@ -20,7 +23,7 @@ from goatbeat.stores.sqlite import SQLiteStore
 if TYPE_CHECKING:
     from goatbeat.stores.postgres import PostgresStore
 
-__all__ = ["open_store", "MemoryStore", "SQLiteStore", "PostgresStore"]
+__all__ = ["open_store", "redact_url", "MemoryStore", "SQLiteStore", "PostgresStore"]
 
 _EXAMPLES = "memory://, sqlite:///relative.db, sqlite:////abs/path.db, postgresql://user@host/db"
 
@@ -62,6 +65,14 @@ def open_store(url: str, *, clock: Clock | None = None) -> ScheduleStore:
             ) from None
         return PostgresStore(text, clock=clock)
     raise InvalidValue("database", url, f"unknown store scheme {scheme!r} (try {_EXAMPLES})")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``: safe for logs and messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
 
 
 def __getattr__(name: str) -> object:

@@ -1,22 +1,24 @@
-"""Submit occurrences to Django Tasks (``django.tasks``, Django 6.x), and record completions.
+"""Submit occurrences to Django Tasks (``django.tasks``, Django 6.x).
 
 ``submit`` resolves the dotted task path to a ``django.tasks.Task`` and calls
 ``task.using(queue_name=, priority=, backend=).enqueue(*args, **kwargs)``; the task result id
 is the backend task id.
 
 Completion comes through the ``django.tasks.signals.task_finished`` signal, fired in the process
-that ran the task (usually a worker). Its receiver, :func:`on_task_finished`, finds the
-execution by ``backend_task_id`` and writes ``succeeded`` or ``failed``. For the worker to find
-the row however soon the task finishes, the submitter stores the backend task id on the
-execution in the same transaction as the enqueue (the database backend of django-tasks then
-publishes the task and the mapping atomically). A backend that runs the task inside
-``enqueue`` (``ImmediateBackend``) finishes before any id exists: the receiver recognises the
-submission in flight on its thread, and the completion is written after the scheduler's
+that ran the task (usually a worker). Its receiver lives in goatbeat's Django app
+(:func:`goatbeat.django.completions.on_task_finished`): it finds the execution by
+``backend_task_id`` and writes ``succeeded`` or ``failed``. For the worker to find the row
+however soon the task finishes, the submitter has a :class:`TaskLedger` store the backend task
+id on the execution in the same transaction as the enqueue (the database backend of
+django-tasks then publishes the task and the mapping atomically). The ledger is the Django
+app's, installed when it starts (:func:`use_ledger`); this module knows Django Tasks, not
+goatbeat's tables.
+
+A backend that runs the task inside ``enqueue`` (``ImmediateBackend``) finishes before any id
+exists: the receiver hands the completion to :func:`note_finished_in_flight`, which recognises
+the submission in flight on its thread, and the completion is written after the scheduler's
 bookkeeping (:meth:`DjangoTasksSubmitter.after_bookkeeping`), so the execution still goes
 ``claimed -> submitted -> succeeded``.
-
-The receiver never raises: a completion report must not turn a successful task into a failed
-one in the worker. Problems are logged (``occurrence.finished`` at WARNING) and swallowed.
 
 Routing: ``queue`` becomes ``queue_name`` and ``priority`` the task priority (-100..100);
 exchange, routing_key, expires and headers have no Django Tasks equivalent and are rejected
@@ -25,19 +27,25 @@ when the schedule is published.
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError, RetryableSubmitError
-from goatbeat.core.model import ExecutionStatus, Occurrence, Schedule
-from goatbeat.core.observability import log_event
+from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
-from goatbeat.submitters._dotted import import_dotted
+from goatbeat.submitters.dotted import import_dotted
 
-__all__ = ["DjangoTasksSubmitter", "SUBMITTER", "on_task_finished", "resolve_django_task"]
+__all__ = [
+    "DjangoTasksSubmitter",
+    "SUBMITTER",
+    "TaskLedger",
+    "note_finished_in_flight",
+    "resolve_django_task",
+    "task_outcome",
+    "use_ledger",
+]
 
 _MIN_PRIORITY = -100
 _MAX_PRIORITY = 100
@@ -58,6 +66,36 @@ def resolve_django_task(path: str) -> Any:
     return obj
 
 
+class TaskLedger(Protocol):
+    """Where a submission records which task result carries which execution. goatbeat's Django
+    app, which owns the execution rows, provides it
+    (:class:`goatbeat.django.completions.DjangoTaskLedger`)."""
+
+    @property
+    def database(self) -> str:
+        """The Django database alias of goatbeat's tables (``GOATBEAT['database']``)."""
+        ...
+
+    def record_task_id(self, database: str, execution_id: int, task_id: str) -> None:
+        """Store ``task_id`` on the execution while it is still ``claimed``. Called inside the
+        enqueue's transaction on ``database``."""
+        ...
+
+    def store(self) -> ScheduleStore:
+        """The store that completions go to when the submitter is bound to none."""
+        ...
+
+
+_default_ledger: TaskLedger | None = None
+
+
+def use_ledger(ledger: TaskLedger | None) -> None:
+    """Make ``ledger`` the one every :class:`DjangoTasksSubmitter` given none uses
+    (goatbeat's Django app installs its own when Django starts)."""
+    global _default_ledger
+    _default_ledger = ledger
+
+
 @dataclass(slots=True)
 class _InFlight:
     submitter: DjangoTasksSubmitter
@@ -71,7 +109,8 @@ _local = threading.local()
 
 class DjangoTasksSubmitter:
     """Enqueues on Django Tasks. ``backend`` pins a ``TASKS`` alias (default: the task's own);
-    ``database`` is the goatbeat database alias (default: ``GOATBEAT['database']``)."""
+    ``database`` is the goatbeat database alias (default: the ledger's, ``GOATBEAT['database']``);
+    ``ledger`` records task ids (default: the one installed with :func:`use_ledger`)."""
 
     name: ClassVar[str] = "django_tasks"
     supports_queue: ClassVar[bool] = True
@@ -86,10 +125,12 @@ class DjangoTasksSubmitter:
         *,
         backend: str | None = None,
         database: str | None = None,
+        ledger: TaskLedger | None = None,
     ) -> None:
         self.store = store
         self.backend = backend
         self._database = database
+        self._ledger = ledger
         self._tasks: dict[str, Any] = {}
         self._finished: list[tuple[str, bool, str | None]] = []
 
@@ -97,11 +138,19 @@ class DjangoTasksSubmitter:
         self.store = store
 
     @property
+    def ledger(self) -> TaskLedger:
+        ledger = self._ledger or _default_ledger
+        if ledger is None:
+            raise PermanentSubmitError(
+                "Django Tasks submissions need goatbeat's Django app: add 'goatbeat.django' "
+                "to INSTALLED_APPS"
+            )
+        return ledger
+
+    @property
     def database(self) -> str:
         if self._database is None:
-            from goatbeat.django import conf
-
-            self._database = conf.get().database
+            self._database = self.ledger.database
         return self._database
 
     def resolve(self, path: str) -> Any:
@@ -140,8 +189,7 @@ class DjangoTasksSubmitter:
         from django.db import DatabaseError, transaction
         from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 
-        from goatbeat.django.models import Execution
-
+        ledger, database = self.ledger, self.database
         try:
             task = self._configured(self.resolve(occurrence.task), occurrence)
         except LookupError as exc:
@@ -151,11 +199,9 @@ class DjangoTasksSubmitter:
         inflight = _InFlight(self, occurrence.idempotency_key, str(task.module_path))
         _local.inflight = inflight
         try:
-            with transaction.atomic(using=self.database):
+            with transaction.atomic(using=database):
                 result = task.enqueue(*occurrence.args, **occurrence.kwargs)
-                Execution.objects.using(self.database).filter(
-                    id=occurrence.execution_id, status=ExecutionStatus.CLAIMED.value
-                ).update(backend_task_id=str(result.id))
+                ledger.record_task_id(database, occurrence.execution_id, str(result.id))
         except (InvalidTask, InvalidTaskBackend, TypeError, ValueError) as exc:
             # TypeError/ValueError: arguments Django cannot serialise as JSON.
             raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
@@ -174,7 +220,7 @@ class DjangoTasksSubmitter:
         finished, self._finished = self._finished, []
         if not finished:
             return
-        store = self.store or _default_store()
+        store = self.store or self.ledger.store()
         for key, succeeded, error in finished:
             store.record_finished(key, succeeded=succeeded, error=error)
 
@@ -185,10 +231,29 @@ class DjangoTasksSubmitter:
 SUBMITTER = DjangoTasksSubmitter
 
 
-def _default_store() -> ScheduleStore:
-    from goatbeat.django.registry import get_store
+def task_outcome(task_result: Any) -> tuple[bool, str | None] | None:
+    """``(succeeded, error)`` for a finished task result, None while it is not finished."""
+    from django.tasks import TaskResultStatus
 
-    return get_store()
+    status = task_result.status
+    if status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
+        return None
+    succeeded = status == TaskResultStatus.SUCCESSFUL
+    return succeeded, None if succeeded else _error_text(task_result)
+
+
+def note_finished_in_flight(task_result: Any, succeeded: bool, error: str | None) -> bool:
+    """When ``task_result`` finished inside the ``enqueue`` of a submission still in flight on
+    this thread (an immediate backend), keep its completion for
+    :meth:`DjangoTasksSubmitter.after_bookkeeping` and answer True: the execution has no task
+    id yet, and must be ``submitted`` before it is finished."""
+    inflight: _InFlight | None = getattr(_local, "inflight", None)
+    if inflight is None or inflight.finished is not None:
+        return False
+    if str(task_result.task.module_path) != inflight.task_path:
+        return False
+    inflight.finished = (succeeded, error)
+    return True
 
 
 def _error_text(task_result: Any) -> str | None:
@@ -199,61 +264,3 @@ def _error_text(task_result: Any) -> str | None:
     lines = [line for line in str(getattr(last, "traceback", "")).strip().splitlines() if line]
     detail = lines[-1] if lines else ""
     return detail or str(getattr(last, "exception_class_path", "task failed"))
-
-
-def on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    """``task_finished`` receiver: mark the goatbeat execution of ``task_result`` finished.
-
-    Never raises."""
-    try:
-        _record_finished(task_result)
-    except Exception as exc:  # noqa: BLE001 - a report must never fail the task
-        log_event(
-            "occurrence.finished",
-            level=logging.WARNING,
-            backend_task_id=str(getattr(task_result, "id", "")),
-            recorded=False,
-            error=f"{type(exc).__name__}: {exc}",
-        )
-
-
-def _record_finished(task_result: Any) -> None:
-    from django.tasks import TaskResultStatus
-
-    status = task_result.status
-    if status not in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED):
-        return
-    succeeded = status == TaskResultStatus.SUCCESSFUL
-    error = None if succeeded else _error_text(task_result)
-    inflight: _InFlight | None = getattr(_local, "inflight", None)
-    if inflight is not None and inflight.finished is None:
-        if str(task_result.task.module_path) == inflight.task_path:
-            inflight.finished = (succeeded, error)
-            return
-    from goatbeat.django import conf
-    from goatbeat.django.models import Execution
-
-    database = conf.get().database
-    row = (
-        Execution.objects.using(database)
-        .filter(
-            backend_task_id=str(task_result.id),
-            status__in=[ExecutionStatus.CLAIMED.value, ExecutionStatus.SUBMITTED.value],
-        )
-        .values_list("idempotency_key", "schedule_name")
-        .first()
-    )
-    if row is None:
-        return  # not a goatbeat occurrence
-    key, schedule_name = row
-    recorded = _default_store().record_finished(key, succeeded=succeeded, error=error)
-    log_event(
-        "occurrence.finished",
-        level=logging.INFO if succeeded else logging.WARNING,
-        schedule=schedule_name,
-        idempotency_key=key,
-        backend_task_id=str(task_result.id),
-        succeeded=succeeded,
-        error=error,
-        recorded=recorded,
-    )

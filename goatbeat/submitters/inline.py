@@ -27,7 +27,7 @@ from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
-from goatbeat.submitters._dotted import import_dotted
+from goatbeat.submitters.dotted import import_dotted
 
 __all__ = ["InlineSubmitter", "resolve_task"]
 

@@ -9,7 +9,7 @@ import pytest
 from goatbeat.core.clock import FakeClock
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.store import ScheduleStore
-from goatbeat.stores import MemoryStore, SQLiteStore, open_store
+from goatbeat.stores import MemoryStore, SQLiteStore, open_store, redact_url
 
 
 def test_memory_url_gives_a_memory_store_on_the_given_clock() -> None:
@@ -60,3 +60,15 @@ def test_unusable_urls_are_refused_naming_the_database_setting(url: str) -> None
         open_store(url)
     assert excinfo.value.field == "database"
     assert "secret" not in str(excinfo.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:s3cret@db:5432/beat", "postgresql://app:***@db:5432/beat"),
+        ("postgresql://app@db/beat", "postgresql://app@db/beat"),
+        ("sqlite:////srv/beat.db", "sqlite:////srv/beat.db"),
+    ],
+)
+def test_redact_url_masks_only_the_password(url: str, shown: str) -> None:
+    assert redact_url(url) == shown

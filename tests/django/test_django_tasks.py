@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -9,10 +10,12 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from goatbeat.core.model import ExecutionStatus, Routing, Schedule, Source
+from goatbeat.core.errors import PermanentSubmitError
+from goatbeat.core.model import ExecutionStatus, Occurrence, Routing, Schedule, Source
 from goatbeat.core.triggers import IntervalTrigger
-from goatbeat.submitters import load_submitter
-from goatbeat.submitters.django_tasks import DjangoTasksSubmitter, on_task_finished
+from goatbeat.django.completions import on_task_finished
+from goatbeat.submitters import django_tasks, load_submitter
+from goatbeat.submitters.django_tasks import DjangoTasksSubmitter
 from tests.django.conftest import manage
 
 
@@ -104,3 +107,48 @@ def test_the_submitter_is_loaded_by_name_and_rejects_what_django_tasks_cannot_ho
                 routing=Routing(exchange="amq.direct"),
             )
         )
+
+
+def _occurrence(execution_id: int = 7) -> Occurrence:
+    return Occurrence(
+        execution_id=execution_id,
+        schedule_id=1,
+        schedule_name="weekly-report",
+        task="tests.django.project.reports.tasks.generate_report",
+        args=("weekly",),
+        kwargs={},
+        routing=Routing(),
+        scheduled_at=datetime(2026, 12, 1, 8, tzinfo=UTC),
+        idempotency_key="weekly-report:2026-12-01T08:00:00Z",
+    )
+
+
+class RecordingLedger:
+    database = "default"
+
+    def __init__(self) -> None:
+        self.recorded: list[tuple[str, int, str, bool]] = []
+
+    def record_task_id(self, database: str, execution_id: int, task_id: str) -> None:
+        from django.db import connections
+
+        in_transaction = connections[database].in_atomic_block
+        self.recorded.append((database, execution_id, task_id, in_transaction))
+
+    def store(self) -> Any:
+        raise AssertionError("no completion to report")
+
+
+def test_the_task_id_goes_to_the_ledger_inside_the_enqueue_transaction(store: Any) -> None:
+    ledger = RecordingLedger()
+    submitter = DjangoTasksSubmitter(ledger=ledger)
+    task_id = submitter.submit(_occurrence())
+    assert ledger.recorded == [("default", 7, task_id, True)]
+
+
+def test_without_goatbeats_django_app_a_submission_fails_for_good_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(django_tasks, "_default_ledger", None)
+    with pytest.raises(PermanentSubmitError, match="goatbeat.django"):
+        DjangoTasksSubmitter().submit(_occurrence())

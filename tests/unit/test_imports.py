@@ -1,10 +1,13 @@
-"""Dependencies point inward: the core uses the standard library only, and `import goatbeat`
-loads no optional package."""
+"""Dependencies point inward: the core uses the standard library only; nothing below the CLI
+and the Django app imports them; no module takes another module's private name; and neither
+`import goatbeat` nor `goatbeat --help` loads an optional package. docs/architecture.md draws
+the layers these tests hold."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,25 +76,95 @@ def imports_of(path: Path, root: Path = PACKAGE.parent) -> list[tuple[int, str]]
     return found
 
 
+UPPER = ("goatbeat.cli", "goatbeat.django")
+"""The top of the house: the CLI and the Django app. They may import everything below."""
+
+BELOW_THE_TOP = ("core", "stores", "submitters", "importers", "compat")
+"""Packages that must never reach up to :data:`UPPER`, not even lazily inside a function."""
+
+LAYERS: dict[str, int] = {
+    "core": 0,
+    "stores": 1,
+    "submitters": 1,
+    "conversion": 1,
+    "beat": 2,
+    "importers": 2,
+    "compat": 3,
+    "diff": 3,
+    "goatbeat": 3,  # the package's face: goatbeat/__init__.py
+    "django": 4,
+    "cli": 5,
+    "__main__": 6,
+}
+"""The floors of docs/architecture.md: a part imports only parts on lower floors."""
+
+ENTRY_POINTS = {"goatbeat/django/management/commands/goatbeat.py": "cli"}
+"""The one import that runs up, on purpose: ``manage.py goatbeat`` is a way into the CLI (as
+``python -m goatbeat`` is), and lives in the Django app only because Django looks there."""
+
+_MODULE_STRING = re.compile(r"goatbeat(\.\w+)+(:[\w.]+)?")
+
+
+def module_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants of ``path`` that name a goatbeat module (``"pkg.mod"`` or
+    ``"pkg.mod:attr"``): what a lazy loader would import by name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        (node.lineno, node.value.partition(":")[0])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _MODULE_STRING.fullmatch(node.value)
+    ]
+
+
+def private_imports(path: Path, root: Path = PACKAGE.parent) -> list[tuple[int, str, str]]:
+    """``(line, name, owner)`` for every private name ``path`` imports (a module or attribute
+    whose name starts with one underscore), ``owner`` being the module or package it is
+    private to; one row per import and owner."""
+    found: dict[tuple[int, str], str] = {}
+    for line, name in imports_of(path, root):
+        parts = name.split(".")
+        for i, part in enumerate(parts):
+            if part.startswith("_") and not part.startswith("__"):
+                found.setdefault((line, ".".join(parts[:i])), name)
+                break
+    return [(line, name, owner) for (line, owner), name in found.items()]
+
+
+def package_files(*packages: str) -> list[Path]:
+    files = sorted(f for name in packages for f in (PACKAGE / name).rglob("*.py"))
+    assert files, f"no sources found under {packages}"
+    return files
+
+
 def core_files() -> list[Path]:
     files = sorted(CORE.rglob("*.py"))
     assert files, f"no sources found under {CORE}"
     return files
 
 
-def test_the_walker_sees_relative_and_dynamic_imports(tmp_path: Path) -> None:
-    # Guard the guard: a walker that saw nothing would let everything through.
-    pkg = tmp_path / "goatbeat" / "core"
+def sample_module(tmp_path: Path, package: str, source: str) -> Path:
+    """``goatbeat/<package>/sample.py`` under ``tmp_path``, holding ``source``."""
+    pkg = tmp_path / "goatbeat" / package
     pkg.mkdir(parents=True)
     sample = pkg / "sample.py"
-    sample.write_text(
+    sample.write_text(source)
+    return sample
+
+
+def test_the_walker_sees_relative_and_dynamic_imports(tmp_path: Path) -> None:
+    # Guard the guard: a walker that saw nothing would let everything through.
+    sample = sample_module(
+        tmp_path,
+        "core",
         "import json, os.path\n"
         "from . import errors\n"
         "from ..stores import memory\n"
         "from celery import Celery\n"
         "import importlib\n"
         "importlib.import_module('redis')\n"
-        "def f():\n    import django\n"
+        "def f():\n    import django\n",
     )
     names = {name for _, name in imports_of(sample, root=tmp_path)}
     assert {"json", "os.path", "goatbeat.core", "goatbeat.core.errors", "goatbeat.stores"} <= names
@@ -109,6 +182,78 @@ def test_core_imports_only_the_standard_library_and_goatbeat_core(path: Path) ->
                 bad.append(f"{path.name}:{line}: {name} (outside goatbeat.core)")
         elif top not in sys.stdlib_module_names:
             bad.append(f"{path.name}:{line}: {name} (not in the standard library)")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_walker_sees_lazy_imports_module_strings_and_private_names(
+    tmp_path: Path,
+) -> None:
+    # Guard the guard, as above: each way of reaching up or across must be seen.
+    sample = sample_module(
+        tmp_path,
+        "importers",
+        '"""Docstrings may name goatbeat.cli.migration freely."""\n'
+        "from goatbeat.importers import _mine\n"
+        "from goatbeat.stores._common import helper\n"
+        "def f():\n"
+        "    from goatbeat.django.registry import get_store\n"
+        "    from goatbeat.compat.beat import _redact\n"
+        "    return 'goatbeat.cli.context:load_app'\n",
+    )
+    assert "goatbeat.django.registry" in {name for _, name in imports_of(sample, root=tmp_path)}
+    assert [name for _, name in module_strings(sample)] == ["goatbeat.cli.context"]
+    assert [(name, owner) for _, name, owner in private_imports(sample, root=tmp_path)] == [
+        ("goatbeat.importers._mine", "goatbeat.importers"),
+        ("goatbeat.stores._common", "goatbeat.stores"),
+        ("goatbeat.compat.beat._redact", "goatbeat.compat.beat"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "path",
+    package_files(*BELOW_THE_TOP),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_nothing_below_the_cli_and_the_django_app_imports_them(path: Path) -> None:
+    reached = imports_of(path) + module_strings(path)
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}: {name}"
+        for line, name in reached
+        if any(name == top or name.startswith(top + ".") for top in UPPER)
+    ]
+    assert not bad, "imports reaching up to the CLI or the Django app:\n" + "\n".join(bad)
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_import_points_down_the_layers() -> None:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE.parent))
+        part = _part(_module_name(path))
+        assert part in LAYERS, f"{where}: which layer is {part!r}? Add it to LAYERS and the doc"
+        for line, name in imports_of(path):
+            if name.split(".")[0] != "goatbeat" or _part(name) == part:
+                continue
+            target = _part(name)
+            if ENTRY_POINTS.get(where) == target:
+                continue
+            if LAYERS.get(target, -1) >= LAYERS[part]:
+                bad.append(f"{where}:{line}: {part} (floor {LAYERS[part]}) imports {name}")
+    assert not bad, "imports that do not point down:\n" + "\n".join(bad)
+
+
+def test_no_module_imports_a_private_name_of_another_module() -> None:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = _module_name(path)
+        for line, name, owner in private_imports(path):
+            # A package may share private modules among its own modules (stores._common).
+            if owner.startswith("goatbeat") and not importer.startswith(owner + "."):
+                bad.append(f"{path.relative_to(PACKAGE)}:{line}: {name} (private to {owner})")
     assert not bad, "\n".join(bad)
 
 
@@ -136,6 +281,17 @@ def test_import_goatbeat_loads_no_optional_package() -> None:
         "import goatbeat, goatbeat.core.triggers, goatbeat.core.misfire, goatbeat.core.config"
     )
     assert loaded == [], f"import goatbeat loaded optional packages: {loaded}"
+
+
+def test_goatbeat_help_loads_no_optional_package_but_click() -> None:
+    code = (
+        "import contextlib, io\n"
+        "from goatbeat.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])"
+    )
+    loaded = [m for m in optional_modules_loaded_by(code) if m.split(".")[0] != "click"]
+    assert loaded == [], f"goatbeat --help loaded optional packages: {loaded}"
 
 
 def test_every_core_module_imports_alone_without_optional_packages() -> None:

@@ -124,6 +124,24 @@ def test_first_run_after_respects_end_at() -> None:
     assert s.first_run_after(T0) is None
 
 
+def test_next_fire_times_start_at_the_planned_run_and_stop_at_end_at() -> None:
+    hour = timedelta(hours=1)
+    s = schedule(trigger=IntervalTrigger(every="1h"), next_run_at=T0 + hour, end_at=T0 + 3 * hour)
+    # The store's plan wins over ``now``; end_at cuts the list short of ``count``.
+    assert s.next_fire_times(5, now=T0 - timedelta(days=1)) == [
+        T0 + hour,
+        T0 + 2 * hour,
+        T0 + 3 * hour,
+    ]
+    assert s.next_fire_times(0, now=T0) == []
+
+
+def test_next_fire_times_without_a_plan_count_from_now_unless_disabled() -> None:
+    s = schedule(trigger=IntervalTrigger(every="1h"))
+    assert s.next_fire_times(2, now=T0) == [T0 + timedelta(hours=1), T0 + timedelta(hours=2)]
+    assert s.evolve(enabled=False).next_fire_times(2, now=T0) == []
+
+
 # --- invalid schedules: each error names the field and the value -------------------------------
 
 INVALID: list[tuple[str, dict[str, Any]]] = [

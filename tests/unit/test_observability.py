@@ -112,7 +112,7 @@ def test_nothing_is_built_when_the_level_is_disabled(json_lines):
 
 
 def test_the_cli_text_formatter_keeps_the_fields_readable():
-    from goatbeat.cli import TextFormatter
+    from goatbeat.cli.logs import TextFormatter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -22,7 +22,8 @@ from goatbeat.core.model import (
     Occurrence,
     Schedule,
 )
-from goatbeat.core.scheduler import IterationResult, Scheduler, retry_delay
+from goatbeat.core.scheduler import IterationResult, Scheduler
+from goatbeat.core.submission import retry_delay
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.stores.memory import MemoryStore
 from tests.doubles import AcceptingSubmitter
@@ -528,7 +529,7 @@ def test_run_stops_on_request_and_releases_the_lease():
 
 
 def test_a_large_burst_is_summarised_in_one_info_record(store, submitter, clock, caplog):
-    from goatbeat.core.scheduler import LOG_EACH_LIMIT
+    from goatbeat.core.submission import LOG_EACH_LIMIT
 
     caplog.set_level(logging.INFO, logger="goatbeat")
     count = LOG_EACH_LIMIT + 20

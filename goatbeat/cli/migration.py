@@ -1,4 +1,5 @@
-"""``goatbeat import_celery_beat`` (and ``manage.py goatbeat import_celery_beat``).
+"""The migration commands: ``goatbeat import_celery_beat`` and ``goatbeat diff`` (also as
+``manage.py goatbeat ...``).
 
 ::
 
@@ -6,12 +7,19 @@
         [--from-app module:app]                 a Celery app's beat_schedule
         [--from-django-celery-beat [URL]]       django-celery-beat's tables (URL, or Django's
                                                 default database when run under Django)
-        [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
+        [--last-runs JSON_FILE] [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
+    goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
+        [--json] [--max-instants N] [--accept-known-bugs] [--all-sources]
 
-Under Django with no source option, it reads ``CELERY_BEAT_SCHEDULE`` (through the project's
-Celery app when one is loaded) and django-celery-beat's tables in the default database.
-Exit status: 0 when everything imported, 1 when some entries failed (the rest imported),
-2 on a usage error or when a source cannot be read.
+Both read their sources alike (:func:`collect_entries`, :func:`source_options`). Under Django
+with no source option, they read ``CELERY_BEAT_SCHEDULE`` (through the project's Celery app when
+one is loaded) and django-celery-beat's tables in the default database
+(:mod:`goatbeat.django.beat_sources`). The work itself is below: :mod:`goatbeat.importers`
+reads and imports, :mod:`goatbeat.diff` compares.
+
+Exit status of ``import_celery_beat``: 0 when everything imported, 1 when some entries failed
+(the rest imported), 2 on a usage error or when a source cannot be read. Of ``diff``: 0 equal,
+1 different, 2 error.
 """
 
 from __future__ import annotations
@@ -19,38 +27,42 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 
+from goatbeat.cli.context import CliContext
+from goatbeat.cli.errors import UserError
+from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import GoatbeatError, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
+from goatbeat.core.timeutil import iso_z, parse_instant
+from goatbeat.diff import DiffReport, compute_diff
+from goatbeat.django import beat_sources
+from goatbeat.importers import celery_beat, django_celery_beat
 from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
+from goatbeat.stores import MemoryStore, open_store, redact_url
 
-__all__ = ["import_celery_beat", "collect_entries", "open_target_store", "source_options"]
+__all__ = [
+    "collect_entries",
+    "diff",
+    "import_celery_beat",
+    "open_target_store",
+    "source_options",
+]
 
 _PROGRESS_THRESHOLD = 200
-
-
-def _fail(message: str) -> click.ClickException:
-    """A usage error or an unreadable source: one line, exit status 2."""
-    try:
-        from goatbeat.cli import UserError
-
-        return UserError(message)
-    except ImportError:  # pragma: no cover - the CLI module ships with goatbeat
-        return click.ClickException(message)
 
 
 @contextmanager
 def open_target_store(ctx: click.Context, database: str | None) -> Iterator[ScheduleStore]:
     """The goatbeat store: ``database`` if given, else the group's app (``--database``,
     ``--app``, the Django project), else ``GOATBEAT_DATABASE``."""
-    obj = _cli_context(ctx)
+    obj = ctx.find_object(CliContext)
     if database is None and obj is not None:
         try:
             store = obj.store()
@@ -62,46 +74,12 @@ def open_target_store(ctx: click.Context, database: str | None) -> Iterator[Sche
             return
     url = database or os.environ.get("GOATBEAT_DATABASE")
     if not url:
-        raise _fail("no goatbeat database: pass --database URL or set GOATBEAT_DATABASE")
-    from goatbeat.stores import open_store
-
+        raise UserError("no goatbeat database: pass --database URL or set GOATBEAT_DATABASE")
     store = open_store(url)
     try:
         yield store
     finally:
         store.close()
-
-
-def _cli_context(ctx: click.Context) -> Any:
-    try:
-        from goatbeat.cli import CliContext
-    except ImportError:  # pragma: no cover
-        return None
-    return ctx.find_object(CliContext)
-
-
-def _under_django() -> bool:
-    """True inside a Django project (DJANGO_SETTINGS_MODULE set and its settings load)."""
-    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return False
-    try:
-        from django.conf import settings
-
-        return bool(settings.configured)
-    except ImportError:
-        return False
-
-
-def _django_celery_app() -> Any:
-    """The project's Celery app when the Django project loaded one, else None."""
-    try:
-        from celery import current_app
-    except ImportError:
-        return None
-    app = current_app._get_current_object()
-    # Without a project app, current_app is celery's fallback ("default"), whose empty
-    # beat_schedule would hide settings.CELERY_BEAT_SCHEDULE.
-    return app if app.conf.beat_schedule else None
 
 
 def collect_entries(
@@ -117,20 +95,18 @@ def collect_entries(
     ``from_dcb`` is a URL, or ``"default"`` for Django's default database. With neither
     source under Django, both the project's beat schedule and its tables are read.
     ``last_runs_file``: the beat schedule's last runs as JSON (:func:`read_last_runs`)."""
-    from goatbeat.importers import celery_beat, django_celery_beat
-
     entries: list[SourceEntry] = []
     lines: list[str] = []
     last_runs = None
     if last_runs_file:
         last_runs = celery_beat.read_last_runs(last_runs_file)
         lines.append(f"last runs of {len(last_runs)} entries from {last_runs_file}")
-    django = _under_django()
+    django = beat_sources.in_django_project()
     app: Any = None
     if from_app:
         app = celery_beat.load_app(from_app)
     elif django and (from_dcb is None or from_dcb == "default"):
-        app = _django_celery_app()
+        app = beat_sources.project_celery_app()
     tasks = celery_beat.known_tasks(app) if (app is not None and check_tasks) else None
     if from_app or (django and from_dcb is None):
         if app is not None:
@@ -143,21 +119,19 @@ def collect_entries(
             lines.append(f"{len(read)} entries in the Celery app's beat_schedule")
             entries += read
         elif django:
-            read = _settings_beat_schedule(last_runs)
+            read = beat_sources.settings_beat_schedule(last_runs)
             lines.append(f"{len(read)} entries in settings.CELERY_BEAT_SCHEDULE")
             entries += read
     if from_dcb is not None or (django and not from_app):
         zone = celery_beat.app_timezone(app) if app is not None else "UTC"
-        naive = naive_timezone or _django_naive_zone()
+        naive = naive_timezone or beat_sources.naive_timezone()
         if from_dcb in (None, "default"):
             if not django:
-                raise _fail("--from-django-celery-beat needs a database URL outside Django")
-            from django.db import connection
-
-            source: Any = connection
+                raise UserError("--from-django-celery-beat needs a database URL outside Django")
+            source: Any = beat_sources.default_connection()
             label = "Django's default database"
         else:
-            source, label = from_dcb, _redacted(from_dcb)
+            source, label = from_dcb, redact_url(from_dcb)
         try:
             read = django_celery_beat.read_django_celery_beat(
                 source, known_tasks=tasks, default_timezone=zone, naive_timezone=naive
@@ -174,30 +148,6 @@ def collect_entries(
     if tasks is None and (from_app or from_dcb is not None or django):
         lines.append("task names not checked (no Celery app; pass --from-app to check them)")
     return entries, lines
-
-
-def _redacted(url: str) -> str:
-    from goatbeat.importers.django_celery_beat import _redact
-
-    return _redact(url)
-
-
-def _settings_beat_schedule(last_runs: Mapping[str, datetime] | None) -> list[SourceEntry]:
-    from django.conf import settings
-
-    from goatbeat.importers.celery_beat import read_beat_schedule
-
-    schedule = getattr(settings, "CELERY_BEAT_SCHEDULE", None) or {}
-    zone = getattr(settings, "CELERY_TIMEZONE", None) or "UTC"
-    return read_beat_schedule(schedule, timezone=zone, last_runs=last_runs)
-
-
-def _django_naive_zone() -> str:
-    if not _under_django():
-        return "UTC"
-    from django.conf import settings
-
-    return "UTC" if settings.USE_TZ else str(settings.TIME_ZONE or "UTC")
 
 
 def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
@@ -260,8 +210,8 @@ def import_celery_beat(
     last_runs_file: str | None,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
-    if not from_app and from_dcb is None and not _under_django():
-        raise _fail(
+    if not from_app and from_dcb is None and not beat_sources.in_django_project():
+        raise UserError(
             "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
         )
     try:
@@ -275,14 +225,12 @@ def import_celery_beat(
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
-        raise _fail(f"cannot read the source: {exc}") from None
+        raise UserError(f"cannot read the source: {exc}") from None
     with open_target_store(ctx, database) as store:
         if not dry_run:
             store.migrate()  # idempotent; a dry run must not even create tables
         elif not _has_tables(store):
             lines.append("the goatbeat database has no tables yet: everything would be created")
-            from goatbeat.stores.memory import MemoryStore
-
             store = MemoryStore()
         report = _run(store, entries, dry_run=dry_run, quiet=as_json)
     if as_json:
@@ -328,3 +276,110 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     for name, reason in report.failed:
         click.echo(f"FAILED  {name}: {reason}")
     click.echo(f"summary: {report.summary()}")
+
+
+# -- diff ------------------------------------------------------------------------------------
+
+
+@click.command("diff")
+@source_options("The goatbeat database (the new side).")
+@click.option("--horizon", default="30d", show_default=True, help="How far ahead to compare.")
+@click.option(
+    "--start", "start_text", default=None, help="Compare from this instant (default now)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--max-instants", default=5, show_default=True, help="Differing instants shown.")
+@click.option(
+    "--accept-known-bugs",
+    is_flag=True,
+    help="Count differences explained by a known celery bug (DST, day_of_week=7) as equal.",
+)
+@click.option(
+    "--all-sources",
+    is_flag=True,
+    help="Compare every goatbeat schedule, not only those imported from the given sources.",
+)
+@click.pass_context
+def diff(
+    ctx: click.Context,
+    from_app: str | None,
+    from_dcb: str | None,
+    database: str | None,
+    horizon: str,
+    start_text: str | None,
+    as_json: bool,
+    max_instants: int,
+    accept_known_bugs: bool,
+    all_sources: bool,
+    last_runs_file: str | None,
+) -> None:
+    """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
+    try:
+        if not from_app and from_dcb is None and not beat_sources.in_django_project():
+            raise UserError("nothing to compare: pass --from-app and/or --from-django-celery-beat")
+        span = parse_duration(horizon, field="horizon")
+        start = (
+            parse_instant(start_text, "start")
+            if start_text
+            else datetime.now(UTC).replace(microsecond=0)
+        )
+        old, _ = collect_entries(
+            from_app=from_app,
+            from_dcb=from_dcb,
+            check_tasks=False,
+            last_runs_file=last_runs_file,
+        )
+        sources = {e.source for e in old}
+        if from_app:
+            sources.add(Source.CELERY)
+        if from_dcb is not None:
+            sources.add(Source.DJANGO_CELERY_BEAT)
+        with open_target_store(ctx, database) as store:
+            new = [s for s in store.list_schedules() if all_sources or s.source in sources]
+        report = compute_diff(
+            old,
+            new,
+            start=start,
+            horizon=span,
+            max_instants=max_instants,
+            accept_known=accept_known_bugs,
+        )
+    except click.ClickException as exc:
+        if exc.exit_code != 2:
+            raise UserError(exc.format_message()) from None
+        raise
+    except (GoatbeatError, ImportError, OSError) as exc:
+        raise UserError(f"diff failed: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+    else:
+        _print_report(report, click.echo)
+    ctx.exit(0 if report.equal else 1)
+
+
+def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
+    width = max([len(s.name) for s in report.schedules] + [8])
+    echo(
+        f"{'SCHEDULE':<{width}}  STATUS     "
+        f"(fire times from {iso_z(report.start)} over {format_duration(report.horizon)})"
+    )
+    for s in report.schedules:
+        status = s.status if s.differs(accept_known=report.accept_known) else "equal"
+        if s.status == "different" and status == "equal":
+            status = "equal*"  # only known celery bugs differ, and they were accepted
+        echo(f"{s.name:<{width}}  {status}")
+        for name, (o, n) in s.fields.items():
+            echo(f"{'':<{width}}    {name}: celery {o!r} -> goatbeat {n!r}")
+        if s.fire_difference_count:
+            echo(f"{'':<{width}}    {s.fire_difference_count} fire time(s) differ; first:")
+        for f in s.fire_times:
+            side = "celery only  " if f.old else "goatbeat only"
+            echo(f"{'':<{width}}      {iso_z(f.at)}  {side}  {f.reason or ''}")
+        for note in s.notes:
+            echo(f"{'':<{width}}    note: {note}")
+    verdict = "EQUAL" if report.equal else "DIFFERENT"
+    counts: dict[str, int] = {}
+    for s in report.schedules:
+        key = s.status if s.differs(accept_known=report.accept_known) else "equal"
+        counts[key] = counts.get(key, 0) + 1
+    echo(f"{verdict}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))

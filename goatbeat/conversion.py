@@ -1,5 +1,9 @@
 """Celery schedule objects -> goatbeat triggers, keeping celery's meaning (not cron's).
 
+Below everything that reads celery's schedules: the importers, the drop-in scheduler and
+``goatbeat diff`` use it, and it uses only the core. The public face is
+``goatbeat.compat.to_trigger`` (with ``UnsupportedSchedule`` and ``CELERY_BUGS``).
+
 This module owns the translation rules:
 
 * ``crontab`` -> a cron trigger in the app's time zone (or the django-celery-beat row's), built

@@ -1,0 +1,154 @@
+"""The ``goatbeat`` command (click). ``main()`` is the console-script entry point.
+
+::
+
+    goatbeat [--app module:attr] [--database URL] [--log-format text|json] [--log-level LEVEL]
+        migrate                                       cli/scheduler.py
+        scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
+                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500]
+        schedule list [--json]      publish code schedules, then list every schedule
+        schedule show NAME [--count N] [--json]                          cli/schedules.py
+        schedule run NAME           ask the leader for an extra run now
+        schedule prune              disable code schedules no longer declared
+        import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
+        diff ...                    do old and new fire at the same instants?
+        demo [--duration SECONDS]   run the example app, printing fires live  cli/demo.py
+
+This module holds the group, its options and the registration of each command module. Which app
+a command works on is :mod:`goatbeat.cli.context`; one-line errors, :mod:`goatbeat.cli.errors`;
+JSON and tables, :mod:`goatbeat.cli.output`; the log handler, :mod:`goatbeat.cli.logs`.
+
+User mistakes (an app that cannot be imported, an unknown schedule, a bad URL, an invalid
+declaration) print ONE line, ``goatbeat: error: ...``, and exit with status 2; a failing store
+exits with 1. SIGTERM and SIGINT stop the scheduler gracefully (lease released), exit 0.
+
+Adding a command. A command of goatbeat's own goes in the module of its group (or a new module),
+and is registered below. Commands listed in :data:`EXTRA_COMMANDS` (name -> ``"module:attribute"``)
+are imported only when invoked or listed, and silently left out when their module is absent, so
+optional toolkits plug in without ``goatbeat.cli`` importing them. A command finds the app with
+``ctx.find_object(CliContext).app()`` (or ``.store()``), and raises :class:`UserError` (or any
+``GoatbeatError``) to report a mistake in one line. Django's management command reuses the
+group: ``cli.main(args, obj=CliContext(app=...))``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import click
+
+from goatbeat.cli import demo, migration, scheduler, schedules
+from goatbeat.cli.context import BeatLike, CliContext
+from goatbeat.cli.errors import OperationalError, UserError, translate
+from goatbeat.cli.logs import configure_logging, remove_cli_handlers
+
+__all__ = [
+    "cli",
+    "main",
+    "CliContext",
+    "BeatLike",
+    "UserError",
+    "OperationalError",
+    "EXTRA_COMMANDS",
+]
+
+EXTRA_COMMANDS: dict[str, str] = {}
+"""Commands other packages contribute, loaded lazily: name -> ``"module:attribute"``."""
+
+_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+_CHATTY = frozenset({"scheduler", "demo"})
+
+
+class _Group(click.Group):
+    """A group that turns goatbeat's errors into one line and loads EXTRA_COMMANDS lazily."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from None
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = list(super().list_commands(ctx))
+        names += [n for n in EXTRA_COMMANDS if n not in names and _extra(n) is not None]
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in EXTRA_COMMANDS:
+            command = _extra(cmd_name)
+        return command
+
+
+def _extra(name: str) -> click.Command | None:
+    module_name, _, attr = EXTRA_COMMANDS[name].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            return None  # the contributing package is not there (yet)
+        raise
+    command = getattr(module, attr, None)
+    return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--app", "app_spec", metavar="MODULE:ATTR", help="The Beat to use (env GOATBEAT_APP)."
+)
+@click.option("--database", metavar="URL", help="sqlite:///x.db, memory://, postgresql://...")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    default=None,
+    help="Default: INFO for scheduler and demo, WARNING for the other commands.",
+)
+@click.version_option(package_name="goatbeat", prog_name="goatbeat")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    app_spec: str | None,
+    database: str | None,
+    log_format: str,
+    log_level: str | None,
+) -> None:
+    """goatbeat: periodic tasks, claimed at most once, dispatched at least once."""
+    if log_level is None:
+        # Operator commands stay quiet on stderr unless something is wrong.
+        log_level = "INFO" if ctx.invoked_subcommand in _CHATTY else "WARNING"
+    existing = ctx.find_object(CliContext)
+    if existing is None:
+        ctx.obj = CliContext(
+            app=app_spec, database=database, log_format=log_format, log_level=log_level.upper()
+        )
+    else:  # a caller (Django's management command) provided the app
+        existing.database = database or existing.database
+    previous_level = configure_logging(log_format, log_level.upper())
+    ctx.call_on_close(lambda: remove_cli_handlers(previous_level))
+
+
+for _command in (
+    scheduler.migrate,
+    scheduler.scheduler,
+    schedules.schedule,
+    migration.import_celery_beat,
+    migration.diff,
+    demo.demo,
+):
+    cli.add_command(_command)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point."""
+    cli.main(args=list(argv) if argv is not None else None, prog_name="goatbeat")
+    raise SystemExit(0)  # click's standalone mode exits itself; this satisfies NoReturn

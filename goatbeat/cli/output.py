@@ -1,0 +1,114 @@
+"""What the commands print: schedules and executions as JSON (``--json``), aligned tables,
+UTC instants, a one-line description of the store.
+
+The JSON field names are a contract (scripts parse ``schedule list --json``): add fields, never
+rename them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from goatbeat.core.model import Execution, Schedule
+from goatbeat.core.store import ScheduleStore
+
+__all__ = [
+    "execution_to_json",
+    "iso",
+    "iso_or_none",
+    "schedule_to_json",
+    "store_info",
+    "table",
+]
+
+
+def schedule_to_json(s: Schedule) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "name": s.name,
+        "source": s.source.value,
+        "task": s.task,
+        "trigger": s.trigger.to_spec(),
+        "trigger_description": s.trigger.describe(),
+        "timezone": s.timezone,
+        "args": list(s.args),
+        "kwargs": dict(s.kwargs),
+        **s.routing.to_dict(),
+        "misfire": s.misfire.value,
+        "misfire_grace": s.misfire_grace.total_seconds(),
+        "catch_up_limit": s.catch_up_limit,
+        "start_at": iso_or_none(s.start_at),
+        "end_at": iso_or_none(s.end_at),
+        "one_off": s.one_off,
+        "description": s.description,
+        "enabled": s.enabled,
+        "next_run_at": iso_or_none(s.next_run_at),
+        "last_run_at": iso_or_none(s.last_run_at),
+        "last_status": s.last_status,
+        "total_run_count": s.total_run_count,
+        "missed_count": s.missed_count,
+        "version": s.version,
+        "created_at": iso_or_none(s.created_at),
+        "updated_at": iso_or_none(s.updated_at),
+    }
+
+
+def execution_to_json(e: Execution) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "schedule": e.schedule_name,
+        "scheduled_at": iso(e.scheduled_at),
+        "idempotency_key": e.idempotency_key,
+        "kind": e.kind.value,
+        "status": e.status.value,
+        "fencing_token": e.fencing_token,
+        "scheduler_id": e.scheduler_id,
+        "claimed_at": iso_or_none(e.claimed_at),
+        "submitted_at": iso_or_none(e.submitted_at),
+        "finished_at": iso_or_none(e.finished_at),
+        "attempts": e.attempts,
+        "backend_task_id": e.backend_task_id,
+        "error": e.error,
+    }
+
+
+def iso(value: object) -> str:
+    """``2026-12-01 08:00:00Z`` for a datetime, ``-`` for anything else (None)."""
+    if not isinstance(value, datetime):
+        return "-"
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ") + "Z"
+
+
+def iso_or_none(value: datetime | None) -> str | None:
+    """``2026-12-01T08:00:00Z``, or None: the JSON spelling."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "") -> str:
+    """Left-aligned columns two spaces apart, the header first."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [
+        indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [list(header), *rows]
+    ]
+    return "\n".join(lines)
+
+
+def store_info(store: ScheduleStore) -> str:
+    """``SQLiteStore beat.db (schema 3)``: what the command works on, never failing."""
+    try:
+        info = store.info()
+    except Exception:  # a description is not worth failing the command for
+        return type(store).__name__
+    text = str(info.get("kind") or type(store).__name__)
+    if info.get("database"):
+        text += f" {info['database']}"
+    if info.get("schema_version"):
+        text += f" (schema {info['schema_version']})"
+    return text

@@ -1,0 +1,116 @@
+"""``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
+
+``scheduler`` publishes the app's code schedules, then runs the loop until SIGTERM/SIGINT
+(graceful: the lease is released, exit 0); ``--once`` runs one iteration and prints its result
+as JSON. A database that is down at start-up is waited out, as a running replica would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from goatbeat.cli.context import BeatLike, open_app
+from goatbeat.cli.errors import OperationalError
+from goatbeat.cli.output import store_info
+from goatbeat.core.errors import StoreError
+from goatbeat.core.observability import log_event
+
+__all__ = ["migrate", "scheduler"]
+
+
+@click.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create or upgrade goatbeat's tables (idempotent)."""
+    with open_app(ctx) as app:
+        app.migrate()
+        info = store_info(app.store)
+        click.echo(f"goatbeat: schema up to date ({info})")
+
+
+def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]], Any]:
+    return click.option(name, default=None, metavar="DURATION", help=help_text)
+
+
+@click.command()
+@click.option("--once", is_flag=True, help="Run a single iteration, then release the lease.")
+@click.option("--scheduler-id", default=None, help="Name in the lease and the executions.")
+@_duration_option("--lease-ttl", "Lease time-to-live (default 30s).")
+@_duration_option("--lease-renew-interval", "Renew the lease this often (default 10s).")
+@_duration_option("--max-sleep", "Longest sleep between iterations (default 60s).")
+@_duration_option(
+    "--claim-ahead",
+    "Claim this long before an occurrence's instant, submit at the instant (default 250ms; "
+    "0 to claim only what is due).",
+)
+@click.option("--batch-size", type=int, default=None, help="Claims per transaction (500).")
+@click.pass_context
+def scheduler(
+    ctx: click.Context,
+    once: bool,
+    scheduler_id: str | None,
+    lease_ttl: str | None,
+    lease_renew_interval: str | None,
+    max_sleep: str | None,
+    claim_ahead: str | None,
+    batch_size: int | None,
+) -> None:
+    """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
+    overrides = {
+        key: value
+        for key, value in (
+            ("scheduler_id", scheduler_id),
+            ("lease_ttl", lease_ttl),
+            ("lease_renew_interval", lease_renew_interval),
+            ("max_sleep", max_sleep),
+            ("claim_ahead", claim_ahead),
+            ("batch_size", batch_size),
+        )
+        if value is not None
+    }
+    with open_app(ctx) as app:
+        loop = app.scheduler(**overrides)  # validates the options before anything is written
+        if once:
+            app.publish()
+        else:
+            _publish_when_reachable(app)
+        if once:
+            try:
+                result = loop.run_once()
+            finally:
+                loop.release()
+            summary = {
+                k: v for k, v in dataclasses.asdict(result).items() if v not in (None, 0, False)
+            }
+            click.echo(json.dumps({"leader": result.leader, **summary}, default=str))
+            if result.error:
+                raise OperationalError(f"store error: {result.error}")
+            return
+        loop.run()
+
+
+def _publish_when_reachable(app: BeatLike) -> None:
+    """Publish code schedules, waiting out a database that is down at start-up (a replica
+    restarted during an outage must back off like a running one, not exit)."""
+    delay = 0.5
+    while True:
+        try:
+            app.publish()
+            return
+        except StoreError as exc:
+            log_event(
+                "scheduler.error",
+                level=logging.WARNING,
+                stage="publish",
+                error=str(exc),
+                retry_in=delay,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)

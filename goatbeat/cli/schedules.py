@@ -1,0 +1,155 @@
+"""``goatbeat schedule ...``: inspect and operate schedules.
+
+Every subcommand first publishes the app's code schedules, so what it shows or changes is what
+the code declares now. ``list`` and ``show`` print a table (or ``--json``, see
+:mod:`goatbeat.cli.output`); ``run`` asks the leading scheduler for an extra run; ``prune``
+disables code schedules no longer declared, and never deletes.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from goatbeat.cli.context import open_app
+from goatbeat.cli.output import execution_to_json, iso, schedule_to_json, table
+from goatbeat.core.model import Execution, Schedule
+
+__all__ = ["schedule"]
+
+
+@click.group()
+def schedule() -> None:
+    """Inspect and operate schedules."""
+
+
+@schedule.command("list")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array with every field.")
+@click.pass_context
+def schedule_list(ctx: click.Context, as_json: bool) -> None:
+    """Publish code schedules, then list every schedule."""
+    with open_app(ctx) as app:
+        app.publish()
+        rows = app.store.list_schedules()
+        if as_json:
+            click.echo(json.dumps([schedule_to_json(s) for s in rows], indent=2))
+            return
+        if not rows:
+            click.echo("no schedules")
+            return
+        cells = [
+            [
+                s.name,
+                s.source.value,
+                s.trigger.describe(),
+                "yes" if s.enabled else "no",
+                iso(s.next_run_at) if s.next_run_at else "-",
+                s.last_status or "-",
+                str(s.missed_count),
+            ]
+            for s in rows
+        ]
+        header = ["NAME", "SOURCE", "TRIGGER", "ENABLED", "NEXT RUN", "LAST STATUS", "MISSED"]
+        click.echo(table(header, cells))
+
+
+@schedule.command("show")
+@click.argument("name")
+@click.option("--count", default=5, show_default=True, type=click.IntRange(0, 1000))
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> None:
+    """A schedule's definition, its next fire times and recent executions."""
+    with open_app(ctx) as app:
+        app.publish()
+        store = app.store
+        sched = store.get(name)
+        upcoming = sched.next_fire_times(count, store.now())
+        recent = store.executions(name=name, limit=10)
+        if as_json:
+            data = schedule_to_json(sched)
+            data["upcoming"] = [iso(t) for t in upcoming]
+            data["executions"] = [execution_to_json(e) for e in recent]
+            click.echo(json.dumps(data, indent=2))
+            return
+        lines = _definition_lines(sched)
+        lines.append(f"next {count} fire times:" if upcoming else "next fire times: none")
+        lines += [f"  {iso(t)}" for t in upcoming]
+        lines += _execution_lines(recent)
+        click.echo("\n".join(lines))
+
+
+def _definition_lines(sched: Schedule) -> list[str]:
+    lines = [
+        f"{sched.name}  ({sched.source.value}, {'enabled' if sched.enabled else 'disabled'})",
+        f"  task:       {sched.task}",
+        f"  trigger:    {sched.trigger.describe()}",
+    ]
+    if sched.args:
+        lines.append(f"  args:       {json.dumps(list(sched.args))}")
+    if sched.kwargs:
+        lines.append(f"  kwargs:     {json.dumps(dict(sched.kwargs))}")
+    routing = {k: v for k, v in sched.routing.to_dict().items() if v not in (None, {})}
+    if routing:
+        lines.append(f"  routing:    {json.dumps(routing)}")
+    lines.append(
+        f"  misfire:    {sched.misfire.value}, grace {sched.misfire_grace.total_seconds():g}s"
+        + (f", catch-up limit {sched.catch_up_limit}" if sched.misfire.value == "run_all" else "")
+    )
+    if sched.start_at or sched.end_at:
+        lines.append(f"  window:     {iso(sched.start_at)} .. {iso(sched.end_at)}")
+    if sched.description:
+        lines.append(f"  about:      {sched.description}")
+    lines.append(
+        f"  runs:       {sched.total_run_count} claimed, {sched.missed_count} missed, "
+        f"last {iso(sched.last_run_at) if sched.last_run_at else '-'} "
+        f"({sched.last_status or 'never'})"
+    )
+    return lines
+
+
+def _execution_lines(recent: list[Execution]) -> list[str]:
+    if not recent:
+        return ["recent executions: none"]
+    cells = [
+        [
+            iso(e.scheduled_at),
+            e.kind.value,
+            e.status.value,
+            str(e.attempts),
+            e.scheduler_id or "-",
+            (e.error or "")[:60],
+        ]
+        for e in recent
+    ]
+    header = ["SCHEDULED AT", "KIND", "STATUS", "ATTEMPTS", "SCHEDULER", "ERROR"]
+    return ["recent executions:", table(header, cells, indent="  ")]
+
+
+@schedule.command("run")
+@click.argument("name")
+@click.pass_context
+def schedule_run(ctx: click.Context, name: str) -> None:
+    """Ask the leader for an extra run of NAME now."""
+    with open_app(ctx) as app:
+        app.publish()
+        run_now = getattr(app, "run_now", None)
+        execution = run_now(name) if callable(run_now) else app.store.request_run(name)
+        click.echo(
+            f"goatbeat: run of {name!r} requested ({execution.idempotency_key}); "
+            "the leading scheduler submits it on its next iteration"
+        )
+
+
+@schedule.command("prune")
+@click.pass_context
+def schedule_prune(ctx: click.Context) -> None:
+    """Disable code schedules that are no longer declared (never deletes)."""
+    with open_app(ctx) as app:
+        app.publish()
+        names = app.prune()
+        if names:
+            click.echo("disabled: " + ", ".join(names))
+        else:
+            click.echo("nothing to prune")

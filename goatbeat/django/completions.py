@@ -1,0 +1,103 @@
+"""Django Tasks completions, on the side of goatbeat's tables.
+
+The Django Tasks submitter (:mod:`goatbeat.submitters.django_tasks`) knows Django Tasks; this
+module knows the execution rows. :class:`DjangoTaskLedger` stores each backend task id on its
+execution inside the enqueue's transaction, and :func:`on_task_finished`, the
+``django.tasks.signals.task_finished`` receiver, finds the execution by that id in the process
+that ran the task (usually a worker) and writes ``succeeded`` or ``failed``. :func:`connect`
+wires both when the app starts.
+
+The receiver never raises: a completion report must not turn a successful task into a failed
+one in the worker. Problems are logged (``occurrence.finished`` at WARNING) and swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from goatbeat.core.model import ExecutionStatus
+from goatbeat.core.observability import log_event
+from goatbeat.core.store import ScheduleStore
+from goatbeat.django import conf
+from goatbeat.django.registry import get_store
+from goatbeat.submitters import django_tasks
+
+__all__ = ["DjangoTaskLedger", "connect", "on_task_finished"]
+
+
+class DjangoTaskLedger:
+    """The :class:`~goatbeat.submitters.django_tasks.TaskLedger` over goatbeat's Django models."""
+
+    @property
+    def database(self) -> str:
+        return conf.get().database
+
+    def record_task_id(self, database: str, execution_id: int, task_id: str) -> None:
+        from goatbeat.django.models import Execution
+
+        Execution.objects.using(database).filter(
+            id=execution_id, status=ExecutionStatus.CLAIMED.value
+        ).update(backend_task_id=task_id)
+
+    def store(self) -> ScheduleStore:
+        return get_store()
+
+
+def connect() -> None:
+    """Install the ledger for every Django Tasks submitter and receive ``task_finished``
+    (idempotent; the app config calls it when Django starts)."""
+    from django.tasks.signals import task_finished
+
+    django_tasks.use_ledger(DjangoTaskLedger())
+    task_finished.connect(on_task_finished, dispatch_uid="goatbeat.task_finished")
+
+
+def on_task_finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    """``task_finished`` receiver: mark the goatbeat execution of ``task_result`` finished.
+
+    Never raises."""
+    try:
+        _record_finished(task_result)
+    except Exception as exc:  # noqa: BLE001 - a report must never fail the task
+        log_event(
+            "occurrence.finished",
+            level=logging.WARNING,
+            backend_task_id=str(getattr(task_result, "id", "")),
+            recorded=False,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def _record_finished(task_result: Any) -> None:
+    outcome = django_tasks.task_outcome(task_result)
+    if outcome is None:
+        return  # not finished yet
+    succeeded, error = outcome
+    if django_tasks.note_finished_in_flight(task_result, succeeded, error):
+        return  # recorded after the submitter's bookkeeping
+    from goatbeat.django.models import Execution
+
+    row = (
+        Execution.objects.using(conf.get().database)
+        .filter(
+            backend_task_id=str(task_result.id),
+            status__in=[ExecutionStatus.CLAIMED.value, ExecutionStatus.SUBMITTED.value],
+        )
+        .values_list("idempotency_key", "schedule_name")
+        .first()
+    )
+    if row is None:
+        return  # not a goatbeat occurrence
+    key, schedule_name = row
+    recorded = get_store().record_finished(key, succeeded=succeeded, error=error)
+    log_event(
+        "occurrence.finished",
+        level=logging.INFO if succeeded else logging.WARNING,
+        schedule=schedule_name,
+        idempotency_key=key,
+        backend_task_id=str(task_result.id),
+        succeeded=succeeded,
+        error=error,
+        recorded=recorded,
+    )
