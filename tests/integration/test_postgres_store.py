@@ -126,14 +126,18 @@ def test_takeover_waits_for_a_claim_in_flight_to_commit(
 
     def slow_plan(schedule: Schedule, now: datetime) -> Plan:
         in_claim.set()
-        time.sleep(1.0)  # the lease expires while this claim is in flight
+        # The lease expires while this claim is in flight. Slow but alive: silent for less than
+        # the cap the claim puts on itself (what is left of the lease, at least 1 s), so it is
+        # waited for; a claimer silent for longer is frozen and gets disconnected
+        # (tests/integration/test_frozen_leader.py).
+        time.sleep(0.7)
         return plan(schedule, now)
 
     leader.planner = slow_plan
 
     def take_over() -> None:
         in_claim.wait(10)
-        time.sleep(0.5)
+        time.sleep(0.4)
         got = standby.acquire_lease("scheduler", "standby", timedelta(seconds=30))
         # Whichever thread wakes first after the commit, the claim must already be visible
         # when the takeover returns: the takeover waited for it.

@@ -115,9 +115,18 @@ WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
 RETURNING name, holder, token, expires_at;
 
 -- name: lease_release
-UPDATE goatbeat_lease SET expires_at = now()
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
-RETURNING name;
+-- One statement, notification included (it goes out at commit, with the change): nothing here
+-- holds the lease row across a round trip to the client, so a process frozen while releasing
+-- cannot keep a standby waiting.
+WITH released AS (
+    UPDATE goatbeat_lease SET expires_at = now()
+    WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+    RETURNING name
+)
+SELECT name,
+       CASE WHEN %(payload)s::text IS NOT NULL THEN pg_notify('goatbeat', %(payload)s::text) END
+           AS notified
+FROM released;
 
 -- name: lease_read
 SELECT holder, token, expires_at, expires_at <= now() AS expired
@@ -125,12 +134,28 @@ FROM goatbeat_lease
 WHERE name = %(name)s;
 
 -- name: claim_check_lease
--- FOR SHARE: a takeover (an UPDATE of this row) waits until this claim commits, so a claim
--- that passed the check cannot overlap the next holder's.
-SELECT now() AS now
-FROM goatbeat_lease
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
-FOR SHARE;
+-- FOR SHARE: a takeover (an UPDATE of this row) waits until this claim commits or rolls back,
+-- so a claim that passed the check cannot overlap the next holder's (the fencing guarantee).
+-- That wait must end even when the claimer freezes with the transaction open (GC pause,
+-- SIGSTOP, VM migration, lost network): the server would otherwise keep its locks, and every
+-- standby waiting, for the whole freeze. So the transaction caps itself at what is left of the
+-- lease, by the database clock: every later statement (statement_timeout) and every silence of
+-- the client between statements (idle_in_transaction_session_timeout, which ends the session)
+-- may last at most that long (never less than a second, so a claim that starts late in its
+-- lease is not cancelled for want of time). A frozen claimer is disconnected and rolled back,
+-- and its locks go with it; a claimer that wakes up after that finds its transaction gone.
+-- set_config(..., true) is SET LOCAL: it ends with the transaction. With own = false (the claim
+-- runs inside a caller's transaction, as a savepoint) nothing is set: it would outlive the claim.
+SELECT now() AS now,
+       CASE WHEN %(own)s THEN set_config('statement_timeout', c.ms, true) END AS statement_ms,
+       CASE WHEN %(own)s THEN set_config('idle_in_transaction_session_timeout', c.ms, true) END
+           AS idle_ms
+FROM goatbeat_lease AS l,
+     LATERAL (SELECT greatest(1000, ceil(extract(epoch FROM l.expires_at - now()) * 1000))
+                     ::bigint::text AS ms) AS c
+WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.token = %(token)s
+  AND l.expires_at > now()
+FOR SHARE OF l;
 
 -- name: claim_select_due
 -- Walks goatbeat_schedule_due_idx; no row lock (admin edits never wait for a claim: the
