@@ -37,7 +37,13 @@ from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._dotted import import_dotted
 
-__all__ = ["DjangoTasksSubmitter", "SUBMITTER", "on_task_finished", "resolve_django_task"]
+__all__ = [
+    "DjangoTasksSubmitter",
+    "SUBMITTER",
+    "on_task_finished",
+    "resolve_django_task",
+    "submitting",
+]
 
 _MIN_PRIORITY = -100
 _MAX_PRIORITY = 100
@@ -67,6 +73,16 @@ class _InFlight:
 
 
 _local = threading.local()
+
+
+def submitting() -> str | None:
+    """The idempotency key of the occurrence this thread is enqueueing right now, or None.
+
+    Code that runs inside ``enqueue`` (a ``task_enqueued`` receiver; the task itself on an
+    immediate backend) learns from it which occurrence it serves: a Django Tasks message
+    carries no headers (goatbeat.idempotency.django_tasks relies on it)."""
+    inflight: _InFlight | None = getattr(_local, "inflight", None)
+    return None if inflight is None else inflight.key
 
 
 class DjangoTasksSubmitter:

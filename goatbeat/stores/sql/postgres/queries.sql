@@ -316,3 +316,65 @@ SELECT pg_advisory_xact_lock(7450411716450971648);
 
 -- name: applied_versions
 SELECT version FROM goatbeat_schema_version ORDER BY version;
+
+-- Worker-side idempotency (goatbeat.idempotency): the ledger of guarded deliveries. Instants
+-- come from the database clock, like the lease's.
+
+-- name: delivery_begin
+-- This delivery takes the key when nobody holds it: no row yet, the last run failed (the
+-- backend retries failures), or a running claim past its expiry (its worker is presumed dead).
+-- No row back: another delivery holds the key, or a run already succeeded.
+INSERT INTO goatbeat_delivery AS d (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at)
+VALUES (%(key)s, 'running', %(owner)s, 1, 0, now(), now() + %(lease)s::interval)
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'running', owner = EXCLUDED.owner, attempts = d.attempts + 1,
+    started_at = EXCLUDED.started_at, expires_at = EXCLUDED.expires_at, finished_at = NULL
+WHERE d.state = 'failed' OR (d.state = 'running' AND d.expires_at <= now())
+RETURNING attempts;
+
+-- name: delivery_duplicate
+UPDATE goatbeat_delivery SET duplicates = duplicates + 1
+WHERE idempotency_key = %(key)s
+RETURNING state;
+
+-- name: delivery_succeeded
+-- Success is final whoever held the key. A success recorded earlier wins: this run was then
+-- a duplicate that ran anyway (record="after", or a claim taken over after its expiry).
+INSERT INTO goatbeat_delivery AS d (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at)
+VALUES (%(key)s, 'succeeded', %(owner)s, 1, 0, now(), NULL, now())
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'succeeded',
+    owner = CASE WHEN d.state = 'succeeded' THEN d.owner ELSE EXCLUDED.owner END,
+    -- counted: delivery_begin already counted this run (record="before").
+    attempts = d.attempts + CASE WHEN %(counted)s THEN 0 ELSE 1 END,
+    expires_at = NULL,
+    finished_at = CASE WHEN d.state = 'succeeded' THEN d.finished_at ELSE now() END
+RETURNING state;
+
+-- name: delivery_failed
+-- Only the holder's own claim turns failed, so the next delivery (the backend's retry) runs.
+UPDATE goatbeat_delivery SET state = 'failed', finished_at = now(), expires_at = NULL
+WHERE idempotency_key = %(key)s AND owner = %(owner)s AND state = 'running';
+
+-- name: delivery_read
+SELECT idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at
+FROM goatbeat_delivery
+WHERE idempotency_key = %(key)s;
+
+-- name: delivery_prune
+WITH deliveries AS (
+    DELETE FROM goatbeat_delivery WHERE finished_at < %(before)s RETURNING 1
+), task_keys AS (
+    DELETE FROM goatbeat_task_key WHERE created_at < %(before)s RETURNING 1
+)
+SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM task_keys) AS deleted;
+
+-- name: task_key_note
+INSERT INTO goatbeat_task_key (backend_task_id, idempotency_key)
+VALUES (%(task_id)s, %(key)s)
+ON CONFLICT (backend_task_id) DO NOTHING;
+
+-- name: task_key_find
+SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = %(task_id)s;
