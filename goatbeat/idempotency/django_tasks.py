@@ -26,6 +26,7 @@ duplicate returns None without running the body (its task result is SUCCESSFUL).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -90,6 +91,13 @@ def idempotent(
             result = guard.run(key, body)
             return None if result is SKIPPED else result
 
+        if not passes_context:
+            # Django checks that a task taking the context names it first.
+            signature = inspect.signature(func)
+            context = inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            guarded.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                parameters=[context, *signature.parameters.values()]
+            )
         setattr(guarded, _GUARD_ATTRIBUTE, get)
         return replace(original, func=guarded, takes_context=True)
 

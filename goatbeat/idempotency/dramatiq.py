@@ -10,7 +10,8 @@ Every message carrying ``goatbeat_idempotency_key`` in its options (what goatbea
 guarded; others pass through. A duplicate is skipped (``SkipMessage``: acknowledged, the actor
 does not run). An actor that raises releases the key, so the Retries middleware's next attempt
 runs. Add it after the middleware that may skip or fail a message first (AgeLimit, TimeLimit
-are added by default, so ``add_middleware`` appends after them).
+are added by default, so ``add_middleware`` appends after them). An actor whose every delivery
+must run opts out with ``@dramatiq.actor(goatbeat_idempotent=False)``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ __all__ = ["Idempotency"]
 
 
 class Idempotency(dramatiq.Middleware):
+    @property
+    def actor_options(self) -> set[str]:
+        """The actor option this middleware reads (declared so Dramatiq accepts it)."""
+        return {"goatbeat_idempotent"}
+
     def __init__(
         self, ledger: Ledger | str, *, record: Record = "before", lease: timedelta | None = None
     ) -> None:
@@ -40,6 +46,9 @@ class Idempotency(dramatiq.Middleware):
         self._current.ticket = None
         key = (message.options or {}).get(KEY_HEADER)
         if not isinstance(key, str) or not key:
+            return
+        actor = broker.get_actor(message.actor_name)
+        if not actor.options.get("goatbeat_idempotent", True):
             return
         ticket = self._guard().begin(key)
         if ticket is None:

@@ -50,6 +50,10 @@ class PostgresLedger:
         self.connect_timeout = connect_timeout
         self._q = schema.queries("postgres")
         self._local = threading.local()
+        # Every connection opened (by any thread), so close() closes them all: one dropped
+        # with its thread would be closed by the garbage collector, with a ResourceWarning.
+        self._opened: list[tuple[int, psycopg.Connection[Any]]] = []
+        self._opened_lock = threading.Lock()
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
@@ -64,6 +68,8 @@ class PostgresLedger:
             )
             self._local.conn = conn
             self._local.pid = os.getpid()
+            with self._opened_lock:
+                self._opened.append((os.getpid(), conn))
         return conn
 
     def _fetch(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -74,7 +80,7 @@ class PostgresLedger:
                 return cur.fetchall() if cur.description is not None else []
         except psycopg.Error as exc:
             if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
-                self.close()
+                self._drop()
             raise StoreError(f"postgres ledger: {exc}") from exc
 
     def begin(self, key: str, *, owner: str, lease: timedelta | None) -> bool:
@@ -98,11 +104,27 @@ class PostgresLedger:
         rows = self._fetch("delivery_prune", {"before": before})
         return int(rows[0]["deleted"])
 
-    def close(self) -> None:
+    def _drop(self) -> None:
+        """Forget this thread's connection after a connection error (the next call reconnects)."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
-        if conn is not None and self._local.pid == os.getpid():
+        if conn is not None:
+            with self._opened_lock:
+                self._opened = [(pid, c) for pid, c in self._opened if c is not conn]
             try:
                 conn.close()
             except psycopg.Error:
                 pass  # broken already
+
+    def close(self) -> None:
+        """Close every connection this process opened. Those a forked child inherited are left
+        alone: closing one would end its parent's session."""
+        self._local.conn = None
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for pid, conn in opened:
+            if pid == os.getpid():
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass  # broken already

@@ -33,15 +33,27 @@ class SQLiteLedger:
         self.clock: Clock = clock or SystemClock()
         self._q = schema.queries("sqlite")
         self._local = threading.local()
+        # Every connection opened (by any thread), so close() closes them all: one dropped
+        # with its thread would be closed by the garbage collector, with a ResourceWarning.
+        self._opened: list[tuple[int, sqlite3.Connection]] = []
+        self._opened_lock = threading.Lock()
 
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or self._local.pid != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            # Used by its own thread only; close() may come from another.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             self._local.conn = conn
             self._local.pid = os.getpid()
+            with self._opened_lock:
+                self._opened.append((os.getpid(), conn))
         return conn
 
     def _now(self) -> str:
@@ -110,7 +122,10 @@ class SQLiteLedger:
         return int(count)
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
+        """Close every connection this process opened."""
         self._local.conn = None
-        if conn is not None:
-            conn.close()
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for pid, conn in opened:
+            if pid == os.getpid():
+                conn.close()
