@@ -47,8 +47,11 @@ class Idempotency(dramatiq.Middleware):
         key = (message.options or {}).get(KEY_HEADER)
         if not isinstance(key, str) or not key:
             return
-        actor = broker.get_actor(message.actor_name)
-        if not actor.options.get("goatbeat_idempotent", True):
+        try:
+            options = broker.get_actor(message.actor_name).options
+        except Exception:  # noqa: BLE001 - an unknown actor fails in the worker, not here
+            options = {}
+        if not options.get("goatbeat_idempotent", True):
             return
         ticket = self._guard().begin(key)
         if ticket is None:
