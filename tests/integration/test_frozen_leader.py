@@ -195,8 +195,9 @@ def assert_nothing_lost(keys: list[str]) -> None:
 
 
 def test_a_leader_frozen_inside_its_claim_transaction_cannot_stall_failover(pair: Pair) -> None:
-    # The 3rd claim that advances something freezes: by then "frozen" leads and dispatches.
-    frozen = pair.start("frozen", **{FREEZE_ENV: "3"})
+    # The 5th claim that advances something freezes (about 4 s in): by then "frozen" has led
+    # and dispatched for a while, and the standby is up and standing by.
+    frozen = pair.start("frozen", **{FREEZE_ENV: "5"})
     pair.wait_for("frozen to lead", lambda: pair.holder() == "frozen")
     pair.start("standby")
     pair.wait_for("the standby", lambda: pair.event("standby", "lease.standby"))

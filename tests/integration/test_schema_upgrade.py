@@ -9,6 +9,7 @@ the instants the schedules' phases give, with no repeat and no gap.
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
 def _version_1(url: str) -> None:
     if url.startswith("sqlite:///"):
-        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
             for statement in schema.split_statements(schema.sqlite_migration_sql(1)):
                 conn.execute(statement)
         return
@@ -41,7 +42,7 @@ def _everything(store: ScheduleStore) -> tuple[Any, ...]:
 
 def _tables(store: ScheduleStore) -> set[str]:
     if isinstance(store, SQLiteStore):
-        with sqlite3.connect(store.path) as conn:
+        with closing(sqlite3.connect(store.path)) as conn:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     else:
         assert isinstance(store, PostgresStore) and store.dsn is not None
