@@ -45,6 +45,9 @@ EVENTS = frozenset(
         "schedule.published",
         "schedule.pruned",
         "schedule.run_requested",
+        "store.frozen",
+        "delivery.skipped",
+        "delivery.error",
     }
 )
 

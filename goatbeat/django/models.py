@@ -14,7 +14,7 @@ from django.db import models
 
 from goatbeat.core.model import ExecutionKind, ExecutionStatus, MisfirePolicy, Source
 
-__all__ = ["Schedule", "Execution", "Lease"]
+__all__ = ["Schedule", "Execution", "Lease", "Delivery", "TaskKey"]
 
 
 def _choices(enum: Any) -> list[tuple[str, str]]:
@@ -106,3 +106,39 @@ class Lease(models.Model):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+class Delivery(models.Model):  # type: ignore[misc]
+    """The worker-side idempotency ledger (goatbeat.idempotency): written by guarded tasks."""
+
+    idempotency_key = models.CharField(max_length=255, primary_key=True)
+    state = models.CharField(
+        max_length=16,
+        choices=[("running", "running"), ("succeeded", "succeeded"), ("failed", "failed")],
+    )
+    owner = models.CharField(max_length=255)
+    attempts = models.IntegerField(default=1)
+    duplicates = models.IntegerField(default=0)
+    started_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "goatbeat_delivery"
+
+    def __str__(self) -> str:
+        return f"{self.idempotency_key} {self.state}"
+
+
+class TaskKey(models.Model):  # type: ignore[misc]
+    """The key of each Django Tasks result the scheduler enqueued for a guarded task."""
+
+    backend_task_id = models.CharField(max_length=255, primary_key=True)
+    idempotency_key = models.CharField(max_length=255)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "goatbeat_task_key"
+
+    def __str__(self) -> str:
+        return f"{self.backend_task_id} -> {self.idempotency_key}"

@@ -27,6 +27,11 @@ _REVERSE = {
         "DROP TABLE IF EXISTS goatbeat_lease;"
         "DROP TABLE IF EXISTS goatbeat_schema_version;"
     ),
+    2: (
+        "DROP TABLE IF EXISTS goatbeat_task_key;"
+        "DROP TABLE IF EXISTS goatbeat_delivery;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 2;"
+    ),
 }
 
 

@@ -13,10 +13,29 @@ on its connection, and ``wait`` returns as soon as a notification arrives.
 A claim batch is a fixed number of statements whatever its size: lease check (``FOR SHARE``),
 due select (index walk, no row locks), one compare-and-set UPDATE over arrays, one INSERT of
 the executions over arrays.
+
+A frozen process cannot hold a standby up. The claim transaction is the only one the
+scheduler keeps open across round trips while it holds locks another scheduler needs (the
+lease row ``FOR SHARE``, which a takeover waits for: that wait is the fencing guarantee; the
+advanced schedules' rows). Its lease check caps it, by the database clock, at what is left of
+the lease (at least a second): ``statement_timeout`` for every later statement and
+``idle_in_transaction_session_timeout`` for every silence of the client, as ``SET LOCAL``. A
+process frozen inside it (GC pause, SIGSTOP, VM migration, lost network) is disconnected by the
+server about when its lease expires, its claim rolls back and its locks go; the standby waiting
+on the lease row proceeds at once. Every other lease statement is a single autocommit
+statement, which the server finishes without the client.
+
+Test hook (fault injection only): with the environment variable ``GOATBEAT_FREEZE_IN_CLAIM=<n>``
+the process stops itself (``SIGSTOP``) inside its n-th claim transaction that advanced a
+schedule, right after the compare-and-set: the lease row is held ``FOR SHARE`` and the advanced
+schedules are row-locked, as a leader frozen by a GC pause or a VM migration would hold them.
+It logs ``store.frozen`` (with ``monotonic``, this host's monotonic clock) just before.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -49,11 +68,15 @@ from goatbeat.core.model import (
     SubmitOutcome,
     manual_key,
 )
+from goatbeat.core.observability import log_event
 from goatbeat.core.store import NOTIFY_CHANNEL, PublishResult
 from goatbeat.stores import _common as common
 from goatbeat.stores import schema
 
-__all__ = ["PostgresStore", "ConnectionProvider", "DsnConnectionProvider"]
+__all__ = ["PostgresStore", "ConnectionProvider", "DsnConnectionProvider", "FREEZE_ENV"]
+
+FREEZE_ENV = "GOATBEAT_FREEZE_IN_CLAIM"
+"""Test hook: SIGSTOP inside the n-th claim transaction that advanced a schedule."""
 
 _JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
 _WAIT_SLICE = 0.5  # wait() gives the connection back to other threads this often
@@ -157,6 +180,9 @@ class PostgresStore:
         self._lock = threading.RLock()
         self._listening: psycopg.Connection[Any] | None = None
         self._cache = common.ScheduleCache()
+        freeze = os.environ.get(FREEZE_ENV, "").strip()
+        self._freeze_at = int(freeze) if freeze.isdigit() else 0
+        self._advancing_claims = 0
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -405,17 +431,14 @@ class PostgresStore:
         )
 
     def release_lease(self, name: str, holder: str, token: int) -> bool:
-        payload = common.lease_payload(name)
-        with self._session() as conn, conn.transaction():
-            released = (
-                self._fetch_one(
-                    conn, "lease_release", {"name": name, "holder": holder, "token": token}
-                )
-                is not None
-            )
-            if released and payload is not None:
-                self._notify(conn, payload)
-        return released
+        params = {
+            "name": name,
+            "holder": holder,
+            "token": token,
+            "payload": common.lease_payload(name),
+        }
+        with self._session() as conn:
+            return self._fetch_one(conn, "lease_release", params) is not None
 
     def read_lease(self, name: str) -> tuple[str, int, datetime, bool] | None:
         with self._session() as conn:
@@ -458,11 +481,18 @@ class PostgresStore:
     def _claim_once(
         self, lease: LeaseGrant, *, scheduler_id: str, limit: int, now: datetime | None
     ) -> ClaimResult:
-        with self._session() as conn, conn.transaction():
+        with self._session() as conn, conn.transaction() as tx:
             check = self._fetch_one(
                 conn,
                 "claim_check_lease",
-                {"name": lease.name, "holder": lease.holder, "token": lease.token},
+                {
+                    "name": lease.name,
+                    "holder": lease.holder,
+                    "token": lease.token,
+                    # Our own transaction, not a savepoint in a caller's: only then may the
+                    # check cap it (see the query).
+                    "own": not tx.savepoint_name,
+                },
             )
             if check is None:
                 return ClaimResult(occurrences=[], refused=True)
@@ -489,6 +519,8 @@ class PostgresStore:
                     },
                 )
             }
+            if advanced and self._freeze_at:
+                self._maybe_freeze(lease)
             planned = batch.executions_for(advanced)
             occurrences: list[Occurrence] = []
             if planned:
@@ -529,6 +561,19 @@ class PostgresStore:
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
         )
+
+    def _maybe_freeze(self, lease: LeaseGrant) -> None:
+        """The test hook of the module docstring."""
+        self._advancing_claims += 1
+        if self._advancing_claims != self._freeze_at:
+            return
+        log_event(
+            "store.frozen",
+            scheduler_id=lease.holder,
+            fencing_token=lease.token,
+            monotonic=time.monotonic(),
+        )
+        os.kill(os.getpid(), signal.SIGSTOP)
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)

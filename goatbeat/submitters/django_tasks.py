@@ -43,6 +43,7 @@ __all__ = [
     "TaskLedger",
     "note_finished_in_flight",
     "resolve_django_task",
+    "submitting",
     "task_outcome",
     "use_ledger",
 ]
@@ -105,6 +106,16 @@ class _InFlight:
 
 
 _local = threading.local()
+
+
+def submitting() -> str | None:
+    """The idempotency key of the occurrence this thread is enqueueing right now, or None.
+
+    Code that runs inside ``enqueue`` (a ``task_enqueued`` receiver; the task itself on an
+    immediate backend) learns from it which occurrence it serves: a Django Tasks message
+    carries no headers (goatbeat.idempotency.django_tasks relies on it)."""
+    inflight: _InFlight | None = getattr(_local, "inflight", None)
+    return None if inflight is None else inflight.key
 
 
 class DjangoTasksSubmitter:

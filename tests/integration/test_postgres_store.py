@@ -126,14 +126,18 @@ def test_takeover_waits_for_a_claim_in_flight_to_commit(
 
     def slow_plan(schedule: Schedule, now: datetime) -> Plan:
         in_claim.set()
-        time.sleep(1.0)  # the lease expires while this claim is in flight
+        # The lease expires while this claim is in flight. Slow but alive: silent for less than
+        # the cap the claim puts on itself (what is left of the lease, at least 1 s), so it is
+        # waited for; a claimer silent for longer is frozen and gets disconnected
+        # (tests/integration/test_frozen_leader.py).
+        time.sleep(0.7)
         return plan(schedule, now)
 
     leader.planner = slow_plan
 
     def take_over() -> None:
         in_claim.wait(10)
-        time.sleep(0.5)
+        time.sleep(0.4)
         got = standby.acquire_lease("scheduler", "standby", timedelta(seconds=30))
         # Whichever thread wakes first after the commit, the claim must already be visible
         # when the takeover returns: the takeover waited for it.
@@ -250,8 +254,8 @@ def test_migrate_twice_is_a_no_op_and_records_the_version(pg_dsn: str) -> None:
 
         assert _schema(pg_dsn) == schema
         assert _rows(pg_dsn, "SELECT version, applied_at FROM goatbeat_schema_version") == versions
-        assert [v for v, _ in versions] == [1]
-        assert store.info()["schema_version"] == 1
+        assert [v for v, _ in versions] == [1, 2]
+        assert store.info()["schema_version"] == 2
         assert {r[0] for r in schema} >= {
             "goatbeat_schedule",
             "goatbeat_execution",
@@ -265,22 +269,24 @@ def test_migrate_twice_is_a_no_op_and_records_the_version(pg_dsn: str) -> None:
 def test_migration_sql_run_by_hand_builds_what_migrate_builds(
     postgres_server: Any, pg_dsn: str
 ) -> None:
-    # The Django app runs postgres_migration_sql(1) with RunSQL; do what it does.
+    # The Django app runs postgres_migration_sql(v) with RunSQL, one migration per version;
+    # do what it does.
     from tests.conftest import create_database, drop_database
 
     by_hand = create_database(postgres_server)
     try:
-        with psycopg.connect(by_hand) as conn:  # a transaction, as Django's migration has
-            conn.execute(postgres_migration_sql(1))
+        for version in (1, 2):
+            with psycopg.connect(by_hand) as conn:  # a transaction, as Django's migration has
+                conn.execute(postgres_migration_sql(version))
         store = PostgresStore(pg_dsn)
         store.migrate()
         store.close()
 
         assert _schema(by_hand) == _schema(pg_dsn)
-        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == [(1,)]
+        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,)]
         again = PostgresStore(by_hand)
         again.migrate()  # recorded: nothing to do, and no error from re-creating tables
-        assert again.info()["schema_version"] == 1
+        assert again.info()["schema_version"] == 2
         again.close()
     finally:
         drop_database(postgres_server, by_hand)
@@ -304,7 +310,7 @@ def test_concurrent_migrations_serialise(pg_dsn: str) -> None:
     for t in threads:
         t.join(60)
     assert errors == []
-    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(1,)]
+    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,)]
 
 
 def test_due_query_can_walk_the_partial_index(pg_dsn: str, stores: list[PostgresStore]) -> None:

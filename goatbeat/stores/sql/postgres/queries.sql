@@ -115,9 +115,18 @@ WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
 RETURNING name, holder, token, expires_at;
 
 -- name: lease_release
-UPDATE goatbeat_lease SET expires_at = now()
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
-RETURNING name;
+-- One statement, notification included (it goes out at commit, with the change): nothing here
+-- holds the lease row across a round trip to the client, so a process frozen while releasing
+-- cannot keep a standby waiting.
+WITH released AS (
+    UPDATE goatbeat_lease SET expires_at = now()
+    WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
+    RETURNING name
+)
+SELECT name,
+       CASE WHEN %(payload)s::text IS NOT NULL THEN pg_notify('goatbeat', %(payload)s::text) END
+           AS notified
+FROM released;
 
 -- name: lease_read
 SELECT holder, token, expires_at, expires_at <= now() AS expired
@@ -125,12 +134,28 @@ FROM goatbeat_lease
 WHERE name = %(name)s;
 
 -- name: claim_check_lease
--- FOR SHARE: a takeover (an UPDATE of this row) waits until this claim commits, so a claim
--- that passed the check cannot overlap the next holder's.
-SELECT now() AS now
-FROM goatbeat_lease
-WHERE name = %(name)s AND holder = %(holder)s AND token = %(token)s AND expires_at > now()
-FOR SHARE;
+-- FOR SHARE: a takeover (an UPDATE of this row) waits until this claim commits or rolls back,
+-- so a claim that passed the check cannot overlap the next holder's (the fencing guarantee).
+-- That wait must end even when the claimer freezes with the transaction open (GC pause,
+-- SIGSTOP, VM migration, lost network): the server would otherwise keep its locks, and every
+-- standby waiting, for the whole freeze. So the transaction caps itself at what is left of the
+-- lease, by the database clock: every later statement (statement_timeout) and every silence of
+-- the client between statements (idle_in_transaction_session_timeout, which ends the session)
+-- may last at most that long (never less than a second, so a claim that starts late in its
+-- lease is not cancelled for want of time). A frozen claimer is disconnected and rolled back,
+-- and its locks go with it; a claimer that wakes up after that finds its transaction gone.
+-- set_config(..., true) is SET LOCAL: it ends with the transaction. With own = false (the claim
+-- runs inside a caller's transaction, as a savepoint) nothing is set: it would outlive the claim.
+SELECT now() AS now,
+       CASE WHEN %(own)s THEN set_config('statement_timeout', c.ms, true) END AS statement_ms,
+       CASE WHEN %(own)s THEN set_config('idle_in_transaction_session_timeout', c.ms, true) END
+           AS idle_ms
+FROM goatbeat_lease AS l,
+     LATERAL (SELECT greatest(1000, ceil(extract(epoch FROM l.expires_at - now()) * 1000))
+                     ::bigint::text AS ms) AS c
+WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.token = %(token)s
+  AND l.expires_at > now()
+FOR SHARE OF l;
 
 -- name: claim_select_due
 -- Walks goatbeat_schedule_due_idx; no row lock (admin edits never wait for a claim: the
@@ -291,3 +316,65 @@ SELECT pg_advisory_xact_lock(7450411716450971648);
 
 -- name: applied_versions
 SELECT version FROM goatbeat_schema_version ORDER BY version;
+
+-- Worker-side idempotency (goatbeat.idempotency): the ledger of guarded deliveries. Instants
+-- come from the database clock, like the lease's.
+
+-- name: delivery_begin
+-- This delivery takes the key when nobody holds it: no row yet, the last run failed (the
+-- backend retries failures), or a running claim past its expiry (its worker is presumed dead).
+-- No row back: another delivery holds the key, or a run already succeeded.
+INSERT INTO goatbeat_delivery AS d (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at)
+VALUES (%(key)s, 'running', %(owner)s, 1, 0, now(), now() + %(lease)s::interval)
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'running', owner = EXCLUDED.owner, attempts = d.attempts + 1,
+    started_at = EXCLUDED.started_at, expires_at = EXCLUDED.expires_at, finished_at = NULL
+WHERE d.state = 'failed' OR (d.state = 'running' AND d.expires_at <= now())
+RETURNING attempts;
+
+-- name: delivery_duplicate
+UPDATE goatbeat_delivery SET duplicates = duplicates + 1
+WHERE idempotency_key = %(key)s
+RETURNING state;
+
+-- name: delivery_succeeded
+-- Success is final whoever held the key. A success recorded earlier wins: this run was then
+-- a duplicate that ran anyway (record="after", or a claim taken over after its expiry).
+INSERT INTO goatbeat_delivery AS d (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at)
+VALUES (%(key)s, 'succeeded', %(owner)s, 1, 0, now(), NULL, now())
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'succeeded',
+    owner = CASE WHEN d.state = 'succeeded' THEN d.owner ELSE EXCLUDED.owner END,
+    -- counted: delivery_begin already counted this run (record="before").
+    attempts = d.attempts + CASE WHEN %(counted)s THEN 0 ELSE 1 END,
+    expires_at = NULL,
+    finished_at = CASE WHEN d.state = 'succeeded' THEN d.finished_at ELSE now() END
+RETURNING state;
+
+-- name: delivery_failed
+-- Only the holder's own claim turns failed, so the next delivery (the backend's retry) runs.
+UPDATE goatbeat_delivery SET state = 'failed', finished_at = now(), expires_at = NULL
+WHERE idempotency_key = %(key)s AND owner = %(owner)s AND state = 'running';
+
+-- name: delivery_read
+SELECT idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at
+FROM goatbeat_delivery
+WHERE idempotency_key = %(key)s;
+
+-- name: delivery_prune
+WITH deliveries AS (
+    DELETE FROM goatbeat_delivery WHERE finished_at < %(before)s RETURNING 1
+), task_keys AS (
+    DELETE FROM goatbeat_task_key WHERE created_at < %(before)s RETURNING 1
+)
+SELECT (SELECT count(*) FROM deliveries) + (SELECT count(*) FROM task_keys) AS deleted;
+
+-- name: task_key_note
+INSERT INTO goatbeat_task_key (backend_task_id, idempotency_key)
+VALUES (%(task_id)s, %(key)s)
+ON CONFLICT (backend_task_id) DO NOTHING;
+
+-- name: task_key_find
+SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = %(task_id)s;

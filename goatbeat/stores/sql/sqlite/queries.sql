@@ -226,3 +226,59 @@ SELECT counter FROM goatbeat_notify WHERE id = 1;
 
 -- name: applied_versions
 SELECT version FROM goatbeat_schema_version ORDER BY version;
+
+-- Worker-side idempotency (goatbeat.idempotency): the same statements as PostgreSQL's, with
+-- the host's clock passed in (:now, :expires_at).
+
+-- name: delivery_begin
+INSERT INTO goatbeat_delivery (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at)
+VALUES (:key, 'running', :owner, 1, 0, :now, :expires_at)
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'running', owner = excluded.owner, attempts = goatbeat_delivery.attempts + 1,
+    started_at = excluded.started_at, expires_at = excluded.expires_at, finished_at = NULL
+WHERE goatbeat_delivery.state = 'failed'
+   OR (goatbeat_delivery.state = 'running' AND goatbeat_delivery.expires_at <= :now)
+RETURNING attempts;
+
+-- name: delivery_duplicate
+UPDATE goatbeat_delivery SET duplicates = duplicates + 1
+WHERE idempotency_key = :key
+RETURNING state;
+
+-- name: delivery_succeeded
+INSERT INTO goatbeat_delivery (
+    idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at)
+VALUES (:key, 'succeeded', :owner, 1, 0, :now, NULL, :now)
+ON CONFLICT (idempotency_key) DO UPDATE SET
+    state = 'succeeded',
+    owner = CASE WHEN goatbeat_delivery.state = 'succeeded' THEN goatbeat_delivery.owner
+                 ELSE excluded.owner END,
+    attempts = goatbeat_delivery.attempts + CASE WHEN :counted THEN 0 ELSE 1 END,
+    expires_at = NULL,
+    finished_at = CASE WHEN goatbeat_delivery.state = 'succeeded'
+                       THEN goatbeat_delivery.finished_at ELSE :now END
+RETURNING state;
+
+-- name: delivery_failed
+UPDATE goatbeat_delivery SET state = 'failed', finished_at = :now, expires_at = NULL
+WHERE idempotency_key = :key AND owner = :owner AND state = 'running';
+
+-- name: delivery_read
+SELECT idempotency_key, state, owner, attempts, duplicates, started_at, expires_at, finished_at
+FROM goatbeat_delivery
+WHERE idempotency_key = :key;
+
+-- name: delivery_prune_deliveries
+DELETE FROM goatbeat_delivery WHERE finished_at < :before;
+
+-- name: delivery_prune_task_keys
+DELETE FROM goatbeat_task_key WHERE created_at < :before;
+
+-- name: task_key_note
+INSERT INTO goatbeat_task_key (backend_task_id, idempotency_key, created_at)
+VALUES (:task_id, :key, :now)
+ON CONFLICT (backend_task_id) DO NOTHING;
+
+-- name: task_key_find
+SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = :task_id;
