@@ -34,9 +34,15 @@ class DjangoLedger:
     @property
     def alias(self) -> str:
         if self._alias is None:
-            from goatbeat.django import conf
+            # Read the setting itself rather than through goatbeat.django (a floor above):
+            # a worker process may run tasks without the goatbeat app being installed.
+            from django.conf import settings
 
-            self._alias = conf.get().database
+            configured = getattr(settings, "GOATBEAT", None) or {}
+            alias = configured.get("database", "default") if isinstance(configured, dict) else None
+            if not isinstance(alias, str) or not alias:
+                raise StoreError(f"django ledger: GOATBEAT['database'] is {alias!r}, not an alias")
+            self._alias = alias
         return self._alias
 
     def _fetch(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ import dramatiq
 from dramatiq.middleware import SkipMessage
 
 from goatbeat.idempotency import Ledger, Record, Ticket, guard_for
-from goatbeat.submitters._keys import KEY_HEADER
+from goatbeat.submitters.keys import KEY_HEADER
 
 __all__ = ["Idempotency"]
 

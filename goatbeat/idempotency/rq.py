@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from goatbeat.idempotency import SKIPPED, Ledger, Record, guard_for
-from goatbeat.submitters._keys import KEY_HEADER
+from goatbeat.submitters.keys import KEY_HEADER
 
 __all__ = ["idempotent", "current_key"]
 

@@ -39,7 +39,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
-from goatbeat.submitters._keys import RESERVED_HEADERS, key_headers
+from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
 
 __all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
 

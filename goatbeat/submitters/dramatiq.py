@@ -63,7 +63,7 @@ from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
-from goatbeat.submitters._keys import RESERVED_HEADERS, derived_uuid, key_headers
+from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
 __all__ = ["DramatiqSubmitter", "BACKEND_OPTIONS"]
 

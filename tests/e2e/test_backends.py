@@ -23,9 +23,9 @@ from goatbeat.beat import Beat
 from goatbeat.core.clock import FakeClock
 from goatbeat.core.model import ExecutionStatus, idempotency_key
 from goatbeat.core.submit import TaskSubmitter
-from goatbeat.submitters._keys import derived_uuid
 from goatbeat.submitters.celery import CelerySubmitter
 from goatbeat.submitters.dramatiq import DramatiqSubmitter
+from goatbeat.submitters.keys import derived_uuid
 from goatbeat.submitters.rq import RQSubmitter, job_id_for
 from tests.e2e.workers import StartWorker, wait_for_runs
 

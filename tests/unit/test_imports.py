@@ -89,6 +89,7 @@ LAYERS: dict[str, int] = {
     "conversion": 1,
     "beat": 2,
     "importers": 2,
+    "idempotency": 2,
     "compat": 3,
     "diff": 3,
     "goatbeat": 3,  # the package's face: goatbeat/__init__.py

@@ -25,9 +25,9 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Routing, Schedule, idempotency_key
 from goatbeat.core.submit import TaskSubmitter
 from goatbeat.core.triggers import IntervalTrigger
-from goatbeat.submitters._keys import derived_uuid
 from goatbeat.submitters.celery import CelerySubmitter
 from goatbeat.submitters.dramatiq import DramatiqSubmitter
+from goatbeat.submitters.keys import derived_uuid
 from goatbeat.submitters.rq import RQSubmitter, job_id_for
 
 SCHEDULED_AT = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
