@@ -54,7 +54,7 @@ from goatbeat.core.errors import (
     NotFound,
     StoreError,
 )
-from goatbeat.core.model import Execution, Schedule
+from goatbeat.core.model import DamagedSchedule, Execution, Schedule
 from goatbeat.core.observability import JsonFormatter, log_event, logger
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.store import PublishResult, ScheduleStore
@@ -508,12 +508,12 @@ def schedule() -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON array with every field.")
 @click.pass_context
 def schedule_list(ctx: click.Context, as_json: bool) -> None:
-    """Publish code schedules, then list every schedule."""
+    """Publish code schedules, then list every schedule (damaged rows included, marked)."""
     with _app(ctx) as app:
         app.publish()
         rows = app.store.list_schedules()
         if as_json:
-            click.echo(json.dumps([schedule_to_json(s) for s in rows], indent=2))
+            click.echo(json.dumps([stored_to_json(s) for s in rows], indent=2))
             return
         if not rows:
             click.echo("no schedules")
@@ -521,8 +521,8 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         table = [
             [
                 s.name,
-                s.source.value,
-                s.trigger.describe(),
+                str(s.source),
+                s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
                 "yes" if s.enabled else "no",
                 _iso(s.next_run_at) if s.next_run_at else "-",
                 s.last_status or "-",
@@ -532,6 +532,10 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         ]
         header = ["NAME", "SOURCE", "TRIGGER", "ENABLED", "NEXT RUN", "LAST STATUS", "MISSED"]
         click.echo(_table(header, table))
+        damaged = [s for s in rows if isinstance(s, DamagedSchedule)]
+        if damaged:
+            click.echo(f"{len(damaged)} damaged schedule(s), not scheduled until repaired:")
+            click.echo("\n".join(f"  {d.name}: {d.describe()}" for d in damaged))
 
 
 @schedule.command("show")
@@ -545,8 +549,11 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
         app.publish()
         store = app.store
         sched = store.get(name)
-        upcoming = next_fire_times(sched, count, store.now())
         recent = store.executions(name=name, limit=10)
+        if isinstance(sched, DamagedSchedule):
+            _show_damaged(sched, recent, as_json=as_json)
+            return
+        upcoming = next_fire_times(sched, count, store.now())
         if as_json:
             data = schedule_to_json(sched)
             data["upcoming"] = [_iso(t) for t in upcoming]
@@ -692,7 +699,7 @@ def demo(ctx: click.Context, duration: float | None) -> None:
     with _app(ctx, fallback=DEMO_APP) as app:
         app.migrate()
         app.publish()
-        rows = app.store.list_schedules()
+        rows = [s for s in app.store.list_schedules() if isinstance(s, Schedule)]
         out = click.echo
         out(f"goatbeat demo: {obj.app_label} on {_info(app.store)}")
         out(
@@ -774,7 +781,38 @@ def schedule_to_json(s: Schedule) -> dict[str, Any]:
         "version": s.version,
         "created_at": _iso_or_none(s.created_at),
         "updated_at": _iso_or_none(s.updated_at),
+        "damaged": None,
     }
+
+
+def stored_to_json(s: Schedule | DamagedSchedule) -> dict[str, Any]:
+    """:func:`schedule_to_json`, or for a damaged row its state and ``damaged`` (column,
+    value, detail) with every definition column as stored."""
+    return schedule_to_json(s) if isinstance(s, Schedule) else s.to_dict()
+
+
+def _show_damaged(d: DamagedSchedule, recent: Sequence[Execution], *, as_json: bool) -> None:
+    if as_json:
+        data = d.to_dict()
+        data["upcoming"] = []
+        data["executions"] = [execution_to_json(e) for e in recent]
+        click.echo(json.dumps(data, indent=2))
+        return
+    state = "quarantined by the scheduler" if d.quarantined else "not scheduled"
+    lines = [
+        f"{d.name}  ({d.source}, {'enabled' if d.enabled else 'disabled'}) DAMAGED",
+        f"  damaged:    {d.describe()}",
+        f"  status:     {state} until repaired: save a valid definition (admin, import, "
+        "redeploy of a code schedule) or delete it",
+    ]
+    lines += [f"  {k + ':':<11} {json.dumps(v, default=str)}" for k, v in d.columns.items()]
+    lines.append(
+        f"  runs:       {d.total_run_count} claimed, {d.missed_count} missed, "
+        f"last {_iso(d.last_run_at) if d.last_run_at else '-'} ({d.last_status or 'never'})"
+    )
+    lines.append(f"recent executions: {len(recent) or 'none'}")
+    lines += [f"  {_iso(e.scheduled_at)}  {e.status.value}  {(e.error or '')[:60]}" for e in recent]
+    click.echo("\n".join(lines))
 
 
 def execution_to_json(e: Execution) -> dict[str, Any]:

@@ -45,6 +45,7 @@ EVENTS = frozenset(
         "schedule.published",
         "schedule.pruned",
         "schedule.run_requested",
+        "schedule.invalid",
     }
 )
 
