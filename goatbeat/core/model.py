@@ -53,6 +53,8 @@ class MisfirePolicy(enum.StrEnum):
     RUN_ONCE = "run_once"  # one run for everything missed, at the latest missed instant
     SKIP = "skip"  # none; resume at the next future occurrence
     RUN_ALL = "run_all"  # every missed occurrence in order, the latest catch_up_limit of them
+    # Whatever the policy, one catch-up never claims more than catch_up_limit occurrences
+    # (on-time ones included): see goatbeat.core.misfire.
 
 
 class ExecutionStatus(enum.StrEnum):
