@@ -204,3 +204,38 @@ def test_claiming_a_hand_damaged_sqlite_row_quarantines_it_and_claims_the_rest(
     [damaged] = result.quarantined
     assert (damaged.name, damaged.column, damaged.value) == ("edited-by-hand", "args", '{"a": 1}')
     store.close()
+
+
+def test_a_state_column_damaged_after_the_definition_was_cached_is_quarantined_too(
+    tmp_path: Path,
+) -> None:
+    # The claim path caches definitions by (id, version); a hand edit does not bump the version.
+    path = tmp_path / "goatbeat.db"
+    store = SQLiteStore(path)
+    store.migrate()
+    store.publish(
+        [
+            Schedule(
+                name="edited-by-hand", task="app.tasks.ping", trigger=IntervalTrigger(every=60)
+            ),
+            Schedule(name="good", task="app.tasks.ping", trigger=IntervalTrigger(every=60)),
+        ]
+    )
+    grant = store.acquire_lease("scheduler", "s1", timedelta(minutes=1))
+    assert grant is not None
+    first = store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + timedelta(days=365))
+    assert {o.schedule_name for o in first.occurrences} == {"edited-by-hand", "good"}
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE goatbeat_schedule SET last_run_at = 'yesterday' WHERE name = 'edited-by-hand'"
+        )
+    conn.close()
+    later = store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + timedelta(days=366))
+    assert {o.schedule_name for o in later.occurrences} == {"good"}
+    [damaged] = later.quarantined
+    assert (damaged.name, damaged.column, damaged.value) == (
+        "edited-by-hand",
+        "last_run_at",
+        "yesterday",
+    )
+    store.close()
