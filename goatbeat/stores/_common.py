@@ -964,7 +964,9 @@ def enabled_values(
             return None
         return {"enabled": False, "next_run_at": None, "last_status": row["last_status"]}
     schedule = schedule_from_row(row)
-    if row["enabled"] and not quarantined:
+    if row["enabled"] and not quarantined and row["next_run_at"] is not None:
+        # Already running. (An enabled row without next_run_at is recomputed: a quarantine
+        # whose mark a late submission outcome overwrote, or a trigger that has ended.)
         return None
     return {
         "enabled": True,

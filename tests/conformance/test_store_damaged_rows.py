@@ -227,3 +227,19 @@ def test_a_repair_landing_during_the_claim_wins_over_the_quarantine(backend: Bac
     repaired = editor.get("bad")
     assert isinstance(repaired, Schedule) and repaired.args == (2,)
     assert repaired.last_status is None and repaired.next_run_at is not None
+
+
+def test_enabling_schedules_a_quarantined_row_whose_mark_was_overwritten(
+    backend: Backend, store: ScheduleStore
+) -> None:
+    store.create(hourly("bad", source=Source.ADMIN))
+    write_raw(backend, store, "bad", args={"a": 1})
+    grant = lease(store)
+    assert store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + HOUR).quarantined
+    # An occurrence in flight when it was quarantined reports its outcome afterwards.
+    write_raw(backend, store, "bad", last_status="submitted", args=[1])
+
+    enabled = store.set_enabled("bad", True)
+
+    assert isinstance(enabled, Schedule) and enabled.next_run_at is not None
+    assert len(claim_all(store, grant, enabled.next_run_at)) == 1

@@ -325,3 +325,16 @@ def test_a_damaged_code_schedule_can_be_disabled_and_not_enabled(
     _publish()  # a redeploy rewrites a code schedule from its declaration
     repaired = store.get("ping")
     assert isinstance(repaired, Schedule) and repaired.enabled is False
+
+
+def test_a_damaged_schedule_can_be_deleted_from_the_admin(
+    superuser_client: Client, store: Any
+) -> None:
+    superuser_client.post(reverse("admin:goatbeat_schedule_add"), _add_form())
+    row = store.get("nightly-cleanup")
+    _damage("nightly-cleanup", headers='"x"')
+    url = reverse("admin:goatbeat_schedule_delete", args=[row.id])
+    assert superuser_client.get(url).status_code == 200
+    response = superuser_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not ScheduleRow.objects.filter(name="nightly-cleanup").exists()
