@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from goatbeat.core.clock import Clock
+from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption, short_repr
@@ -45,7 +45,7 @@ from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.store import PublishResult, ScheduleStore
 from goatbeat.core.submit import TaskSubmitter
-from goatbeat.core.timeutil import get_zone, parse_instant
+from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
     CronTrigger,
     IntervalTrigger,
@@ -136,8 +136,10 @@ def build_trigger(
     trigger: Trigger | None = None,
     timezone: str = "UTC",
     anchor: datetime | None = None,
+    allow_subsecond: bool = False,
 ) -> Trigger:
-    """Exactly one of ``cron=``, ``every=``, ``at=``, ``solar=``, ``trigger=`` -> a Trigger."""
+    """Exactly one of ``cron=``, ``every=``, ``at=``, ``solar=``, ``trigger=`` -> a Trigger.
+    ``allow_subsecond=True`` lets ``every=`` be shorter than 1 s (see IntervalTrigger)."""
     given = {
         name: value
         for name, value in (
@@ -156,12 +158,16 @@ def build_trigger(
             sorted(given),
             f"give exactly one of cron=, every=, at=, solar= (got {got})",
         )
+    if allow_subsecond and every is None:
+        raise InvalidSchedule(
+            "allow_subsecond", allow_subsecond, "only applies to an interval (every=)"
+        )
     if cron is not None:
         if not isinstance(cron, str):
             raise InvalidSchedule("cron", cron, f"{cron!r} is not a cron expression string")
         return CronTrigger(cron, timezone=timezone)
     if every is not None:
-        return IntervalTrigger(every, anchor=anchor)
+        return IntervalTrigger(every, anchor=anchor, allow_subsecond=allow_subsecond)
     if at is not None:
         return OnceTrigger(parse_instant(at, "at"))
     if solar is not None:
@@ -345,7 +351,12 @@ class Beat:
         ``max_backoff``), refused when the backend does not take them, stored with the headers;
         ``misfire="run_once"|"skip"|"run_all"``,
         ``misfire_grace="60s"``, ``catch_up_limit=100``; ``start_at=``, ``end_at=``;
-        ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``.
+        ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``;
+        ``allow_subsecond=True`` to accept ``every=`` shorter than 1 s (refused otherwise).
+
+        ``at=`` must be in the future when declared: an instant already past raises
+        ``InvalidSchedule`` naming the schedule (a one-off that has run can no longer be
+        declared: remove the declaration; its stored row and history stay).
 
         A Dramatiq actor is stored by its ``actor_name``, on its ``queue_name`` unless
         ``queue=`` names another.
@@ -389,6 +400,7 @@ class Beat:
         description: str = "",
         enabled: bool = True,
         one_off: bool = False,
+        allow_subsecond: bool = False,
     ) -> Schedule:
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
@@ -410,7 +422,10 @@ class Beat:
             timezone=zone,
             # An interval that starts at start_at fires at start_at, start_at + every, ...
             anchor=start,
+            allow_subsecond=allow_subsecond,
         )
+        if isinstance(built, OnceTrigger):
+            self._check_future(name, built)
         if expires is None:
             expires_s = None
         else:
@@ -449,6 +464,20 @@ class Beat:
         self.submitter.validate(schedule)
         self._declared[schedule.name] = schedule
         return schedule
+
+    def _check_future(self, name: str, trigger: OnceTrigger) -> None:
+        # A past instant would never fire (next_run_at has nothing after now): say so now
+        # rather than store a schedule that silently does nothing. Importers of celery's
+        # clocked schedules take another path, with celery's own meaning of a past one.
+        now = (self.clock or SystemClock()).now()
+        if trigger.at <= now:
+            raise InvalidSchedule(
+                "at",
+                trigger.at,
+                f"schedule {name!r}: the one-off instant {iso_z(trigger.at)} is already past "
+                f"(now {iso_z(now)}); declare a future instant, or remove the declaration of a "
+                "one-off that has run",
+            )
 
     def _with_options(
         self, task: str, headers: Mapping[str, Any] | None, options: Mapping[str, Any] | None

@@ -209,6 +209,12 @@ def _interval_trigger(
 ) -> Trigger:
     if every <= timedelta(0):
         raise UnsupportedSchedule(sched, f"the interval {every} is not positive")
+    if every < timedelta(seconds=1):
+        raise UnsupportedSchedule(
+            sched,
+            f"the interval {every.total_seconds():g} s is shorter than 1 s: goatbeat runs "
+            "sub-second intervals only when declared with allow_subsecond=True",
+        )
     anchor = None if last_run_at is None else to_utc(ensure_aware(last_run_at, "last_run_at"))
     if not relative:
         return IntervalTrigger(every, anchor=anchor)

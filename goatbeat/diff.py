@@ -25,7 +25,7 @@ from typing import Any
 
 from goatbeat.conversion import CELERY_BUGS
 from goatbeat.core.durations import format_duration
-from goatbeat.core.model import Schedule
+from goatbeat.core.model import DamagedSchedule, Schedule, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.importers import kombu_json
@@ -65,14 +65,14 @@ class FireDifference:
 @dataclass(slots=True, kw_only=True)
 class ScheduleDiff:
     name: str
-    status: str  # "equal", "different", "only_old", "only_new"
+    status: str  # "equal", "different", "only_old", "only_new", "damaged"
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     fire_times: list[FireDifference] = field(default_factory=list)
     fire_difference_count: int = 0
     notes: list[str] = field(default_factory=list)
 
     def differs(self, *, accept_known: bool = False) -> bool:
-        if self.status in ("only_old", "only_new") or self.fields:
+        if self.status in ("only_old", "only_new", "damaged") or self.fields:
             return True
         if accept_known:
             return any(not f.known for f in self.fire_times)
@@ -309,7 +309,7 @@ def _compare_one(
 
 def compute_diff(
     old: Sequence[SourceEntry],
-    new: Sequence[Schedule],
+    new: Sequence[StoredSchedule],
     *,
     start: datetime,
     horizon: timedelta = timedelta(days=30),
@@ -317,7 +317,7 @@ def compute_diff(
     accept_known: bool = False,
 ) -> DiffReport:
     """Compare celery's entries (``old``) with goatbeat's schedules (``new``) over
-    ``(start, start + horizon]``."""
+    ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``."""
     end = start + horizon
     by_name = {s.name: s for s in new}
     seen: set[str] = set()
@@ -329,6 +329,11 @@ def compute_diff(
             d = ScheduleDiff(name=entry.name, status="only_old")
             if entry.problem:
                 d.notes.append(f"the importer cannot convert it: {entry.problem}")
+            diffs.append(d)
+            continue
+        if isinstance(target, DamagedSchedule):
+            d = ScheduleDiff(name=entry.name, status="damaged")
+            d.notes.append(f"goatbeat's stored row is damaged: {target.describe()}")
             diffs.append(d)
             continue
         diffs.append(_compare_one(entry, target, start, end, max_instants))

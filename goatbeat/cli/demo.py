@@ -17,6 +17,7 @@ import click
 from goatbeat.cli.context import cli_context, open_app
 from goatbeat.cli.logs import quiet_cli_handlers
 from goatbeat.cli.output import iso, store_info, table
+from goatbeat.core.model import Schedule
 from goatbeat.core.observability import logger
 
 __all__ = ["DEMO_APP", "demo"]
@@ -79,7 +80,7 @@ def demo(ctx: click.Context, duration: float | None) -> None:
     with open_app(ctx, fallback=DEMO_APP) as app:
         app.migrate()
         app.publish()
-        rows = app.store.list_schedules()
+        rows = [s for s in app.store.list_schedules() if isinstance(s, Schedule)]
         out = click.echo
         out(f"goatbeat demo: {obj.app_label} on {store_info(app.store)}")
         out(

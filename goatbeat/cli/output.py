@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from goatbeat.core.model import Execution, Schedule
+from goatbeat.core.model import DamagedSchedule, Execution, Schedule
 from goatbeat.core.store import ScheduleStore
 
 __all__ = [
@@ -52,7 +52,14 @@ def schedule_to_json(s: Schedule) -> dict[str, Any]:
         "version": s.version,
         "created_at": iso_or_none(s.created_at),
         "updated_at": iso_or_none(s.updated_at),
+        "damaged": None,
     }
+
+
+def stored_to_json(s: Schedule | DamagedSchedule) -> dict[str, Any]:
+    """:func:`schedule_to_json`, or for a damaged row its state and ``damaged`` (column,
+    value, detail) with every definition column as stored."""
+    return schedule_to_json(s) if isinstance(s, Schedule) else s.to_dict()
 
 
 def execution_to_json(e: Execution) -> dict[str, Any]:

@@ -9,12 +9,19 @@ disables code schedules no longer declared, and never deletes.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import click
 
 from goatbeat.cli.context import open_app
-from goatbeat.cli.output import execution_to_json, iso, schedule_to_json, table
-from goatbeat.core.model import Execution, Schedule
+from goatbeat.cli.output import (
+    execution_to_json,
+    iso,
+    schedule_to_json,
+    stored_to_json,
+    table,
+)
+from goatbeat.core.model import DamagedSchedule, Execution, Schedule
 
 __all__ = ["schedule"]
 
@@ -28,12 +35,12 @@ def schedule() -> None:
 @click.option("--json", "as_json", is_flag=True, help="A JSON array with every field.")
 @click.pass_context
 def schedule_list(ctx: click.Context, as_json: bool) -> None:
-    """Publish code schedules, then list every schedule."""
+    """Publish code schedules, then list every schedule (damaged rows included, marked)."""
     with open_app(ctx) as app:
         app.publish()
         rows = app.store.list_schedules()
         if as_json:
-            click.echo(json.dumps([schedule_to_json(s) for s in rows], indent=2))
+            click.echo(json.dumps([stored_to_json(s) for s in rows], indent=2))
             return
         if not rows:
             click.echo("no schedules")
@@ -41,8 +48,8 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         cells = [
             [
                 s.name,
-                s.source.value,
-                s.trigger.describe(),
+                str(s.source),
+                s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
                 "yes" if s.enabled else "no",
                 iso(s.next_run_at) if s.next_run_at else "-",
                 s.last_status or "-",
@@ -52,6 +59,10 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         ]
         header = ["NAME", "SOURCE", "TRIGGER", "ENABLED", "NEXT RUN", "LAST STATUS", "MISSED"]
         click.echo(table(header, cells))
+        damaged = [s for s in rows if isinstance(s, DamagedSchedule)]
+        if damaged:
+            click.echo(f"{len(damaged)} damaged schedule(s), not scheduled until repaired:")
+            click.echo("\n".join(f"  {d.name}: {d.describe()}" for d in damaged))
 
 
 @schedule.command("show")
@@ -65,8 +76,11 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
         app.publish()
         store = app.store
         sched = store.get(name)
-        upcoming = sched.next_fire_times(count, store.now())
         recent = store.executions(name=name, limit=10)
+        if isinstance(sched, DamagedSchedule):
+            _show_damaged(sched, recent, as_json=as_json)
+            return
+        upcoming = sched.next_fire_times(count, store.now())
         if as_json:
             data = schedule_to_json(sched)
             data["upcoming"] = [iso(t) for t in upcoming]
@@ -153,3 +167,27 @@ def schedule_prune(ctx: click.Context) -> None:
             click.echo("disabled: " + ", ".join(names))
         else:
             click.echo("nothing to prune")
+
+
+def _show_damaged(d: DamagedSchedule, recent: Sequence[Execution], *, as_json: bool) -> None:
+    if as_json:
+        data = d.to_dict()
+        data["upcoming"] = []
+        data["executions"] = [execution_to_json(e) for e in recent]
+        click.echo(json.dumps(data, indent=2))
+        return
+    state = "quarantined by the scheduler" if d.quarantined else "not scheduled"
+    lines = [
+        f"{d.name}  ({d.source}, {'enabled' if d.enabled else 'disabled'}) DAMAGED",
+        f"  damaged:    {d.describe()}",
+        f"  status:     {state} until repaired: save a valid definition (admin, import, "
+        "redeploy of a code schedule) or delete it",
+    ]
+    lines += [f"  {k + ':':<11} {json.dumps(v, default=str)}" for k, v in d.columns.items()]
+    lines.append(
+        f"  runs:       {d.total_run_count} claimed, {d.missed_count} missed, "
+        f"last {iso(d.last_run_at) if d.last_run_at else '-'} ({d.last_status or 'never'})"
+    )
+    lines.append(f"recent executions: {len(recent) or 'none'}")
+    lines += [f"  {iso(e.scheduled_at)}  {e.status.value}  {(e.error or '')[:60]}" for e in recent]
+    click.echo("\n".join(lines))

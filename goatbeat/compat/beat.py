@@ -206,7 +206,7 @@ def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Sch
     published = {
         s.name: s.trigger
         for s in store.list_schedules(source=Source.CELERY)
-        if isinstance(s.trigger, IntervalTrigger)
+        if isinstance(s, Schedule) and isinstance(s.trigger, IntervalTrigger)
     }
     kept: list[Schedule] = []
     for schedule in schedules:

@@ -10,7 +10,9 @@ also inherits the builtin a caller would naturally catch::
     │   ├── InvalidDuration                 "30s", "1h30m", ...
     │   ├── InvalidCoordinate               latitude / longitude / solar event
     │   └── InvalidSchedule                 any other schedule field (args, name, misfire...)
-    │       └── UnsupportedOption           a routing option the submitter cannot honour
+    │       ├── UnsupportedOption           a routing option the submitter cannot honour
+    │       └── DamagedRow                  a stored row that cannot be read back; names the
+    │                                       schedule and the column
     ├── ConfigError (ValueError)            settings; carries every problem at once
     ├── NotFound (LookupError)
     │   └── ScheduleNotFound
@@ -83,6 +85,22 @@ class InvalidSchedule(InvalidValue):
 
 class UnsupportedOption(InvalidSchedule):
     """A schedule option (priority, exchange, ...) the configured submitter cannot honour."""
+
+
+class DamagedRow(InvalidSchedule):
+    """A stored schedule row that cannot be decoded: damaged behind goatbeat's back (a
+    hand-edited column, a restored dump, a bug). ``field`` is the column, ``value`` what it
+    holds, ``schedule`` the row's name, ``detail`` what is wrong with the value."""
+
+    def __init__(self, schedule: Any, column: str, value: Any, detail: str) -> None:
+        self.schedule = schedule
+        self.column = column
+        self.detail = detail
+        super().__init__(
+            column,
+            value,
+            f"stored schedule {short_repr(schedule)} has a damaged {column} column: {detail}",
+        )
 
 
 class ConfigError(GoatbeatError, ValueError):

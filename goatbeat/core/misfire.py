@@ -1,13 +1,19 @@
 """Misfire planning: turn "it was due at T, it is now T + 3 h" into the occurrences to claim.
 
 :func:`plan` is a pure function of a schedule and ``now``. An occurrence is *late* when
-``now - scheduled_at > misfire_grace``; on-time occurrences are always claimed, late ones are
-handled by the schedule's :class:`~goatbeat.core.model.MisfirePolicy`:
+``now - scheduled_at > misfire_grace``; on-time occurrences are claimed, late ones are handled
+by the schedule's :class:`~goatbeat.core.model.MisfirePolicy`:
 
 - ``run_once`` (default, like celery beat): if nothing on time is due, one run at the latest
   late instant; if something on time is due, that run stands for the late ones.
 - ``skip``: none; resume at the next future occurrence.
 - ``run_all``: every late occurrence in order, the most recent ``catch_up_limit`` of them.
+
+``catch_up_limit`` caps every plan, whatever the policy and however long the grace: a plan
+never claims more than the most recent ``catch_up_limit`` instants, on time or late (a
+per-second schedule with a 10-minute grace stopped for 3 minutes claims 100, not 180). A plan
+covers everything owed since the last claim (the claim moves ``next_run_at`` past ``now``), so
+the cap holds per outage, across iterations and across a change of leader alike.
 
 Instants before ``start_at`` or after ``end_at`` are not occurrences at all. What the policy
 drops is counted (exactly when that is cheap, else as a lower bound) so the store can record it
@@ -80,13 +86,14 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
     horizon = now + _TICK  # on-time instants are <= now
 
     keep = 0
+    cap = schedule.catch_up_limit
     on_first = first if first >= cutoff else _first_at_or_after(trigger, cutoff, end)
     on_time = _Tail.empty()
     if on_first is not None and on_first < horizon:
-        on_time = _tail(trigger, on_first, horizon, ON_TIME_CAP, end)
+        on_time = _tail(trigger, on_first, horizon, min(cap, ON_TIME_CAP), end)
     if first < cutoff:
         if schedule.misfire is MisfirePolicy.RUN_ALL:
-            keep = schedule.catch_up_limit
+            keep = cap - len(on_time.kept)  # the cap counts the on-time runs too
         elif schedule.misfire is MisfirePolicy.RUN_ONCE and not on_time.kept:
             keep = 1
         late = _tail(trigger, first, cutoff, keep, end)

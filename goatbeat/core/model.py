@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from goatbeat.core.errors import InvalidSchedule, short_repr
+from goatbeat.core.errors import DamagedRow, InvalidSchedule, short_repr
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.core.triggers import Trigger
 
@@ -26,6 +26,9 @@ __all__ = [
     "Source",
     "Routing",
     "Schedule",
+    "DamagedSchedule",
+    "StoredSchedule",
+    "SCHEDULE_INVALID",
     "Occurrence",
     "Execution",
     "LeaseGrant",
@@ -38,6 +41,10 @@ __all__ = [
 MAX_NAME_LENGTH = 200
 DEFAULT_MISFIRE_GRACE = timedelta(seconds=60)
 DEFAULT_CATCH_UP_LIMIT = 100
+SCHEDULE_INVALID = "invalid"
+"""``last_status`` of a schedule the scheduler quarantined: its stored row cannot be decoded,
+so it is not scheduled (``next_run_at`` cleared) until the row is repaired (see
+:class:`DamagedSchedule`)."""
 
 
 class MisfirePolicy(enum.StrEnum):
@@ -46,6 +53,8 @@ class MisfirePolicy(enum.StrEnum):
     RUN_ONCE = "run_once"  # one run for everything missed, at the latest missed instant
     SKIP = "skip"  # none; resume at the next future occurrence
     RUN_ALL = "run_all"  # every missed occurrence in order, the latest catch_up_limit of them
+    # Whatever the policy, one catch-up never claims more than catch_up_limit occurrences
+    # (on-time ones included): see goatbeat.core.misfire.
 
 
 class ExecutionStatus(enum.StrEnum):
@@ -411,6 +420,104 @@ class Schedule:
 _SCHEDULE_FIELDS = Schedule.__slots__
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DamagedSchedule:
+    """A stored schedule row that cannot be decoded into a :class:`Schedule`.
+
+    What the stores return for such a row from ``get`` and ``list_schedules`` instead of
+    raising, so one damaged row never hides the others. ``column`` names the first column that
+    cannot be read, ``value`` is what it holds and ``detail`` what is wrong with it. The state
+    fields are read as far as they can be (None or 0 where they cannot); ``columns`` holds every
+    definition column as stored, in a JSON-able form, for ``schedule show`` and the admin.
+
+    The scheduler never runs such a row: it quarantines it when it comes due (``last_status``
+    :data:`SCHEDULE_INVALID`, ``next_run_at`` cleared, event ``schedule.invalid``). Editing it
+    through the store (admin, ``update``, a republish of a code or imported schedule) writes a
+    valid definition and schedules it again from now; so does ``set_enabled(name, True)``
+    once the column was repaired by hand."""
+
+    name: str
+    column: str
+    value: Any
+    detail: str
+    id: int | None = None
+    source: str = ""
+    task: str = ""
+    description: str = ""
+    enabled: bool = False
+    next_run_at: datetime | None = None
+    last_run_at: datetime | None = None
+    last_status: str | None = None
+    total_run_count: int = 0
+    missed_count: int = 0
+    version: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    columns: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def error(self) -> DamagedRow:
+        """The error naming the schedule and the column, as the claim path raises it."""
+        return DamagedRow(self.name, self.column, self.value, self.detail)
+
+    @property
+    def quarantined(self) -> bool:
+        """Whether the scheduler has already taken it out of scheduling."""
+        return self.last_status == SCHEDULE_INVALID
+
+    def describe(self) -> str:
+        """``"args column holds {'a': 1}: {'a': 1} is not a JSON array"``."""
+        return f"{self.column} column holds {short_repr(self.value)}: {self.detail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: identity, state, and ``damaged`` (column, value, detail)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "source": self.source,
+            "task": self.task,
+            "description": self.description,
+            "enabled": self.enabled,
+            "next_run_at": _iso_or_none(self.next_run_at),
+            "last_run_at": _iso_or_none(self.last_run_at),
+            "last_status": self.last_status,
+            "total_run_count": self.total_run_count,
+            "missed_count": self.missed_count,
+            "version": self.version,
+            "created_at": _iso_or_none(self.created_at),
+            "updated_at": _iso_or_none(self.updated_at),
+            "damaged": {
+                "column": self.column,
+                "value": json_safe(self.value),
+                "detail": self.detail,
+            },
+            "columns": {k: json_safe(v) for k, v in self.columns.items()},
+        }
+
+
+StoredSchedule = Schedule | DamagedSchedule
+"""What reading a stored schedule gives: a Schedule, or a DamagedSchedule naming what is wrong."""
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` if it survives a strict JSON round trip, its ISO form for an instant, else a
+    bounded repr: stored values shown to an operator may be anything."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if _json_problem(value) is None:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            return value
+    return short_repr(value)
+
+
+def _iso_or_none(value: datetime | None) -> str | None:
+    return None if value is None else iso_z(value)
+
+
 def idempotency_key(name: str, scheduled_at: datetime) -> str:
     """``<name>:<scheduled_at UTC ISO-8601 Z>``, unique per occurrence in the executions table."""
     return f"{name}:{iso_z(scheduled_at)}"
@@ -492,3 +599,6 @@ class ClaimResult:
     conflicts: int = 0  # schedules skipped because a concurrent edit won the compare-and-set
     missed: int = 0  # occurrences dropped by misfire policies in this batch
     schedules_seen: int = 0
+    quarantined: list[DamagedSchedule] = field(default_factory=list)
+    """Due rows that could not be decoded, taken out of scheduling by this claim (each is
+    reported once: a quarantined row is no longer due)."""

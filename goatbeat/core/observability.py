@@ -48,6 +48,7 @@ EVENTS = frozenset(
         "store.frozen",
         "delivery.skipped",
         "delivery.error",
+        "schedule.invalid",
     }
 )
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
-from goatbeat.core.errors import StoreError
+from goatbeat.core.errors import StoreError, short_repr
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import ClaimResult, LeaseGrant, Occurrence
 from goatbeat.core.observability import log_event, logger
@@ -481,6 +481,17 @@ class Scheduler:
     def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: _Tally) -> None:
         occurrences = result.occurrences
         tally.claimed += len(occurrences)
+        for damaged in result.quarantined:
+            # Once per damage: a quarantined row is no longer due until it is repaired.
+            log_event(
+                "schedule.invalid",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                schedule=damaged.name,
+                column=damaged.column,
+                value=short_repr(damaged.value),
+                error=damaged.detail,
+            )
         if result.missed:
             tally.missed += result.missed
             log_event(

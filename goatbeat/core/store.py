@@ -12,6 +12,16 @@ passes ``now`` explicitly (tests, replay tools).
 Errors. Validation happens before anything is written: a bad schedule raises an
 ``InvalidValue`` subclass and the store is unchanged. Lost connections raise ``StoreError``;
 the next call may reconnect.
+
+Damaged rows. A stored row that cannot be decoded (edited by hand, restored from a bad dump:
+an unknown trigger kind or zone, args that are not a JSON array, ``catch_up_limit`` 0 ...)
+never stops the others. Reading it (``get``, ``list_schedules``) gives a
+:class:`~goatbeat.core.model.DamagedSchedule` naming the column; a claim quarantines it
+(``last_status`` ``'invalid'``, ``next_run_at`` NULL, version bumped, reported in
+``ClaimResult.quarantined``) and claims the rest; ``pending`` ends its claimed executions as
+``submit_failed``; ``request_run`` and enabling it raise ``DamagedRow``. Writing a valid
+definition over it (``update``, ``publish``) or enabling it once repaired by hand schedules it
+again from now.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from goatbeat.core.model import (
     Occurrence,
     Schedule,
     Source,
+    StoredSchedule,
     SubmitOutcome,
 )
 
@@ -79,7 +90,8 @@ class ScheduleStore(Protocol):
           goatbeat run is the one celery would have made next) else the store's now.
         - Existing row of the same ``source`` whose ``definition()`` differs: definition replaced,
           ``next_run_at`` recomputed from the store's now, ``version`` bumped.
-        - Same definition: untouched (no version bump, no write).
+        - Same definition: untouched (no version bump, no write), unless the row was
+          quarantined as damaged: then it is rewritten and scheduled again from now.
         - The row's ``enabled`` flag is NEVER changed by publish (an operator's toggle survives
           redeploys); a new row takes ``schedule.enabled``.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
@@ -101,15 +113,17 @@ class ScheduleStore(Protocol):
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
         """Replace the definition and ``enabled`` of the row named ``schedule.name``.
 
-        ``next_run_at`` is recomputed from now when the definition changed or the schedule was
-        re-enabled. With ``expected_version``, a row whose version differs raises
+        ``next_run_at`` is recomputed from now when the definition changed, the schedule was
+        re-enabled, or it had been quarantined as damaged (``last_status`` is then cleared). With ``expected_version``, a row whose version differs raises
         ``ConflictError`` and nothing is written. Bumps ``version``. ``ScheduleNotFound`` if absent.
         Touches: that row."""
         ...
 
-    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+    def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         """Enable or disable one schedule (allowed for every source, code included). Enabling
-        recomputes ``next_run_at`` from now; disabling clears it. Bumps version. Notifies."""
+        recomputes ``next_run_at`` from now; disabling clears it. Bumps version. Notifies.
+        A damaged row can be disabled; enabling it raises ``DamagedRow`` until it is repaired,
+        and enabling a quarantined row that was repaired by hand schedules it again."""
         ...
 
     def delete(self, name: str) -> None:
@@ -118,12 +132,14 @@ class ScheduleStore(Protocol):
         since nothing can submit them any more. ``ScheduleNotFound`` if absent."""
         ...
 
-    def get(self, name: str) -> Schedule:
-        """One schedule by name; ``ScheduleNotFound`` if absent."""
+    def get(self, name: str) -> StoredSchedule:
+        """One schedule by name (a DamagedSchedule for a row that cannot be decoded);
+        ``ScheduleNotFound`` if absent."""
         ...
 
-    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
-        """Every schedule (optionally of one source), ordered by name."""
+    def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
+        """Every schedule (optionally of one source), ordered by name; a row that cannot be
+        decoded comes as a DamagedSchedule naming the column, never as an error."""
         ...
 
     # -- the lease ------------------------------------------------------------------------------
@@ -167,7 +183,9 @@ class ScheduleStore(Protocol):
            clock, row-locked (``FOR SHARE``). Otherwise return ``ClaimResult(refused=True)``
            having written nothing.
         2. Read enabled schedules with ``next_run_at <= now`` ordered by ``next_run_at``,
-           at most ``limit``; plan each with :func:`goatbeat.core.misfire.plan`.
+           at most ``limit``; plan each with :func:`goatbeat.core.misfire.plan`. A row that
+           cannot be decoded is quarantined instead (compare-and-set on version): ``next_run_at``
+           NULL, ``last_status='invalid'``, ``version+1``; it is returned in ``quarantined``.
         3. Advance each with compare-and-set: ``next_run_at``, ``last_run_at`` (latest planned
            instant), ``last_status='claimed'``, ``total_run_count``, ``missed_count``,
            ``version+1`` WHERE ``version`` = the version read. A row changed meanwhile is
@@ -176,13 +194,16 @@ class ScheduleStore(Protocol):
         4. Insert one execution per planned instant for the rows advanced: status ``claimed``,
            key :func:`~goatbeat.core.model.idempotency_key`, the fencing token, scheduler id,
            ``ON CONFLICT (idempotency_key) DO NOTHING``. Only inserted rows become occurrences.
-        Touches: due schedule rows, new execution rows."""
+        Touches: due schedule rows, new execution rows.
+        ``schedules_seen`` counts every due row read, damaged ones included."""
         ...
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         """Executions in status ``claimed`` (left by a crash between claim and bookkeeping, or
         manual run requests), oldest first, as occurrences to (re)submit, leaving out the
-        execution ids in ``exclude`` (rows the caller is backing off from). Read-only."""
+        execution ids in ``exclude`` (rows the caller is backing off from). Read-only, except
+        that a row whose schedule cannot be decoded becomes ``submit_failed`` with the reason
+        (nothing could ever submit it) instead of being returned."""
         ...
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
@@ -205,7 +226,8 @@ class ScheduleStore(Protocol):
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         """Ask for an extra run of ``name`` now: inserts a ``manual`` execution in status
         ``claimed`` with key :func:`~goatbeat.core.model.manual_key` and notifies; the leader
-        submits it through :meth:`pending`. ``ScheduleNotFound`` if absent."""
+        submits it through :meth:`pending`. ``ScheduleNotFound`` if absent; ``DamagedRow`` if
+        its row cannot be decoded."""
         ...
 
     def executions(

@@ -67,13 +67,25 @@ class IntervalTrigger:
 
     Elapsed time ignores DST and time zones entirely. Without an ``anchor`` the grid is
     aligned on the Unix epoch, so every replica and every restart computes the same instants
-    (``every="5m"`` fires at :00, :05, ... UTC)."""
+    (``every="5m"`` fires at :00, :05, ... UTC).
+
+    ``every`` must be at least 1 s: a shorter interval is almost always a unit mistake
+    (``every=0.5`` meant as minutes), and each occurrence costs a claim, a submission and an
+    execution row. ``allow_subsecond=True`` says it is meant (down to 1 ms); it is kept in the
+    spec (``"allow_subsecond": true``) so the stored schedule reads back the same."""
 
     kind: ClassVar[str] = "interval"
     every: timedelta
     anchor: datetime | None = field(default=None, kw_only=True)
+    allow_subsecond: bool = field(default=False, kw_only=True)
 
-    def __init__(self, every: timedelta | str | float, *, anchor: datetime | None = None) -> None:
+    def __init__(
+        self,
+        every: timedelta | str | float,
+        *,
+        anchor: datetime | None = None,
+        allow_subsecond: bool = False,
+    ) -> None:
         if isinstance(every, str):
             every_td = parse_duration(every, field="every")
         elif isinstance(every, timedelta):
@@ -97,7 +109,25 @@ class IntervalTrigger:
             )
         if every_td < timedelta(milliseconds=1):
             raise InvalidSchedule("every", every, f"{short_repr(every)} is shorter than 1 ms")
+        if not isinstance(allow_subsecond, bool):
+            raise InvalidSchedule(
+                "allow_subsecond",
+                allow_subsecond,
+                f"{short_repr(allow_subsecond)} is not True or False",
+            )
+        subsecond = every_td < timedelta(seconds=1)
+        if subsecond and not allow_subsecond:
+            seconds = f"{every_td.total_seconds():g} s"
+            given = seconds if isinstance(every, (int, float)) else f"{every!r} ({seconds})"
+            raise InvalidSchedule(
+                "every",
+                every,
+                f"{given} is shorter than 1 s; pass allow_subsecond=True if a sub-second "
+                "interval is really meant",
+            )
         object.__setattr__(self, "every", every_td)
+        # Only meaningful below 1 s: "5s" with or without the flag is the same trigger.
+        object.__setattr__(self, "allow_subsecond", subsecond)
         object.__setattr__(
             self,
             "anchor",
@@ -120,11 +150,14 @@ class IntervalTrigger:
             return None
 
     def to_spec(self) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "kind": self.kind,
             "every": self.every.total_seconds(),
             "anchor": None if self.anchor is None else self.anchor.isoformat(),
         }
+        if self.allow_subsecond:
+            spec["allow_subsecond"] = True
+        return spec
 
     def describe(self) -> str:
         from goatbeat.core.durations import format_duration
@@ -254,6 +287,7 @@ def trigger_from_spec(spec: Mapping[str, Any]) -> Trigger:
             return IntervalTrigger(
                 spec["every"],
                 anchor=None if anchor is None else parse_instant(anchor, "anchor"),
+                allow_subsecond=spec.get("allow_subsecond", False),
             )
         if kind == "once":
             return OnceTrigger(parse_instant(spec["at"], "at"))

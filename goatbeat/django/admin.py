@@ -23,7 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
-from goatbeat.core.model import Schedule, Source
+from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.django.forms import ROUTING_FIELDS, EnabledOnlyForm, ScheduleForm, describe_trigger
 from goatbeat.django.models import Execution as ExecutionRow
 from goatbeat.django.models import Schedule as ScheduleRow
@@ -96,6 +96,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "last_status",
         "last_run_at",
         "missed_count",
+        "damage",
     )
     list_filter = ("enabled", "source", "last_status", "misfire_policy")
     search_fields = ("name", "task", "description")
@@ -104,6 +105,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     inlines = (RecentExecutionInline,)
     change_form_template = "admin/goatbeat/schedule/change_form.html"
     _state_fields = (
+        "damage",
         "source",
         "next_run_at",
         "last_run_at",
@@ -141,6 +143,19 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def trigger_description(self, obj: ScheduleRow) -> str:
         return describe_trigger(obj.trigger)
 
+    @admin.display(description="damaged")  # type: ignore[untyped-decorator]
+    def damage(self, obj: ScheduleRow) -> str:
+        """Empty for a sound row; for one that cannot be decoded, the column and what is
+        wrong (the scheduler does not run it until it is saved with valid values)."""
+        if obj.pk is None:
+            return ""
+        stored = obj.read()
+        if not isinstance(stored, DamagedSchedule):
+            return ""
+        return format_html(  # type: ignore[no-any-return]
+            '<strong class="goatbeat-damaged">damaged</strong> {}', stored.describe()
+        )
+
     @admin.display(description=f"next {UPCOMING_COUNT} fire times")  # type: ignore[untyped-decorator]
     def upcoming(self, obj: ScheduleRow) -> str:
         if obj.pk is None:
@@ -149,6 +164,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             schedule = _store().get(obj.name)
         except (ScheduleNotFound, InvalidValue) as exc:
             return str(exc)
+        if isinstance(schedule, DamagedSchedule):
+            return "none: the stored row is damaged"
         if not schedule.enabled:
             return "disabled"
         times = schedule.next_fire_times(UPCOMING_COUNT, datetime.now(UTC))
@@ -248,7 +265,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def save_model(self, request: HttpRequest, obj: ScheduleRow, form: Any, change: bool) -> None:
         store = _store()
         if self.is_code(obj) or getattr(form, "schedule", None) is None:
-            stored: Schedule = store.set_enabled(obj.name, bool(form.cleaned_data["enabled"]))
+            stored: Schedule | DamagedSchedule = store.set_enabled(
+                obj.name, bool(form.cleaned_data["enabled"])
+            )
         elif change:
             stored = store.update(form.schedule)
         else:
@@ -289,9 +308,14 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Any], enabled: bool) -> None:
         self._require_change(request)
         store = _store()
-        names = list(queryset.values_list("name", flat=True))
-        for name in names:
-            store.set_enabled(name, enabled)
+        names = []
+        for name in queryset.values_list("name", flat=True):
+            try:
+                store.set_enabled(name, enabled)
+            except GoatbeatError as exc:  # a damaged row cannot be enabled until repaired
+                self.message_user(request, f"{name}: {exc}", level=messages.ERROR)
+                continue
+            names.append(name)
         verb = "enabled" if enabled else "disabled"
         self.message_user(request, f"{len(names)} schedule(s) {verb}: {', '.join(names)}")
 

@@ -17,7 +17,7 @@ from django.core.exceptions import ValidationError
 from goatbeat.beat import build_trigger
 from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import InvalidValue, ScheduleNotFound
-from goatbeat.core.model import MisfirePolicy, Routing, Schedule, Source
+from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Routing, Schedule, Source
 from goatbeat.core.triggers import trigger_from_spec
 from goatbeat.django.models import Schedule as ScheduleRow
 
@@ -103,16 +103,15 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             self.fields["timezone"].initial = conf.get().core.timezone
             self.fields["misfire_policy"].initial = MisfirePolicy.RUN_ONCE.value
         else:
-            spec = dict(instance.trigger or {})
+            # The stored row may be damaged: show what can be shown, so it can be repaired.
+            spec = instance.trigger if isinstance(instance.trigger, dict) else {}
             kind = spec.get("kind")
             if kind == "cron":
-                self.initial.update(trigger_kind="cron", cron=spec.get("expression", ""))
+                self.initial.update(trigger_kind="cron", cron=str(spec.get("expression", "")))
             elif kind == "interval":
-                every = timedelta(seconds=float(spec.get("every", 0)))
-                self.initial.update(trigger_kind="interval", every=format_duration(every))
-            self.initial["grace"] = format_duration(
-                timedelta(seconds=float(instance.misfire_grace))
-            )
+                every = _duration_text(spec.get("every"))
+                self.initial.update(trigger_kind="interval", every=every)
+            self.initial["grace"] = _duration_text(instance.misfire_grace)
         for name in ("args", "kwargs", "headers"):
             if name in self.fields:
                 self.fields[name].required = False
@@ -191,7 +190,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             ),
             misfire=data.get("misfire_policy") or MisfirePolicy.RUN_ONCE.value,  # type: ignore[arg-type]
             misfire_grace=parse_duration(data.get("grace") or "60s", field="misfire_grace"),
-            catch_up_limit=data.get("catch_up_limit") or 100,
+            catch_up_limit=100 if data.get("catch_up_limit") is None else data["catch_up_limit"],
             start_at=data.get("start_at"),
             end_at=data.get("end_at"),
             one_off=bool(data.get("one_off")),
@@ -215,9 +214,30 @@ class EnabledOnlyForm(forms.ModelForm):  # type: ignore[misc]
 
     schedule: Schedule | None = None
 
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean()
+        if cleaned.get("enabled") and self.instance.pk is not None:
+            stored = self.instance.read()
+            if isinstance(stored, DamagedSchedule):
+                self.add_error(
+                    "enabled",
+                    ValidationError(
+                        f"the stored row is damaged ({stored.describe()}): it runs again once "
+                        "its code is redeployed (the publish rewrites it); it can be disabled"
+                    ),
+                )
+        return cleaned
+
     def save(self, commit: bool = True) -> ScheduleRow:
         instance: ScheduleRow = self.instance
         return instance
+
+
+def _duration_text(seconds: Any) -> str:
+    try:
+        return format_duration(timedelta(seconds=float(seconds)))
+    except (TypeError, ValueError, OverflowError):
+        return str(seconds)  # a damaged value: shown as stored, refused on save
 
 
 def describe_trigger(spec: Any, timezone: str | None = None) -> str:

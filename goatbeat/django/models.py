@@ -12,7 +12,13 @@ from typing import Any
 
 from django.db import models
 
-from goatbeat.core.model import ExecutionKind, ExecutionStatus, MisfirePolicy, Source
+from goatbeat.core.model import (
+    ExecutionKind,
+    ExecutionStatus,
+    MisfirePolicy,
+    Source,
+    StoredSchedule,
+)
 
 __all__ = ["Schedule", "Execution", "Lease", "Delivery", "TaskKey"]
 
@@ -61,6 +67,13 @@ class Schedule(models.Model):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return str(self.name)
+
+    def read(self) -> StoredSchedule:
+        """This row as the store reads it: a core Schedule, or a DamagedSchedule naming the
+        column that cannot be decoded (a row edited by hand behind goatbeat's back)."""
+        from goatbeat.stores._common import read_schedule
+
+        return read_schedule({f.attname: getattr(self, f.attname) for f in self._meta.fields})
 
 
 class Execution(models.Model):  # type: ignore[misc]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue
-from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, Schedule, Source
+from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, DamagedSchedule, Schedule, Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, Trigger
@@ -167,11 +167,11 @@ def plan_import(store: ScheduleStore, entries: Sequence[SourceEntry]) -> _Plan:
                 (
                     sched.name,
                     f"a goatbeat schedule of that name already exists with source "
-                    f"{row.source.value!r}; rename one of them",
+                    f"{str(row.source)!r}; rename one of them",
                 )
             )
-        elif row.definition() != sched.definition():
-            update.append(sched)
+        elif isinstance(row, DamagedSchedule) or row.definition() != sched.definition():
+            update.append(sched)  # a damaged row is repaired by writing the import over it
         elif _needs_refresh(row, sched):
             refresh.append(sched)
         else:

@@ -10,20 +10,23 @@ decided once, here, so the three stores cannot drift apart.
 from __future__ import annotations
 
 import json
+import math
 import operator
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from goatbeat.core.errors import InvalidSchedule, InvalidValue, short_repr
+from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.misfire import Plan
 from goatbeat.core.model import (
     MAX_NAME_LENGTH,
+    SCHEDULE_INVALID,
+    DamagedSchedule,
     Execution,
     ExecutionKind,
     ExecutionStatus,
@@ -32,8 +35,10 @@ from goatbeat.core.model import (
     Routing,
     Schedule,
     Source,
+    StoredSchedule,
     idempotency_key,
 )
+from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
 __all__ = [
@@ -46,9 +51,14 @@ __all__ = [
     "definition_of",
     "row_definition",
     "schedule_from_row",
+    "read_schedule",
+    "damaged_schedule",
     "trusted_schedule_from_row",
+    "decode_due",
+    "enabled_values",
     "execution_from_row",
     "occurrence_from_row",
+    "decode_pending",
     "ClaimPlan",
     "plan_batch",
     "validate_payload",
@@ -220,12 +230,15 @@ def definition_of(schedule: Schedule, *, spec: Any = None) -> dict[str, Any]:
 def row_definition(row: Mapping[str, Any]) -> dict[str, Any]:
     """The definition columns of a stored row, comparable with :func:`definition_of`."""
     out = {name: row[name] for name in DEFINITION_COLUMNS}
-    out["start_at"] = utc(out["start_at"])
-    out["end_at"] = utc(out["end_at"])
-    out["one_off"] = bool(out["one_off"])
-    out["misfire_grace"] = float(out["misfire_grace"])
-    if out["expires"] is not None:
-        out["expires"] = float(out["expires"])
+    try:
+        out["start_at"] = utc(out["start_at"])
+        out["end_at"] = utc(out["end_at"])
+        out["one_off"] = bool(out["one_off"])
+        out["misfire_grace"] = float(out["misfire_grace"])
+        if out["expires"] is not None:
+            out["expires"] = float(out["expires"])
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        pass  # a damaged row: its raw value differs from any valid definition's
     return out
 
 
@@ -282,131 +295,266 @@ def trigger_of(spec: Any) -> Trigger:
     return _trigger_from_text(json.dumps(spec, sort_keys=True))
 
 
-def _json(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    # Most schedules have no args, kwargs or headers: skip the decoder for the empty ones.
-    if value == "[]":
-        return []
-    if value == "{}":
-        return {}
-    return json.loads(value)
+def _json(value: Any, text: bool, want: type, what: str) -> Any:
+    """A JSON column's value, which must be a ``want``. With ``text`` the column came as JSON
+    text (the claim path's rows); otherwise it is decoded already, and a string is a JSON
+    string: never what an args, kwargs or headers column may hold."""
+    if text and isinstance(value, str):
+        # Most schedules have no args, kwargs or headers: skip the decoder for the empty ones.
+        if value == "[]":
+            value = []
+        elif value == "{}":
+            value = {}
+        else:
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise _Bad(f"{short_repr(value)} is not JSON") from None
+    if type(value) is not want:
+        raise _Bad(f"{short_repr(value)} is not {what}")
+    return value
 
 
-def schedule_from_row(row: Mapping[str, Any]) -> Schedule:
-    """Rebuild a Schedule (definition and state) from a stored row. JSON columns may be
-    decoded already or still text."""
-    expires = row["expires"]
-    return Schedule(
-        name=row["name"],
-        task=row["task"],
-        trigger=trigger_of(row["trigger"]),
-        args=tuple(_json(row["args"])),
-        kwargs=_json(row["kwargs"]),
-        routing=Routing(
-            queue=row["queue"],
-            exchange=row["exchange"],
-            routing_key=row["routing_key"],
-            priority=row["priority"],
-            expires=None if expires is None else float(expires),
-            headers=_json(row["headers"]) or {},
-        ),
-        misfire=MisfirePolicy(row["misfire_policy"]),
-        misfire_grace=timedelta(seconds=float(row["misfire_grace"])),
-        catch_up_limit=int(row["catch_up_limit"]),
-        start_at=row["start_at"],
-        end_at=row["end_at"],
-        one_off=bool(row["one_off"]),
-        description=row["description"],
-        source=Source(row["source"]),
-        enabled=bool(row["enabled"]),
-        id=int(row["id"]),
-        next_run_at=row["next_run_at"],
-        last_run_at=row["last_run_at"],
-        last_status=row["last_status"],
-        total_run_count=int(row["total_run_count"]),
-        missed_count=int(row["missed_count"]),
-        version=int(row["version"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )
+def schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False) -> Schedule:
+    """Rebuild a Schedule (definition and state) from a stored row, validating every field as a
+    declaration would. JSON columns come decoded, or as JSON text with ``json_text``.
 
+    A row that cannot be decoded raises :class:`~goatbeat.core.errors.DamagedRow` naming the
+    schedule and the column; :func:`read_schedule` returns a DamagedSchedule instead."""
+    trusted = trusted_schedule_from_row(row, json_text=json_text)
+    try:
+        # The constructors' own validation, on the decoded values.
+        Routing(**trusted.routing.to_dict())
+        return replace(trusted)
+    except InvalidValue as exc:
+        column = _COLUMN_OF_FIELD.get(exc.field, exc.field)
+        raise DamagedRow(row.get("name"), column, row.get(column, exc.value), exc.reason) from None
+
+
+def read_schedule(row: Mapping[str, Any]) -> StoredSchedule:
+    """:func:`schedule_from_row`, or a :class:`DamagedSchedule` for a row it cannot decode:
+    what ``get`` and ``list_schedules`` return, so one damaged row never hides the others."""
+    try:
+        return schedule_from_row(row)
+    except DamagedRow as exc:
+        return damaged_schedule(row, exc)
+
+
+# Schedule field -> the column that stores it, where the names differ.
+_COLUMN_OF_FIELD = {"misfire": "misfire_policy", "routing": "headers"}
 
 _TRUSTED_TIMES = ("start_at", "end_at", "next_run_at", "last_run_at", "created_at", "updated_at")
+_COUNTERS = ("total_run_count", "missed_count", "version")
+_MAX_CATCH_UP = 100_000
 
 
-def trusted_schedule_from_row(row: Mapping[str, Any]) -> Schedule:
-    """:func:`schedule_from_row` for the claim path, without re-validating the definition.
+class _Bad(Exception):
+    """One column's problem, turned into DamagedRow by the caller that knows the column."""
+
+
+def _check_routing_text(value: Any) -> Any:
+    if value is not None and (type(value) is not str or not value):
+        raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
+    return value
+
+
+def _check_priority(value: Any) -> Any:
+    if value is None:
+        return None
+    if type(value) is not int or not -100 <= value <= 255:
+        raise _Bad(f"{short_repr(value)} is not an integer in -100..255")
+    return value
+
+
+def _check_expires(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, str)):
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise _Bad(f"{short_repr(value)} must be a finite number of seconds > 0")
+    return seconds
+
+
+def _check_grace(value: Any) -> timedelta:
+    if isinstance(value, (bool, str)):
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _Bad(f"{short_repr(value)} must be a finite number of seconds >= 0")
+    return timedelta(seconds=seconds)
+
+
+def _check_catch_up(value: Any) -> int:
+    if type(value) is not int or not 1 <= value <= _MAX_CATCH_UP:
+        raise _Bad(f"{short_repr(value)} is not an integer in 1..{_MAX_CATCH_UP}")
+    return value
+
+
+_TASK_NAME = re.compile(r"\S+\Z")  # Schedule's rule: non-empty, no whitespace at all
+
+
+def _check_task(value: Any) -> str:
+    if type(value) is not str or _TASK_NAME.match(value) is None:
+        raise _Bad(f"{short_repr(value)} is not a task name")
+    return value
+
+
+def _check_zone(value: Any, trigger: Trigger) -> None:
+    # The column repeats the trigger's zone (for the admin and SQL users); a row where the two
+    # disagree does not say which one it means.
+    expected = str(getattr(trigger, "timezone", "UTC"))
+    if value != expected:
+        try:
+            get_zone(value)
+        except InvalidValue as exc:
+            raise _Bad(exc.reason) from None
+        raise _Bad(f"{short_repr(value)} is not the trigger's time zone {expected!r}")
+
+
+def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False) -> Schedule:
+    """:func:`schedule_from_row` for the claim path, without re-validating the JSON contents.
 
     The row was validated when goatbeat wrote it, so only what a row damaged behind goatbeat's
     back (a hand-edited column, a restored dump) could still get wrong is checked here, cheaply:
-    the trigger spec (parsed, and cached by spec), the shape of the JSON columns, the enums and
-    the instants. A damaged row raises :class:`~goatbeat.core.errors.InvalidSchedule` naming
-    the schedule and the column; the claim then fails as a whole and the scheduler logs it
-    (``scheduler.error``) and retries, as it would for any other claim it cannot make."""
+    the trigger spec (parsed, and cached by spec) and the zone column, the shape of the JSON
+    columns, the task name, the routing options, the enums, the limits and the instants. A
+    damaged row raises :class:`~goatbeat.core.errors.DamagedRow` naming the schedule and the
+    column; the claim quarantines that row and goes on with the others."""
     column = "trigger"
     try:
-        trigger = trigger_of(row["trigger"])
-        column = "args"
-        args = _json(row["args"])
-        if type(args) is not list:
-            raise TypeError(f"{short_repr(args)} is not a JSON array")
-        column = "kwargs"
-        kwargs = _json(row["kwargs"])
-        if type(kwargs) is not dict:
-            raise TypeError(f"{short_repr(kwargs)} is not a JSON object")
-        column = "headers"
-        headers = _json(row["headers"])
-        if headers is None:
-            headers = {}
-        elif type(headers) is not dict:
-            raise TypeError(f"{short_repr(headers)} is not a JSON object")
-        column = "expires"
-        expires = row["expires"]
-        routing = Routing._trusted(
-            queue=row["queue"],
-            exchange=row["exchange"],
-            routing_key=row["routing_key"],
-            priority=row["priority"],
-            expires=None if expires is None else float(expires),
-            headers=headers,
-        )
+        spec = row["trigger"]
+        if not json_text and isinstance(spec, str):
+            raise _Bad(f"{short_repr(spec)} is not a JSON object")
+        trigger = trigger_of(spec)
+        column = "timezone"
+        _check_zone(row["timezone"], trigger)
+        task, args, kwargs, routing = _payload(row, row.get("name"), json_text=json_text)
         column = "misfire_policy"
-        values: dict[str, Any] = {
-            "misfire": MisfirePolicy(row["misfire_policy"]),
-            "source": Source(row["source"]),
-        }
+        values: dict[str, Any] = {"misfire": MisfirePolicy(row["misfire_policy"])}
+        column = "source"
+        values["source"] = Source(row["source"])
         column = "misfire_grace"
-        values["misfire_grace"] = timedelta(seconds=float(row["misfire_grace"]))
+        values["misfire_grace"] = _check_grace(row["misfire_grace"])
+        column = "catch_up_limit"
+        values["catch_up_limit"] = _check_catch_up(row["catch_up_limit"])
         for column in _TRUSTED_TIMES:
             value = row[column]
             values[column] = None if value is None else value.astimezone(UTC)
-    except InvalidValue:
+        column = "end_at"
+        if values["start_at"] and values["end_at"] and values["end_at"] < values["start_at"]:
+            raise _Bad(f"{values['end_at'].isoformat()} is before start_at")
+        for column in _COUNTERS:
+            values[column] = int(row[column])
+        column = "description"
+        if type(row["description"]) is not str:
+            raise _Bad(f"{short_repr(row['description'])} is not text")
+    except DamagedRow:
         raise
-    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise InvalidSchedule(
-            column,
-            row.get(column),
-            f"stored schedule {short_repr(row.get('name'))} has a damaged {column} column: {exc}",
-        ) from None
+    except InvalidValue as exc:
+        # A trigger's own error names the field inside the spec ("timezone: ..."): keep it.
+        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
+    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
     values.update(
         name=row["name"],
-        task=row["task"],
+        task=task,
         trigger=trigger,
         args=tuple(args),
         kwargs=kwargs,
         routing=routing,
-        catch_up_limit=int(row["catch_up_limit"]),
         one_off=bool(row["one_off"]),
         description=row["description"],
         enabled=bool(row["enabled"]),
         id=int(row["id"]),
         last_status=row["last_status"],
-        total_run_count=int(row["total_run_count"]),
-        missed_count=int(row["missed_count"]),
-        version=int(row["version"]),
     )
     return Schedule._trusted(values)
+
+
+def _payload(
+    row: Mapping[str, Any], name: Any, *, json_text: bool = False
+) -> tuple[str, list[Any], dict[str, Any], Routing]:
+    """What a submission carries (task, args, kwargs, routing), checked column by column:
+    shared by the claim path and the pending (resubmission) path."""
+    column = "task"
+    try:
+        task = _check_task(row["task"])
+        column = "args"
+        args = _json(row["args"], json_text, list, "a JSON array")
+        column = "kwargs"
+        kwargs = _json(row["kwargs"], json_text, dict, "a JSON object")
+        column = "headers"
+        headers = row["headers"]
+        headers = {} if headers is None else _json(headers, json_text, dict, "a JSON object")
+        column = "queue"
+        queue = _check_routing_text(row["queue"])
+        column = "exchange"
+        exchange = _check_routing_text(row["exchange"])
+        column = "routing_key"
+        routing_key = _check_routing_text(row["routing_key"])
+        column = "priority"
+        priority = _check_priority(row["priority"])
+        column = "expires"
+        routing = Routing._trusted(
+            queue=queue,
+            exchange=exchange,
+            routing_key=routing_key,
+            priority=priority,
+            expires=_check_expires(row["expires"]),
+            headers=headers,
+        )
+    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    return task, args, kwargs, routing
+
+
+def damaged_schedule(row: Mapping[str, Any], exc: DamagedRow) -> DamagedSchedule:
+    """What a store shows for a row that ``exc`` says cannot be decoded: the state columns as
+    far as they can be read, and every definition column as stored."""
+
+    def read(column: str, convert: Callable[[Any], Any], default: Any) -> Any:
+        try:
+            value = row[column]
+            return default if value is None else convert(value)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            return default
+
+    def instant(value: Any) -> datetime:
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+    columns = {name: _shown(row.get(name)) for name in DEFINITION_COLUMNS}
+    return DamagedSchedule(
+        name=str(row.get("name")),
+        column=exc.column,
+        value=exc.value,
+        detail=exc.detail,
+        id=read("id", int, None),
+        source=str(row.get("source")),
+        task=str(row.get("task")),
+        description=str(row.get("description") or ""),
+        enabled=read("enabled", bool, False),
+        next_run_at=read("next_run_at", instant, None),
+        last_run_at=read("last_run_at", instant, None),
+        last_status=read("last_status", str, None),
+        total_run_count=read("total_run_count", int, 0),
+        missed_count=read("missed_count", int, 0),
+        version=read("version", int, 0),
+        created_at=read("created_at", instant, None),
+        updated_at=read("updated_at", instant, None),
+        columns=columns,
+    )
+
+
+def _shown(value: Any) -> Any:
+    """A stored column value as an operator should see it: JSON text decoded when it parses."""
+    if isinstance(value, str) and value[:1] in ("[", "{", '"'):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
 
 
 def execution_from_row(row: Mapping[str, Any]) -> Execution:
@@ -434,32 +582,41 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
 
 
 def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
-    """An occurrence from a pending-execution row joined with its schedule's columns."""
+    """An occurrence from a pending-execution row joined with its schedule's columns. Raises
+    DamagedRow when those columns cannot be decoded (see :func:`decode_pending`)."""
     scheduled_at = utc(row["scheduled_at"])
     assert scheduled_at is not None
-    expires = row["expires"]
+    task, args, kwargs, routing = _payload(row, row["schedule_name"])
     return Occurrence(
         execution_id=int(row["execution_id"]),
         schedule_id=int(row["schedule_id"]),
         schedule_name=row["schedule_name"],
-        task=row["task"],
-        args=tuple(row["args"]),
-        kwargs=dict(row["kwargs"]),
-        # Written by goatbeat with the schedule it came from, which was validated then.
-        routing=Routing._trusted(
-            queue=row["queue"],
-            exchange=row["exchange"],
-            routing_key=row["routing_key"],
-            priority=row["priority"],
-            expires=None if expires is None else float(expires),
-            headers=dict(row["headers"] or {}),
-        ),
+        task=task,
+        args=tuple(args),
+        kwargs=kwargs,
+        routing=routing,
         scheduled_at=scheduled_at,
         idempotency_key=row["idempotency_key"],
         kind=ExecutionKind(row["kind"]),
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
     )
+
+
+def decode_pending(
+    rows: Sequence[Mapping[str, Any]],
+) -> tuple[list[Occurrence], list[tuple[int, str]]]:
+    """Pending rows as occurrences, and ``(execution id, error)`` for those whose schedule
+    cannot be decoded: nothing can submit them, so the store ends them as ``submit_failed``
+    instead of letting one damaged schedule stop every resubmission."""
+    out: list[Occurrence] = []
+    failed: list[tuple[int, str]] = []
+    for row in rows:
+        try:
+            out.append(occurrence_from_row(row))
+        except DamagedRow as exc:
+            failed.append((int(row["execution_id"]), str(exc)))
+    return out, failed
 
 
 _DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
@@ -512,10 +669,16 @@ class ScheduleCache:
         with self._lock:
             cached = self._entries.pop(key, None)
         if cached is None:
-            cached = trusted_schedule_from_row(row)
+            cached = trusted_schedule_from_row(row, json_text=True)
             schedule = cached
         else:
-            schedule = _with_state(cached, row)
+            try:
+                schedule = _with_state(cached, row)
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                # A state column damaged by hand (the version unchanged): decoding the whole
+                # row names it (DamagedRow), and the claim quarantines the row.
+                trusted_schedule_from_row(row, json_text=True)
+                raise
         self._put(key, cached)
         return schedule
 
@@ -525,6 +688,21 @@ class ScheduleCache:
         with self._lock:
             cached = self._entries.pop((schedule.id, schedule.version), None)
         self._put((schedule.id, version), cached or schedule)
+
+
+def decode_due(
+    rows: Sequence[Mapping[str, Any]], from_row: Callable[[Mapping[str, Any]], Schedule]
+) -> tuple[list[Schedule], list[DamagedSchedule]]:
+    """The due rows of a claim as Schedules, and the rows that cannot be decoded (to be
+    quarantined by the claim: one damaged row must not stop the others)."""
+    good: list[Schedule] = []
+    damaged: list[DamagedSchedule] = []
+    for row in rows:
+        try:
+            good.append(from_row(row))
+        except DamagedRow as exc:
+            damaged.append(damaged_schedule(row, exc))
+    return good, damaged
 
 
 @dataclass(slots=True)
@@ -677,7 +855,7 @@ class Replace:
 
     id: int
     version: int
-    values: dict[str, Any]  # definition columns + enabled + next_run_at
+    values: dict[str, Any]  # definition columns + enabled + next_run_at + last_status
 
 
 @dataclass(slots=True)
@@ -731,13 +909,16 @@ def plan_publish(
                 f"{schedule.name!r} already exists with source {row['source']!r}, "
                 f"not {source.value!r}",
             )
-        if wanted == row_definition(row):
+        quarantined = row["last_status"] == SCHEDULE_INVALID
+        if wanted == row_definition(row) and not quarantined:
             actions.unchanged.append(schedule.name)
             continue
+        # A changed definition, or a quarantined row (repaired by this publish).
         enabled = bool(row["enabled"])
         values = dict(wanted)
         values["enabled"] = enabled
         values["next_run_at"] = schedule.first_run_after(now) if enabled else None
+        values["last_status"] = None if quarantined else row["last_status"]
         actions.replaces.append(
             Replace(id=int(row["id"]), version=int(row["version"]), values=values)
         )
@@ -757,10 +938,38 @@ def update_values(
     wanted = definition if definition is not None else definition_of(schedule)
     values = dict(wanted)
     values["enabled"] = bool(schedule.enabled)
+    quarantined = row["last_status"] == SCHEDULE_INVALID
+    values["last_status"] = None if quarantined else row["last_status"]
     if not schedule.enabled:
         values["next_run_at"] = None
-    elif wanted != row_definition(row) or not row["enabled"]:
+    elif wanted != row_definition(row) or not row["enabled"] or quarantined:
         values["next_run_at"] = schedule.first_run_after(now)
     else:
         values["next_run_at"] = row["next_run_at"]
     return values
+
+
+def enabled_values(
+    row: Mapping[str, Any], enabled: bool, *, now: datetime
+) -> dict[str, Any] | None:
+    """Columns :meth:`ScheduleStore.set_enabled` writes (``enabled``, ``next_run_at``,
+    ``last_status``), or None when there is nothing to change.
+
+    Disabling never needs to decode the row, so a damaged one can always be disabled. Enabling
+    does: a row that still cannot be decoded raises DamagedRow; one the scheduler quarantined
+    and somebody repaired by hand is scheduled again from ``now``."""
+    quarantined = row["last_status"] == SCHEDULE_INVALID
+    if not enabled:
+        if not row["enabled"]:
+            return None
+        return {"enabled": False, "next_run_at": None, "last_status": row["last_status"]}
+    schedule = schedule_from_row(row)
+    if row["enabled"] and not quarantined and row["next_run_at"] is not None:
+        # Already running. (An enabled row without next_run_at is recomputed: a quarantine
+        # whose mark a late submission outcome overwrote, or a trigger that has ended.)
+        return None
+    return {
+        "enabled": True,
+        "next_run_at": schedule.first_run_after(now),
+        "last_status": None if quarantined else row["last_status"],
+    }

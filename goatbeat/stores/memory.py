@@ -18,6 +18,7 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
+    SCHEDULE_INVALID,
     ClaimResult,
     Execution,
     ExecutionKind,
@@ -26,6 +27,7 @@ from goatbeat.core.model import (
     Occurrence,
     Schedule,
     Source,
+    StoredSchedule,
     SubmitOutcome,
     manual_key,
 )
@@ -171,21 +173,15 @@ class MemoryStore:
         self.notify(f"schedule:{result.id}")
         return result
 
-    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+    def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         with self._lock:
             row = self._row(name)
-            if bool(row["enabled"]) == bool(enabled):
-                return common.schedule_from_row(row)
             now = self.now()
-            schedule = common.schedule_from_row(row)
-            next_run_at = schedule.first_run_after(now) if enabled else None
-            row.update(
-                enabled=bool(enabled),
-                next_run_at=next_run_at,
-                version=row["version"] + 1,
-                updated_at=now,
-            )
-            result = common.schedule_from_row(row)
+            values = common.enabled_values(row, enabled, now=now)
+            if values is None:
+                return common.read_schedule(row)
+            row.update(values, version=row["version"] + 1, updated_at=now)
+            result = common.read_schedule(row)
         self.notify(f"schedule:{result.id}")
         return result
 
@@ -202,18 +198,29 @@ class MemoryStore:
                         execution["error"] = common.ABANDONED_ERROR
         self.notify(f"schedule:{row['id']}")
 
-    def get(self, name: str) -> Schedule:
+    def write_raw(self, name: str, **columns: Any) -> None:
+        """Test hook: overwrite columns of the row ``name`` with raw values, unchecked and
+        without bumping its version, as a hand-written SQL ``UPDATE`` would (JSON columns hold
+        decoded values here, instants aware datetimes). For tests of damaged rows only."""
         with self._lock:
-            return common.schedule_from_row(self._row(name))
+            row = self._row(name)
+            unknown = set(columns) - set(row)
+            if unknown:
+                raise KeyError(f"no column(s) {sorted(unknown)}")
+            row.update(columns)
 
-    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+    def get(self, name: str) -> StoredSchedule:
+        with self._lock:
+            return common.read_schedule(self._row(name))
+
+    def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._lock:
             rows = [
                 row
                 for row in self._schedules.values()
                 if source is None or row["source"] == Source(source).value
             ]
-            return [common.schedule_from_row(r) for r in sorted(rows, key=lambda r: r["name"])]
+            return [common.read_schedule(r) for r in sorted(rows, key=lambda r: r["name"])]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -305,13 +312,24 @@ class MemoryStore:
                 ),
                 key=lambda r: (r["next_run_at"], r["id"]),
             )
-            seen = [common.schedule_from_row(r) for r in rows]
+            seen, damaged = common.decode_due(rows, common.schedule_from_row)
         # Planned without the lock, like the SQL stores plan between their read and their
         # write: an edit that lands meanwhile must win the compare-and-set below.
         batch = common.plan_batch(seen, at, self.planner)
+        batch.schedules_seen = len(rows)
         with self._lock:
             if not self._lease_valid(lease):
                 return ClaimResult(occurrences=[], refused=True)
+            quarantined = []
+            for d in damaged:
+                assert d.id is not None
+                row = self._schedules.get(d.id)
+                if row is not None and row["version"] == d.version:
+                    # Out of scheduling until repaired (compare-and-set: a repair wins).
+                    row.update(
+                        next_run_at=None, last_status=SCHEDULE_INVALID, version=d.version + 1
+                    )
+                    quarantined.append(d)
             claimed_at = self.now()
             advanced: set[int] = set()
             for adv in batch.advances:
@@ -357,6 +375,7 @@ class MemoryStore:
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
+            quarantined=quarantined,
         )
 
     def _insert_execution(
@@ -406,12 +425,17 @@ class MemoryStore:
                 ),
                 key=lambda e: (e["claimed_at"], e["id"]),
             )[:limit]
-            out: list[Occurrence] = []
+            joined_rows = []
             for e in rows:
                 schedule = self._schedules[e["schedule_id"]]
                 joined = {name: schedule[name] for name in common.DEFINITION_COLUMNS}
                 joined.update(e, execution_id=e["id"])
-                out.append(common.occurrence_from_row(joined))
+                joined_rows.append(joined)
+            out, failed = common.decode_pending(joined_rows)
+            for execution_id, error in failed:  # nothing can submit them
+                self._executions[execution_id].update(
+                    status=ExecutionStatus.SUBMIT_FAILED.value, error=error
+                )
             return out
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
@@ -461,6 +485,7 @@ class MemoryStore:
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._lock:
             row = self._row(name)
+            common.schedule_from_row(row)  # a damaged schedule cannot run: DamagedRow
             at = common.utc(now) or self.now()
             key = manual_key(name, at)
             execution_id = self._by_key.get(key)

@@ -58,13 +58,16 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
+    SCHEDULE_INVALID,
     ClaimResult,
+    DamagedSchedule,
     Execution,
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
     Schedule,
     Source,
+    StoredSchedule,
     SubmitOutcome,
     manual_key,
 )
@@ -370,27 +373,21 @@ class PostgresStore:
             self._notify(conn, f"schedule:{stored['id']}")
         return common.schedule_from_row(stored)
 
-    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+    def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         with self._session() as conn, conn.transaction():
             row = self._required(conn, name)
-            if bool(row["enabled"]) == bool(enabled):
-                return common.schedule_from_row(row)
-            schedule = common.schedule_from_row(row)
-            next_run_at = schedule.first_run_after(self._db_now(conn)) if enabled else None
+            values = common.enabled_values(row, enabled, now=self._db_now(conn))
+            if values is None:
+                return common.read_schedule(row)
             stored = self._fetch_one(
                 conn,
                 "schedule_set_enabled",
-                {
-                    "enabled": bool(enabled),
-                    "next_run_at": next_run_at,
-                    "id": row["id"],
-                    "version": row["version"],
-                },
+                {**values, "id": row["id"], "version": row["version"]},
             )
             if stored is None:
                 raise ConflictError(f"schedule {name!r} changed while being toggled")
             self._notify(conn, f"schedule:{stored['id']}")
-        return common.schedule_from_row(stored)
+        return common.read_schedule(stored)
 
     def delete(self, name: str) -> None:
         with self._session() as conn, conn.transaction():
@@ -403,16 +400,16 @@ class PostgresStore:
                 raise ScheduleNotFound(name)
             self._notify(conn, f"schedule:{row['id']}")
 
-    def get(self, name: str) -> Schedule:
+    def get(self, name: str) -> StoredSchedule:
         with self._session() as conn:
-            return common.schedule_from_row(self._required(conn, name))
+            return common.read_schedule(self._required(conn, name))
 
-    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+    def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._session() as conn:
             rows = self._fetch(
                 conn, "list_schedules", {"source": None if source is None else Source(source).value}
             )
-        return [common.schedule_from_row(r) for r in rows]
+        return [common.read_schedule(r) for r in rows]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -498,9 +495,14 @@ class PostgresStore:
                 return ClaimResult(occurrences=[], refused=True)
             at = (now or check["now"]).astimezone(UTC)
             rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit})
-            batch = common.plan_batch([self._cache.from_row(r) for r in rows], at, self.planner)
+            schedules, damaged = common.decode_due(rows, self._cache.from_row)
+            batch = common.plan_batch(schedules, at, self.planner)
+            batch.schedules_seen = len(rows)
+            quarantined = self._quarantine(conn, damaged) if damaged else []
             if not batch.advances:
-                return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
+                return ClaimResult(
+                    occurrences=[], schedules_seen=len(rows), quarantined=quarantined
+                )
             advs = batch.advances
             advanced = {
                 int(r["id"])
@@ -560,6 +562,7 @@ class PostgresStore:
             conflicts=len(advs) - len(advanced),
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
+            quarantined=quarantined,
         )
 
     def _maybe_freeze(self, lease: LeaseGrant) -> None:
@@ -575,12 +578,38 @@ class PostgresStore:
         )
         os.kill(os.getpid(), signal.SIGSTOP)
 
+    def _quarantine(
+        self, conn: psycopg.Connection[Any], damaged: list[DamagedSchedule]
+    ) -> list[DamagedSchedule]:
+        """Take the damaged due rows out of scheduling; returns those written (a row repaired
+        meanwhile is left alone: it is due again, and the next claim reads it afresh)."""
+        written = {
+            int(r["id"])
+            for r in self._fetch(
+                conn,
+                "claim_quarantine",
+                {
+                    "ids": [d.id for d in damaged],
+                    "versions": [d.version for d in damaged],
+                    "status": SCHEDULE_INVALID,
+                },
+            )
+        }
+        return [d for d in damaged if d.id in written]
+
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)
         skip = common.execution_ids("exclude", exclude)
         with self._session() as conn:
             rows = self._fetch(conn, "pending", {"limit": limit, "exclude": skip})
-        return [common.occurrence_from_row(r) for r in rows]
+            occurrences, failed = common.decode_pending(rows)
+            if failed:
+                with psycopg.Cursor(conn) as cur:
+                    cur.execute(
+                        self._q["abandon_damaged"],
+                        {"ids": [i for i, _ in failed], "errors": [e for _, e in failed]},
+                    )
+        return occurrences
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
@@ -611,6 +640,7 @@ class PostgresStore:
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._session() as conn, conn.transaction():
             schedule = self._required(conn, name)
+            common.schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
             at = (now or self._db_now(conn)).astimezone(UTC)
             key = manual_key(name, at)
             row = self._fetch_one(

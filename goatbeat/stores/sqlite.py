@@ -28,13 +28,16 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound, StoreError
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
+    SCHEDULE_INVALID,
     ClaimResult,
+    DamagedSchedule,
     Execution,
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
     Schedule,
     Source,
+    StoredSchedule,
     SubmitOutcome,
     manual_key,
 )
@@ -75,6 +78,15 @@ def decode_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value).astimezone(UTC)
 
 
+def _lenient(decode: Any, value: Any) -> Any:
+    # A value damaged by hand stays as stored: decoding the row then names its column
+    # (goatbeat.stores._common) instead of failing the whole query.
+    try:
+        return decode(value)
+    except (TypeError, ValueError, OverflowError):
+        return value
+
+
 def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in row.items():
@@ -94,9 +106,9 @@ def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     if json_columns:  # the claim path leaves them as text for the schedule cache
         for key in out.keys() & set(_JSON_COLUMNS):
             if out[key] is not None:
-                out[key] = json.loads(out[key])
+                out[key] = _lenient(json.loads, out[key])
     for key in out.keys() & set(_TIME_COLUMNS):
-        out[key] = decode_time(out[key])
+        out[key] = _lenient(decode_time, out[key])
     return out
 
 
@@ -334,26 +346,26 @@ class SQLiteStore:
         self._wake_local()
         return result
 
-    def set_enabled(self, name: str, enabled: bool) -> Schedule:
+    def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         with self._write() as conn:
             row = self._required(conn, name)
-            if bool(row["enabled"]) == bool(enabled):
-                return common.schedule_from_row(row)
             now = self.now()
-            schedule = common.schedule_from_row(row)
-            next_run_at = schedule.first_run_after(now) if enabled else None
+            values = common.enabled_values(row, enabled, now=now)
+            if values is None:
+                return common.read_schedule(row)
             conn.execute(
                 self._q["schedule_set_enabled"],
                 {
-                    "enabled": int(bool(enabled)),
-                    "next_run_at": encode_time(next_run_at),
+                    "enabled": int(values["enabled"]),
+                    "next_run_at": encode_time(values["next_run_at"]),
+                    "last_status": values["last_status"],
                     "id": row["id"],
                     "version": row["version"],
                     "now": encode_time(now),
                 },
             )
             self._bump(conn, f"schedule:{row['id']}")
-            result = common.schedule_from_row(self._required(conn, name))
+            result = common.read_schedule(self._required(conn, name))
         self._wake_local()
         return result
 
@@ -367,11 +379,11 @@ class SQLiteStore:
             self._bump(conn, f"schedule:{row['id']}")
         self._wake_local()
 
-    def get(self, name: str) -> Schedule:
+    def get(self, name: str) -> StoredSchedule:
         with self._session() as conn:
-            return common.schedule_from_row(self._required(conn, name))
+            return common.read_schedule(self._required(conn, name))
 
-    def list_schedules(self, *, source: Source | None = None) -> list[Schedule]:
+    def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._session() as conn:
             if source is None:
                 rows = conn.execute(self._q["schedules_all"]).fetchall()
@@ -379,7 +391,7 @@ class SQLiteStore:
                 rows = conn.execute(
                     self._q["schedules_by_source"], {"source": Source(source).value}
                 ).fetchall()
-            return [common.schedule_from_row(_decode(r)) for r in rows]
+            return [common.read_schedule(_decode(r)) for r in rows]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -458,16 +470,20 @@ class SQLiteStore:
             rows = conn.execute(
                 self._q["claim_select_due"], {"now": encode_time(at), "limit": limit}
             ).fetchall()
-        seen = [self._cache.from_row(_decode(r, json_columns=False)) for r in rows]
+        seen, damaged = common.decode_due(
+            [_decode(r, json_columns=False) for r in rows], self._cache.from_row
+        )
         # Planning happens outside the write lock: other processes keep claiming and editing,
         # and the compare-and-set below settles any race.
         batch = common.plan_batch(seen, at, self.planner)
-        if not batch.advances:
+        batch.schedules_seen = len(rows)
+        if not batch.advances and not damaged:
             return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
         occurrences: list[Occurrence] = []
         with self._write() as conn:
             if not self._lease_ok(conn, lease):
                 return ClaimResult(occurrences=[], refused=True)
+            quarantined = self._quarantine(conn, damaged)
             claimed_at = self._now_text()
             advanced: set[int] = set()
             for adv in batch.advances:
@@ -520,14 +536,31 @@ class SQLiteStore:
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
+            quarantined=quarantined,
         )
+
+    def _quarantine(
+        self, conn: sqlite3.Connection, damaged: list[DamagedSchedule]
+    ) -> list[DamagedSchedule]:
+        """Take damaged due rows out of scheduling (compare-and-set: a repair wins)."""
+        written: list[DamagedSchedule] = []
+        for d in damaged:
+            params = {"id": d.id, "version": d.version, "status": SCHEDULE_INVALID}
+            if conn.execute(self._q["claim_quarantine"], params).rowcount == 1:
+                written.append(d)
+        return written
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         common.check_positive("limit", limit)
         skip = json.dumps(common.execution_ids("exclude", exclude))
         with self._session() as conn:
             rows = conn.execute(self._q["pending"], {"limit": limit, "exclude": skip}).fetchall()
-        return [common.occurrence_from_row(_decode(r)) for r in rows]
+        occurrences, failed = common.decode_pending([_decode(r) for r in rows])
+        if failed:
+            with self._write() as conn:
+                for execution_id, error in failed:
+                    conn.execute(self._q["abandon_damaged"], {"id": execution_id, "error": error})
+        return occurrences
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
@@ -580,6 +613,7 @@ class SQLiteStore:
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._write() as conn:
             schedule = self._required(conn, name)
+            common.schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
             at = (now or self.now()).astimezone(UTC)
             key = manual_key(name, at)
             conn.execute(

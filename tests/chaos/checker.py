@@ -33,10 +33,11 @@ What is asserted, and what is allowed (and why):
     claim made ahead (``claim_ahead``) the instant it claimed, which lies after ``claimed_at``:
     the later of the two. For the group planned at
     ``c``, preceded by the group at ``p`` (or ``S``), the occurrences owed are the trigger's
-    instants in ``(p, c]``; those with ``c - t <= grace`` are on time and ALL must be claimed;
+    instants in ``(p, c]``; those with ``c - t <= grace`` are on time and must be claimed;
     the late ones follow the policy: ``skip`` claims none, ``run_once`` claims the latest late
-    one only when nothing was on time, ``run_all`` claims the latest ``catch_up_limit``. The
-    group must be exactly that set. After the last group of the final segment, instants before
+    one only when nothing was on time, ``run_all`` claims the latest ``catch_up_limit``; of all
+    that, the latest ``catch_up_limit`` (the cap of every catch-up). The group must be exactly
+    that set. After the last group of the final segment, instants before
     the schedule's final ``next_run_at`` were passed over by a claim that inserted nothing; only
     ``skip`` may do that, and only for instants that were late (``t < next_run_at - grace``).
     After the last group of an edited segment, unclaimed instants were dropped by the edit
@@ -221,8 +222,9 @@ def expected_claims(
     elif definition.misfire is MisfirePolicy.RUN_ONCE:
         kept = late[-1:] if late and not on_time else []
     else:
-        kept = late[-definition.catch_up_limit :] if definition.catch_up_limit else []
-    return kept + on_time
+        kept = late
+    # catch_up_limit caps every catch-up, on-time occurrences included.
+    return (kept + on_time)[-definition.catch_up_limit :]
 
 
 # -- the checks ----------------------------------------------------------------------------------

@@ -158,7 +158,11 @@ def test_an_outage_under_run_once_owes_exactly_the_latest_late_instant() -> None
     [
         (MisfirePolicy.SKIP, 100, [9, 10]),
         (MisfirePolicy.RUN_ONCE, 100, [9, 10]),
-        (MisfirePolicy.RUN_ALL, 2, [7, 8, 9, 10]),
+        (MisfirePolicy.RUN_ALL, 4, [7, 8, 9, 10]),
+        # catch_up_limit caps the whole catch-up, on-time runs included.
+        (MisfirePolicy.RUN_ALL, 2, [9, 10]),
+        (MisfirePolicy.SKIP, 1, [10]),
+        (MisfirePolicy.RUN_ONCE, 1, [10]),
     ],
 )
 def test_expected_claims_follow_the_policy(policy, limit, want) -> None:

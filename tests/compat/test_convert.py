@@ -40,6 +40,12 @@ def test_number_and_timedelta_are_intervals() -> None:
     assert to_trigger(timedelta(minutes=5)) == IntervalTrigger(timedelta(minutes=5))
 
 
+@pytest.mark.parametrize("value", [0.5, timedelta(milliseconds=200), schedule(0.25)])
+def test_a_sub_second_interval_is_refused_saying_how_to_opt_in(value: object) -> None:
+    with pytest.raises(UnsupportedSchedule, match="shorter than 1 s.*allow_subsecond=True"):
+        to_trigger(value)
+
+
 def test_relative_interval_that_celery_would_round_differently_is_refused() -> None:
     with pytest.raises(UnsupportedSchedule, match="every 1:00:00"):
         to_trigger(schedule(timedelta(minutes=90), relative=True), timezone="UTC")

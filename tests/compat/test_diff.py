@@ -72,6 +72,20 @@ def test_schedule_on_one_side_only(db: str) -> None:
     assert status["half-past-two"] == "only_new" and status["morning"] == "only_old"
 
 
+def test_a_damaged_goatbeat_row_is_reported_as_damaged_not_a_crash(db: str) -> None:
+    import sqlite3
+
+    imported(db, "tests.compat.diff_apps:clean")
+    with sqlite3.connect(db.removeprefix("sqlite:///")) as conn:
+        conn.execute("UPDATE goatbeat_schedule SET kwargs = '[1]' WHERE name = 'morning'")
+    conn.close()
+    code, out = diff(db, "tests.compat.diff_apps:clean", "--json")
+    assert code == 1, out
+    morning = next(s for s in json.loads(out)["schedules"] if s["name"] == "morning")
+    assert morning["status"] == "damaged"
+    assert "kwargs column holds [1]" in morning["notes"][0]
+
+
 def test_spring_forward_difference_carries_the_dst_reason(db: str) -> None:
     imported(db, "tests.compat.diff_apps:dst")
     code, out = diff(db, "tests.compat.diff_apps:dst", "--json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,3 +55,74 @@ def claim_all(
 
 def keys(items: Sequence[Any]) -> list[str]:
     return [i.idempotency_key for i in items]
+
+
+JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
+
+
+class SQLText(str):
+    """A column value written to a SQL store exactly as this text (no JSON encoding): what
+    only a text column can hold, such as JSON that does not parse."""
+
+
+def write_raw(backend: Any, store: ScheduleStore, name: str, **columns: Any) -> None:
+    """Overwrite columns of the stored row ``name`` behind the store's back, as a hand-written
+    ``UPDATE`` would: unchecked, version unchanged. JSON columns take Python values."""
+    if backend.kind == "memory":
+        store.write_raw(name, **columns)  # type: ignore[attr-defined]
+        return
+    if backend.kind == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
+        try:
+            # The schema's CHECKs are what keep a bad misfire_policy out; a hand edit can
+            # switch them off, so the damage can still happen.
+            conn.execute("PRAGMA ignore_check_constraints = ON")
+            with conn:
+                for column, value in columns.items():
+                    if column in JSON_COLUMNS and not isinstance(value, SQLText):
+                        value = json.dumps(value)
+                    conn.execute(
+                        f"UPDATE goatbeat_schedule SET {column} = ? WHERE name = ?", (value, name)
+                    )
+        finally:
+            conn.close()
+        return
+    import psycopg
+    from psycopg.types.json import Jsonb
+
+    with psycopg.connect(backend.url, autocommit=True) as pg:
+        for column, value in columns.items():
+            if column in JSON_COLUMNS:
+                value = Jsonb(value)
+            pg.execute(
+                f"UPDATE goatbeat_schedule SET {column} = %s WHERE name = %s",  # type: ignore[arg-type]
+                (value, name),
+            )
+
+
+ALL = ("memory", "sqlite", "postgres")
+# name -> (column, value written by hand, stores that can hold it): one way each to damage
+# a row that the scheduler, the listings and the admin must survive.
+DAMAGE: dict[str, tuple[str, Any, tuple[str, ...]]] = {
+    "unknown-kind": ("trigger", {"kind": "nope"}, ALL),
+    "unknown-zone-in-trigger": (
+        "trigger",
+        {"kind": "cron", "expression": "0 * * * *", "timezone": "Mars/Olympus"},
+        ALL,
+    ),
+    "unknown-zone-column": ("timezone", "Mars/Olympus", ALL),
+    "args-object": ("args", {"a": 1}, ALL),
+    "kwargs-array": ("kwargs", [1], ALL),
+    "headers-string": ("headers", "x", ALL),
+    "catch-up-zero": ("catch_up_limit", 0, ALL),
+    "grace-negative": ("misfire_grace", -5.0, ALL),
+    "priority-out-of-range": ("priority", 1000, ALL),
+    "expires-zero": ("expires", 0.0, ALL),
+    "empty-task": ("task", "", ALL),
+    # PostgreSQL's CHECK constraint keeps it out; SQLite's can be switched off by hand.
+    "misfire-garbage": ("misfire_policy", "sometimes", ("memory", "sqlite")),
+    # Only a text column can hold JSON that does not parse.
+    "args-not-json": ("args", SQLText("[1, 2"), ("sqlite",)),
+}

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
-from goatbeat.core.model import ExecutionKind, ExecutionStatus, Source
+from goatbeat.core.model import ExecutionKind, ExecutionStatus, Schedule, Source
 from goatbeat.django.models import Schedule as ScheduleRow
 
 CHANGELIST = "admin:goatbeat_schedule_changelist"
@@ -224,3 +224,117 @@ def test_executions_are_read_only_history_filterable_by_status(
     superuser_client.post(change, {"status": "succeeded"})
     (again,) = store.executions(name="daily-report")
     assert again.status is ExecutionStatus.FAILED
+
+
+# -- damaged rows ---------------------------------------------------------------------------------
+
+
+def _damage(name: str, **columns: Any) -> None:
+    """Overwrite columns by hand, behind the store's back (JSON columns take JSON text)."""
+    from django.db import connections
+
+    from goatbeat.django import conf
+
+    with connections[conf.get().database].cursor() as cursor:
+        for column, value in columns.items():
+            cast = "::jsonb" if column in ("trigger", "args", "kwargs", "headers") else ""
+            cursor.execute(
+                f"UPDATE goatbeat_schedule SET {column} = %s{cast} WHERE name = %s", [value, name]
+            )
+
+
+def test_damaged_rows_are_listed_and_marked_not_a_server_error(
+    superuser_client: Client, store: Any
+) -> None:
+    superuser_client.post(reverse("admin:goatbeat_schedule_add"), _add_form())
+    _damage("nightly-cleanup", args='{"a": 1}')
+    _damage("ping", trigger='{"kind": "nope"}')
+
+    page = superuser_client.get(reverse(CHANGELIST))
+
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert body.count('<strong class="goatbeat-damaged">damaged</strong>') == 2
+    assert "args column holds {&#x27;a&#x27;: 1}" in body
+    assert "trigger column holds {&#x27;kind&#x27;: &#x27;nope&#x27;}" in body
+    assert "daily-report" in body
+
+
+def test_a_damaged_admin_schedule_is_repaired_on_its_change_page(
+    superuser_client: Client, store: Any
+) -> None:
+    superuser_client.post(reverse("admin:goatbeat_schedule_add"), _add_form())
+    before = store.get("nightly-cleanup")
+    _damage("nightly-cleanup", timezone="Mars/Olympus", catch_up_limit=0)
+    url = reverse("admin:goatbeat_schedule_change", args=[before.id])
+
+    page = superuser_client.get(url)
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "timezone column holds &#x27;Mars/Olympus&#x27;" in body
+    assert "none: the stored row is damaged" in body
+    # Saving it unchanged is refused on the damaged fields; saving valid values repairs it.
+    unchanged = superuser_client.post(url, _add_form(timezone="Mars/Olympus", catch_up_limit="0"))
+    assert unchanged.status_code == 200
+    assert set(unchanged.context["adminform"].form.errors) == {"timezone"}
+    assert store.get("nightly-cleanup").last_status is None  # untouched
+
+    response = superuser_client.post(url, _add_form())
+
+    assert response.status_code == 302
+    repaired = store.get("nightly-cleanup")
+    assert repaired.timezone == "Europe/Paris" and repaired.catch_up_limit == 100
+    assert repaired.next_run_at == repaired.first_run_after(repaired.updated_at)
+    assert "goatbeat-damaged" not in superuser_client.get(url).content.decode()
+
+
+def test_a_catch_up_limit_of_zero_is_refused_not_replaced_by_the_default(
+    superuser_client: Client,
+) -> None:
+    response = superuser_client.post(
+        reverse("admin:goatbeat_schedule_add"), _add_form(catch_up_limit="0")
+    )
+    assert response.status_code == 200
+    assert "catch_up_limit" in response.context["adminform"].form.errors
+
+
+def test_a_damaged_code_schedule_can_be_disabled_and_not_enabled(
+    superuser_client: Client, store: Any
+) -> None:
+    ping = store.get("ping")
+    _damage("ping", kwargs="[1]")
+    url = reverse("admin:goatbeat_schedule_change", args=[ping.id])
+    assert superuser_client.get(url).status_code == 200
+
+    refused = superuser_client.post(url, {**INLINE, "enabled": "on"})
+    assert refused.status_code == 200
+    assert "kwargs column holds [1]" in refused.context["adminform"].form.errors["enabled"][0]
+    changelist = reverse(CHANGELIST)
+    superuser_client.post(
+        changelist, {"action": "disable_schedules", "_selected_action": [ping.id]}
+    )
+    assert store.get("ping").enabled is False
+    response = superuser_client.post(
+        changelist, {"action": "enable_schedules", "_selected_action": [ping.id]}, follow=True
+    )
+    assert response.status_code == 200
+    assert (
+        "stored schedule &#x27;ping&#x27; has a damaged kwargs column" in response.content.decode()
+    )
+    assert store.get("ping").enabled is False
+    _publish()  # a redeploy rewrites a code schedule from its declaration
+    repaired = store.get("ping")
+    assert isinstance(repaired, Schedule) and repaired.enabled is False
+
+
+def test_a_damaged_schedule_can_be_deleted_from_the_admin(
+    superuser_client: Client, store: Any
+) -> None:
+    superuser_client.post(reverse("admin:goatbeat_schedule_add"), _add_form())
+    row = store.get("nightly-cleanup")
+    _damage("nightly-cleanup", headers='"x"')
+    url = reverse("admin:goatbeat_schedule_delete", args=[row.id])
+    assert superuser_client.get(url).status_code == 200
+    response = superuser_client.post(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert not ScheduleRow.objects.filter(name="nightly-cleanup").exists()

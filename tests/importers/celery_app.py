@@ -41,4 +41,5 @@ app.conf.beat_schedule = {
     "bad-string-schedule": {"task": "ping", "schedule": "*/5 * * * *"},
     "bad-option": {"task": "ping", "schedule": 60, "options": {"countdown": 5}},
     "bad-args": {"task": "ping", "schedule": 60, "args": "not-a-list"},
+    "bad-subsecond": {"task": "ping", "schedule": 0.5},
 }

@@ -19,7 +19,7 @@ from goatbeat.importers import import_entries, kombu_json, read_app, read_beat_s
 from goatbeat.stores import MemoryStore  # noqa: E402
 from tests.importers.celery_app import app  # noqa: E402
 
-BAD = {"bad-unknown-task", "bad-string-schedule", "bad-option", "bad-args"}
+BAD = {"bad-unknown-task", "bad-string-schedule", "bad-option", "bad-args", "bad-subsecond"}
 
 
 def test_each_bad_entry_is_reported_with_name_and_reason_and_the_rest_import() -> None:
@@ -31,6 +31,7 @@ def test_each_bad_entry_is_reported_with_name_and_reason_and_the_rest_import() -
     assert "'*/5 * * * *'" in failed["bad-string-schedule"]
     assert "countdown" in failed["bad-option"]
     assert "args" in failed["bad-args"]
+    assert "shorter than 1 s" in failed["bad-subsecond"]
     names = {s.name for s in store.list_schedules()}
     assert {"daily-report", "ping-5m", "ping-30s", "sunset", "friday-13th"} <= names
     # Celery ANDs the day fields: the stored trigger fires on Fridays that are the 13th only.

@@ -73,6 +73,11 @@ ROWS = [
     {"name": "unknown-task", "task": "no.such.task", "interval": {"every": 1, "period": "hours"}},
     {"name": "dangling", "task": "ping", "crontab": {"minute": "5", "timezone": "UTC"}},
     {"name": "no-schedule", "task": "ping", "interval": {"every": 2, "period": "hours"}},
+    {
+        "name": "sub-second",
+        "task": "ping",
+        "interval": {"every": 500_000, "period": "microseconds"},
+    },
 ]
 
 
@@ -106,7 +111,15 @@ def test_every_bad_row_is_named_with_its_reason_and_the_rest_import(loaded: str)
     store = MemoryStore(clock=FakeClock(NOW))
     report = import_entries(store, entries)
     failed = dict(report.failed)
-    assert set(failed) == {"bad-crontab", "bad-json", "unknown-task", "dangling", "no-schedule"}
+    assert set(failed) == {
+        "bad-crontab",
+        "bad-json",
+        "unknown-task",
+        "dangling",
+        "no-schedule",
+        "sub-second",
+    }
+    assert "(0.5 s) is shorter than 1 s" in failed["sub-second"]
     assert "no interval, crontab, solar or clocked" in failed["no-schedule"]
     assert "61" in failed["bad-crontab"]
     assert "args" in failed["bad-json"] and "JSON" in failed["bad-json"]

@@ -41,7 +41,7 @@ def beat(**kw: Any) -> Beat:
 
 
 def test_each_trigger_keyword_builds_its_trigger():
-    b = beat(timezone="Europe/Paris")
+    b = beat(timezone="Europe/Paris", clock=FakeClock(START))
     cron = b.schedule(name="c", task=job, cron="0 9 * * mon-fri")
     interval = b.schedule(name="i", task=job, every="5m")
     once = b.schedule(name="o", task=job, at="2027-01-01T09:00:00Z")
@@ -243,3 +243,57 @@ def test_use_database_is_refused_once_the_store_is_open():
     assert b.store is not None
     with pytest.raises(InvalidValue):
         b.use_database("sqlite:///other.db")
+
+
+# -- limits that mean what they say (#12) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("at", ["2026-03-01T11:59:59Z", START, START - timedelta(days=400)])
+def test_a_one_off_already_past_at_declaration_is_an_error_naming_the_schedule(at: Any) -> None:
+    b = beat(clock=FakeClock(START))
+    with pytest.raises(InvalidSchedule) as caught:
+        b.schedule(name="launch-email", task=job, at=at)
+    assert caught.value.field == "at"
+    message = str(caught.value)
+    assert "'launch-email'" in message and "already past" in message
+    assert "now 2026-03-01T12:00:00Z" in message
+    assert b.schedules == []
+    with pytest.raises(InvalidSchedule, match="'launch-trigger'"):
+        b.schedule(
+            name="launch-trigger", task=job, trigger=OnceTrigger(at=START - timedelta(seconds=1))
+        )
+
+
+def test_a_one_off_in_the_future_is_declared_and_fires_once() -> None:
+    clock = FakeClock(START)
+    b = beat(clock=clock)
+    at = START + timedelta(minutes=5)
+    once = b.schedule(name="launch-email", task=job, at=at, args=[1])
+    b.publish()
+    assert b.store.get("launch-email").next_run_at == at
+    clock.advance(600)
+    loop = b.scheduler()
+    loop.run_once()
+    loop.run_once()
+    assert ran == [((1,), {})]
+    assert once.trigger.next_after(at) is None
+
+
+@pytest.mark.parametrize("every", [0.5, "500ms", timedelta(milliseconds=10)])
+def test_an_interval_below_one_second_is_refused_unless_allowed(every: Any) -> None:
+    b = beat()
+    with pytest.raises(InvalidSchedule) as caught:
+        b.schedule(name="fast", task=job, every=every)
+    assert caught.value.field == "every" and caught.value.value == every
+    assert "allow_subsecond=True" in str(caught.value)
+    fast = b.schedule(name="fast", task=job, every=every, allow_subsecond=True)
+    assert isinstance(fast.trigger, IntervalTrigger) and fast.trigger.allow_subsecond
+    b.publish()
+    stored = b.store.get("fast")
+    assert stored.trigger == fast.trigger  # type: ignore[union-attr]
+
+
+def test_allow_subsecond_applies_to_intervals_only() -> None:
+    with pytest.raises(InvalidSchedule) as caught:
+        beat().schedule(name="c", task=job, cron="* * * * *", allow_subsecond=True)
+    assert caught.value.field == "allow_subsecond"

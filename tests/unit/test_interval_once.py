@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -68,7 +69,7 @@ def test_interval_instants_lie_on_the_anchor_grid_and_are_the_first_after(
 ) -> None:
     every = timedelta(milliseconds=every_ms)
     anchor = EPOCH + timedelta(seconds=anchor_s)
-    trigger = IntervalTrigger(every=every, anchor=anchor)
+    trigger = IntervalTrigger(every=every, anchor=anchor, allow_subsecond=True)
     instant = anchor + timedelta(microseconds=offset_us)
     nxt = trigger.next_after(instant)
     assert nxt is not None and nxt > instant
@@ -211,8 +212,37 @@ def test_every_trigger_kind_round_trips_through_its_json_spec(trigger: Trigger) 
     ),
 )
 def test_interval_spec_round_trip_is_exact(every_us: int, anchor: datetime | None) -> None:
-    trigger = IntervalTrigger(every=timedelta(microseconds=every_us), anchor=anchor)
+    trigger = IntervalTrigger(
+        every=timedelta(microseconds=every_us), anchor=anchor, allow_subsecond=True
+    )
     assert trigger_from_spec(json.loads(json.dumps(trigger.to_spec()))) == trigger
+
+
+@pytest.mark.parametrize("every", [0.5, "500ms", timedelta(milliseconds=999), "0.2s"])
+def test_an_interval_below_one_second_is_refused_naming_the_field_and_value(every: Any) -> None:
+    with pytest.raises(InvalidValue) as caught:
+        IntervalTrigger(every=every)
+    assert caught.value.field == "every" and caught.value.value == every
+    assert "shorter than 1 s" in str(caught.value) and "allow_subsecond=True" in str(caught.value)
+
+
+def test_a_sub_second_interval_is_accepted_when_explicitly_allowed_and_stored_so() -> None:
+    fast = IntervalTrigger(every="250ms", allow_subsecond=True)
+    assert fast.every == timedelta(milliseconds=250) and fast.allow_subsecond
+    spec = fast.to_spec()
+    assert spec == {"kind": "interval", "every": 0.25, "anchor": None, "allow_subsecond": True}
+    assert trigger_from_spec(json.loads(json.dumps(spec))) == fast
+    # A stored spec without the flag (hand-written, or from before it existed) is refused.
+    with pytest.raises(InvalidValue, match="shorter than 1 s"):
+        trigger_from_spec({"kind": "interval", "every": 0.25, "anchor": None})
+    with pytest.raises(InvalidValue) as caught:
+        IntervalTrigger(every="250ms", allow_subsecond="yes")  # type: ignore[arg-type]
+    assert caught.value.field == "allow_subsecond"
+
+
+def test_the_sub_second_flag_means_nothing_from_one_second_up() -> None:
+    assert IntervalTrigger(every="1s", allow_subsecond=True) == IntervalTrigger(every="1s")
+    assert "allow_subsecond" not in IntervalTrigger(every="5s", allow_subsecond=True).to_spec()
 
 
 def test_interval_spec_also_accepts_a_duration_text() -> None:

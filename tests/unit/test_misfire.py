@@ -169,9 +169,10 @@ def test_run_all_keeps_the_most_recent_late_instants_up_to_catch_up_limit() -> N
     schedule = make(every_minute(), T0, misfire=MisfirePolicy.RUN_ALL, catch_up_limit=3)
     now = T0 + 10 * MINUTE + 30 * SECOND  # late: 12:00..12:09 (10); on time: 12:10
     result = plan(schedule, now)
-    assert result.run_at == [T0 + i * MINUTE for i in (7, 8, 9, 10)]
-    assert result.missed == 7
-    assert (result.missed_first, result.missed_last) == (T0, T0 + 6 * MINUTE)
+    # The on-time run counts against the limit too: the latest 3 of the catch-up.
+    assert result.run_at == [T0 + i * MINUTE for i in (8, 9, 10)]
+    assert result.missed == 8
+    assert (result.missed_first, result.missed_last) == (T0, T0 + 7 * MINUTE)
 
 
 # --- start_at / end_at ------------------------------------------------------------------------
@@ -250,8 +251,8 @@ def test_enormous_grace_does_not_overflow() -> None:
 @pytest.mark.timeout(20)
 def test_on_time_flood_is_capped_and_the_overflow_counted_as_missed() -> None:
     # 1 ms interval, one hour of grace, down an hour: 3.6 million on-time instants.
-    ms = IntervalTrigger(every=timedelta(milliseconds=1), anchor=T0)
-    schedule = make(ms, T0, misfire_grace=timedelta(hours=1))
+    ms = IntervalTrigger(every=timedelta(milliseconds=1), anchor=T0, allow_subsecond=True)
+    schedule = make(ms, T0, misfire_grace=timedelta(hours=1), catch_up_limit=100_000)
     now = T0 + timedelta(hours=1)
     result = plan(schedule, now)
     assert len(result.run_at) == ON_TIME_CAP
@@ -276,9 +277,9 @@ def test_per_second_interval_down_for_a_year_plans_in_bounded_time(policy: Misfi
     result = plan(schedule, now)
     on_time = [now - i * SECOND for i in range(60, -1, -1)]
     if policy is MisfirePolicy.RUN_ALL:
-        late = [now - i * SECOND for i in range(160, 60, -1)]
+        late = [now - i * SECOND for i in range(99, 60, -1)]  # 61 on time + 39 late = 100
         assert result.run_at == late + on_time
-        assert result.missed == PER_SECOND_LATE - 100
+        assert result.missed == PER_SECOND_LATE - 39
     else:
         assert result.run_at == on_time
         assert result.missed == PER_SECOND_LATE
@@ -297,7 +298,7 @@ def test_per_second_cron_down_for_a_year_plans_in_bounded_time(policy: MisfirePo
     on_time = [last - i * SECOND for i in range(59, -1, -1)]  # 60 instants within 60.5 s
     expected_late = PER_SECOND_LATE + 1
     if policy is MisfirePolicy.RUN_ALL:
-        assert result.run_at == [last - i * SECOND for i in range(159, 59, -1)] + on_time
+        assert result.run_at == [last - i * SECOND for i in range(99, 59, -1)] + on_time
     else:
         assert result.run_at == on_time
     # Too many to walk: the count is a lower bound, flagged as such.
@@ -334,6 +335,7 @@ class Reference:
     missed_last: datetime | None
     next_run_at: datetime | None
     late: list[datetime]
+    on_time: list[datetime]
 
 
 def reference(schedule: Schedule, now: datetime) -> Reference:
@@ -350,19 +352,22 @@ def reference(schedule: Schedule, now: datetime) -> Reference:
     late = [i for i in instants if i < cutoff]
     on_time = [i for i in instants if i >= cutoff]
     if schedule.misfire is MisfirePolicy.RUN_ALL:
-        kept = late[len(late) - min(len(late), schedule.catch_up_limit) :]
+        kept = late
     elif schedule.misfire is MisfirePolicy.RUN_ONCE and not on_time:
         kept = late[-1:]
     else:
         kept = []
-    dropped = late[: len(late) - len(kept)]
+    # catch_up_limit caps the whole catch-up, on-time instants included.
+    run_at = (kept + on_time)[-schedule.catch_up_limit :]
+    dropped = [i for i in instants if i not in run_at]
     return Reference(
-        run_at=kept + on_time,
+        run_at=run_at,
         missed=len(dropped),
         missed_first=dropped[0] if dropped else None,
         missed_last=dropped[-1] if dropped else None,
         next_run_at=nxt,
         late=late,
+        on_time=on_time,
     )
 
 
@@ -427,7 +432,8 @@ def test_plan_matches_brute_force_reference(scenario: tuple[Schedule, datetime])
     assert result.next_run_at is None or result.next_run_at > now
     assert result.missed_is_lower_bound is False
     late_kept = [t for t in result.run_at if now - t > schedule.misfire_grace]
-    assert result.missed + len(late_kept) == len(ref.late)
+    assert len(result.run_at) <= schedule.catch_up_limit
+    assert result.missed + len(result.run_at) == len(ref.late) + len(ref.on_time)
     if schedule.misfire is MisfirePolicy.SKIP:
         assert late_kept == []
     if schedule.misfire is MisfirePolicy.RUN_ONCE:
@@ -435,7 +441,8 @@ def test_plan_matches_brute_force_reference(scenario: tuple[Schedule, datetime])
         if len(late_kept) == 1:
             assert late_kept == ref.late[-1:] and late_kept == result.run_at
     if schedule.misfire is MisfirePolicy.RUN_ALL:
-        assert late_kept == ref.late[-schedule.catch_up_limit :]
+        room = max(0, schedule.catch_up_limit - len(ref.on_time))
+        assert late_kept == (ref.late[-room:] if room else [])
 
     assert result.run_at == ref.run_at
     assert result.missed == ref.missed

@@ -89,7 +89,8 @@ def settings(**overrides: Any) -> Settings:
 
 
 def every(name: str, seconds: float, **kw: Any) -> Schedule:
-    return Schedule(name=name, task=f"tasks.{name}", trigger=IntervalTrigger(seconds), **kw)
+    trigger = IntervalTrigger(seconds, allow_subsecond=seconds < 1)
+    return Schedule(name=name, task=f"tasks.{name}", trigger=trigger, **kw)
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ UPDATE goatbeat_schedule SET
     misfire_grace = %(misfire_grace)s, catch_up_limit = %(catch_up_limit)s,
     one_off = %(one_off)s, enabled = %(enabled)s, start_at = %(start_at)s, end_at = %(end_at)s,
     description = %(description)s, next_run_at = %(next_run_at)s,
-    version = version + 1, updated_at = now()
+    last_status = %(last_status)s, version = version + 1, updated_at = now()
 WHERE id = %(id)s AND version = %(version)s
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
@@ -71,7 +71,7 @@ RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchan
 
 -- name: schedule_set_enabled
 UPDATE goatbeat_schedule SET
-    enabled = %(enabled)s, next_run_at = %(next_run_at)s,
+    enabled = %(enabled)s, next_run_at = %(next_run_at)s, last_status = %(last_status)s,
     version = version + 1, updated_at = now()
 WHERE id = %(id)s AND version = %(version)s
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
@@ -378,3 +378,19 @@ ON CONFLICT (backend_task_id) DO NOTHING;
 
 -- name: task_key_find
 SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = %(task_id)s;
+
+-- name: claim_quarantine
+-- Due rows the claim cannot decode (damaged behind goatbeat's back): out of scheduling until
+-- repaired, so each is reported once and never stops the others. Compare-and-set on version
+-- like claim_advance: a repair that landed meanwhile wins.
+UPDATE goatbeat_schedule AS s SET
+    next_run_at = NULL, last_status = %(status)s, version = s.version + 1
+FROM unnest(%(ids)b::bigint[], %(versions)b::bigint[]) AS v(id, version)
+WHERE s.id = ANY(%(ids)b::bigint[]) AND s.id = v.id AND s.version = v.version
+RETURNING s.id;
+
+-- name: abandon_damaged
+-- Claimed executions whose schedule cannot be decoded: nothing can submit them.
+UPDATE goatbeat_execution AS e SET status = 'submit_failed', error = v.error
+FROM unnest(%(ids)b::bigint[], %(errors)b::text[]) AS v(id, error)
+WHERE e.id = v.id AND e.status = 'claimed';

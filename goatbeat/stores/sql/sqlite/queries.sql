@@ -54,12 +54,14 @@ UPDATE goatbeat_schedule SET
     expires = :expires, headers = :headers, misfire_policy = :misfire_policy,
     misfire_grace = :misfire_grace, catch_up_limit = :catch_up_limit, one_off = :one_off,
     enabled = :enabled, start_at = :start_at, end_at = :end_at, description = :description,
-    next_run_at = :next_run_at, version = version + 1, updated_at = :now
+    next_run_at = :next_run_at, last_status = :last_status, version = version + 1,
+    updated_at = :now
 WHERE id = :id AND version = :version;
 
 -- name: schedule_set_enabled
 UPDATE goatbeat_schedule SET
-    enabled = :enabled, next_run_at = :next_run_at, version = version + 1, updated_at = :now
+    enabled = :enabled, next_run_at = :next_run_at, last_status = :last_status,
+    version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
 
 -- name: abandon_claimed
@@ -282,3 +284,13 @@ ON CONFLICT (backend_task_id) DO NOTHING;
 
 -- name: task_key_find
 SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = :task_id;
+
+-- name: claim_quarantine
+-- A due row the claim cannot decode: out of scheduling until repaired (compare-and-set).
+UPDATE goatbeat_schedule SET next_run_at = NULL, last_status = :status, version = version + 1
+WHERE id = :id AND version = :version;
+
+-- name: abandon_damaged
+-- A claimed execution whose schedule cannot be decoded: nothing can submit it.
+UPDATE goatbeat_execution SET status = 'submit_failed', error = :error
+WHERE id = :id AND status = 'claimed';
