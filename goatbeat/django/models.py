@@ -71,7 +71,7 @@ class Schedule(models.Model):  # type: ignore[misc]
     def read(self) -> StoredSchedule:
         """This row as the store reads it: a core Schedule, or a DamagedSchedule naming the
         column that cannot be decoded (a row edited by hand behind goatbeat's back)."""
-        from goatbeat.stores._common import read_schedule
+        from goatbeat.stores import read_schedule
 
         return read_schedule({f.attname: getattr(self, f.attname) for f in self._meta.fields})
 

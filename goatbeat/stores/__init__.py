@@ -17,13 +17,21 @@ from urllib.parse import urlsplit
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.store import ScheduleStore
+from goatbeat.stores._common import read_schedule
 from goatbeat.stores.memory import MemoryStore
 from goatbeat.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from goatbeat.stores.postgres import PostgresStore
 
-__all__ = ["open_store", "redact_url", "MemoryStore", "SQLiteStore", "PostgresStore"]
+__all__ = [
+    "open_store",
+    "read_schedule",
+    "redact_url",
+    "MemoryStore",
+    "SQLiteStore",
+    "PostgresStore",
+]
 
 _EXAMPLES = "memory://, sqlite:///relative.db, sqlite:////abs/path.db, postgresql://user@host/db"
 
