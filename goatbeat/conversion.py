@@ -27,12 +27,13 @@ Where celery's behaviour is a bug, goatbeat keeps its own semantics (see ``CELER
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from goatbeat.core.cron import CronTrigger, parse_cron
-from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.errors import InvalidSchedule, short_repr
 from goatbeat.core.timeutil import ensure_aware, get_zone, to_utc
 from goatbeat.core.triggers import (
     CeleryCrontabTrigger,
@@ -47,6 +48,8 @@ __all__ = [
     "CeleryCrontabTrigger",
     "UnsupportedSchedule",
     "crontab_expression",
+    "describe_exception",
+    "plain_repr",
     "timezone_name",
     "to_trigger",
 ]
@@ -73,13 +76,34 @@ CELERY_BUGS: dict[str, str] = {
 """Known celery / django-celery-beat bugs where goatbeat keeps correct semantics."""
 
 
+_ADDRESS = re.compile(r"\s+(?:object\s+)?at\s+0x[0-9a-fA-F]+")
+
+
+def plain_repr(value: object) -> str:
+    """A short ``repr`` without memory addresses (``<function f at 0x7f..>`` -> ``<function
+    f>``): messages name what the user wrote, and an address changes with every run."""
+    try:
+        text = short_repr(value)
+    except Exception:  # a __repr__ that raises still gets a name
+        text = f"<{type(value).__name__}>"
+    return _ADDRESS.sub("", text)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` on one line, without memory addresses, for an error the user's code
+    or data raised (celery's ParseException, a module failing on import...)."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return _ADDRESS.sub("", text)
+
+
 class UnsupportedSchedule(InvalidSchedule):
     """A celery schedule goatbeat cannot convert; the message names the type and why.
 
     A ``GoatbeatError`` and a ``ValueError`` (through ``InvalidSchedule``)."""
 
     def __init__(self, value: Any, reason: str) -> None:
-        super().__init__("schedule", value, f"{type(value).__name__} {value!r}: {reason}")
+        super().__init__("schedule", value, f"{type(value).__name__} {plain_repr(value)}: {reason}")
 
 
 def timezone_name(zone: object, field_name: str = "timezone") -> str:

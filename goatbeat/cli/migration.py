@@ -29,15 +29,17 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from goatbeat.cli.context import CliContext
-from goatbeat.cli.errors import UserError
+from goatbeat.cli.errors import OperationalError, UserError
+from goatbeat.conversion import describe_exception
 from goatbeat.core.durations import format_duration, parse_duration
-from goatbeat.core.errors import GoatbeatError, StoreError
+from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import iso_z, parse_instant
@@ -48,38 +50,84 @@ from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
 from goatbeat.stores import MemoryStore, open_store, redact_url
 
 __all__ = [
+    "Target",
     "collect_entries",
     "diff",
     "import_celery_beat",
     "open_target_store",
     "source_options",
+    "target_url",
 ]
 
 _PROGRESS_THRESHOLD = 200
 
 
-@contextmanager
-def open_target_store(ctx: click.Context, database: str | None) -> Iterator[ScheduleStore]:
-    """The goatbeat store: ``database`` if given, else the group's app (``--database``,
-    ``--app``, the Django project), else ``GOATBEAT_DATABASE``."""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The goatbeat database a migration command works on, and how to name it to a human."""
+
+    store: ScheduleStore
+    label: str
+
+
+def target_url(ctx: click.Context, database: str | None) -> str | None:
+    """The explicit target, if any: the command's ``--database``, else the group's, else
+    ``GOATBEAT_DATABASE``. Explicit means it wins over whatever the loaded app (a Celery app
+    whose module sets ``DJANGO_SETTINGS_MODULE``, the Django project) configures."""
     obj = ctx.find_object(CliContext)
-    if database is None and obj is not None:
+    group = obj.database if obj is not None else None
+    return database or group or os.environ.get("GOATBEAT_DATABASE") or None
+
+
+@contextmanager
+def open_target_store(ctx: click.Context, database: str | None) -> Iterator[Target]:
+    """The goatbeat store: :func:`target_url` when one is given, else the group's app
+    (``--app``, the Django project's ``GOATBEAT['database']``)."""
+    url = target_url(ctx, database)
+    if url:
+        store = open_store(url)
         try:
-            store = obj.store()
-        except click.ClickException:
-            if not os.environ.get("GOATBEAT_DATABASE"):
-                raise
-        else:
-            yield store
-            return
-    url = database or os.environ.get("GOATBEAT_DATABASE")
-    if not url:
+            yield Target(store, redact_url(url))
+        finally:
+            store.close()
+        return
+    obj = ctx.find_object(CliContext)
+    if obj is None:
         raise UserError("no goatbeat database: pass --database URL or set GOATBEAT_DATABASE")
-    store = open_store(url)
     try:
-        yield store
-    finally:
-        store.close()
+        app = obj.app()
+    except click.ClickException as exc:
+        raise UserError(
+            f"no goatbeat database: pass --database URL or set GOATBEAT_DATABASE ({exc.message})"
+        ) from None
+    yield Target(app.store, _app_target(app))
+
+
+def _app_target(app: Any) -> str:
+    database = str(getattr(app, "database", "") or "")
+    if "://" in database:
+        return redact_url(database)
+    return beat_sources.describe_alias(database or "default")
+
+
+def _checked(target: Target, *, dry_run: bool) -> ScheduleStore:
+    """The store to plan against: unreachable is an error (never "no tables yet"); a dry run
+    against a database without goatbeat's tables plans against an empty store."""
+    try:
+        version = int(target.store.info().get("schema_version") or 0)
+    except StoreError as exc:
+        raise OperationalError(
+            f"the goatbeat database {target.label} is unreachable: {exc}"
+        ) from None
+    if dry_run:
+        return target.store if version else MemoryStore()
+    try:
+        target.store.migrate()  # idempotent; a dry run must not even create tables
+    except StoreError as exc:
+        raise OperationalError(
+            f"cannot prepare the goatbeat database {target.label}: {exc}"
+        ) from None
+    return target.store
 
 
 def collect_entries(
@@ -93,35 +141,44 @@ def collect_entries(
     """Read the requested sources; returns (entries, human lines about what was read).
 
     ``from_dcb`` is a URL, or ``"default"`` for Django's default database. With neither
-    source under Django, both the project's beat schedule and its tables are read.
-    ``last_runs_file``: the beat schedule's last runs as JSON (:func:`read_last_runs`)."""
+    source under Django, both the project's beat schedule and its tables are read; a name in
+    both is django-celery-beat's row (its scheduler copies the beat schedule into its table,
+    with the last runs). ``last_runs_file``: the beat schedule's last runs as JSON
+    (:func:`read_last_runs`). Errors reading a source raise ``GoatbeatError`` (one line)."""
     entries: list[SourceEntry] = []
     lines: list[str] = []
     last_runs = None
     if last_runs_file:
         last_runs = celery_beat.read_last_runs(last_runs_file)
         lines.append(f"last runs of {len(last_runs)} entries from {last_runs_file}")
-    django = beat_sources.in_django_project()
     app: Any = None
     if from_app:
         app = celery_beat.load_app(from_app)
-    elif django and (from_dcb is None or from_dcb == "default"):
+    django = beat_sources.in_django_project()
+    if app is None and django and (from_dcb is None or from_dcb == "default"):
         app = beat_sources.project_celery_app()
-    tasks = celery_beat.known_tasks(app) if (app is not None and check_tasks) else None
+    tasks: set[str] | None = None
+    if app is not None and check_tasks:
+        try:
+            tasks = celery_beat.known_tasks(app)
+        except Exception as exc:  # the project's task modules fail to import
+            raise InvalidValue(
+                "app", app, f"cannot list the Celery app's tasks: {describe_exception(exc)}"
+            ) from None
+    beat: list[SourceEntry] = []
     if from_app or (django and from_dcb is None):
         if app is not None:
-            read = celery_beat.read_beat_schedule(
-                app.conf.beat_schedule or {},
+            beat = celery_beat.read_beat_schedule(
+                celery_beat.beat_schedule_of(app),
                 timezone=celery_beat.app_timezone(app),
                 known_tasks=tasks,
                 last_runs=last_runs,
             )
-            lines.append(f"{len(read)} entries in the Celery app's beat_schedule")
-            entries += read
+            lines.append(f"{len(beat)} entries in the Celery app's beat_schedule")
         elif django:
-            read = beat_sources.settings_beat_schedule(last_runs)
-            lines.append(f"{len(read)} entries in settings.CELERY_BEAT_SCHEDULE")
-            entries += read
+            beat = beat_sources.settings_beat_schedule(last_runs)
+            lines.append(f"{len(beat)} entries in settings.CELERY_BEAT_SCHEDULE")
+    rows: list[SourceEntry] = []
     if from_dcb is not None or (django and not from_app):
         zone = celery_beat.app_timezone(app) if app is not None else "UTC"
         naive = naive_timezone or beat_sources.naive_timezone()
@@ -133,18 +190,26 @@ def collect_entries(
         else:
             source, label = from_dcb, redact_url(from_dcb)
         try:
-            read = django_celery_beat.read_django_celery_beat(
+            rows = django_celery_beat.read_django_celery_beat(
                 source, known_tasks=tasks, default_timezone=zone, naive_timezone=naive
             )
         except GoatbeatError as exc:
             if from_dcb is None:  # implicit under Django: the tables may simply not exist
                 lines.append(f"no django-celery-beat tables read ({exc})")
-                read = []
             else:
                 raise
         else:
-            lines.append(f"{len(read)} rows in django-celery-beat's tables ({label})")
-        entries += read
+            lines.append(f"{len(rows)} rows in django-celery-beat's tables ({label})")
+    in_table = {e.name for e in rows}
+    for entry in beat:
+        if entry.name not in in_table:
+            entries.append(entry)
+        elif entry.name != celery_beat.BACKEND_CLEANUP:
+            lines.append(
+                f"{entry.name}: in the beat schedule and in django-celery-beat's table (its "
+                "scheduler copies the beat schedule there): the table's row is imported"
+            )
+    entries += rows
     if tasks is None and (from_app or from_dcb is not None or django):
         lines.append("task names not checked (no Celery app; pass --from-app to check them)")
     return entries, lines
@@ -197,6 +262,12 @@ def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
     default=None,
     help="Zone of naive datetimes in the tables (default UTC; Django: UTC when USE_TZ).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace schedules edited in goatbeat since their import with the source's "
+    "definition (without it, each is reported as a conflict and kept).",
+)
 @click.pass_context
 def import_celery_beat(
     ctx: click.Context,
@@ -208,13 +279,14 @@ def import_celery_beat(
     check_tasks: bool,
     naive_timezone: str | None,
     last_runs_file: str | None,
+    overwrite: bool,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
-    if not from_app and from_dcb is None and not beat_sources.in_django_project():
-        raise UserError(
-            "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
-        )
     try:
+        if not from_app and from_dcb is None and not beat_sources.in_django_project():
+            raise UserError(
+                "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
+            )
         entries, lines = collect_entries(
             from_app=from_app,
             from_dcb=from_dcb,
@@ -225,40 +297,47 @@ def import_celery_beat(
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
-        raise UserError(f"cannot read the source: {exc}") from None
-    with open_target_store(ctx, database) as store:
-        if not dry_run:
-            store.migrate()  # idempotent; a dry run must not even create tables
-        elif not _has_tables(store):
+        raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+    with open_target_store(ctx, database) as target:
+        if not as_json:
+            click.echo(f"target: {target.label}{' (dry run)' if dry_run else ''}")
+        store = _checked(target, dry_run=dry_run)
+        if dry_run and store is not target.store:
             lines.append("the goatbeat database has no tables yet: everything would be created")
-            store = MemoryStore()
-        report = _run(store, entries, dry_run=dry_run, quiet=as_json)
+        report = _run(store, entries, dry_run=dry_run, quiet=as_json, overwrite=overwrite)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        data = report.to_dict()
+        data["target"] = target.label
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         _print(report, lines)
-    if report.failed:
+    if not report.ok:
         ctx.exit(1)
 
 
-def _has_tables(store: ScheduleStore) -> bool:
-    try:
-        store.list_schedules(source=Source.CELERY)
-    except StoreError:
-        return False
-    return True
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, GoatbeatError):
+        return " ".join(str(exc).split())
+    return describe_exception(exc)
 
 
 def _run(
-    store: ScheduleStore, entries: list[SourceEntry], *, dry_run: bool, quiet: bool
+    store: ScheduleStore,
+    entries: list[SourceEntry],
+    *,
+    dry_run: bool,
+    quiet: bool,
+    overwrite: bool,
 ) -> ImportReport:
     if len(entries) < _PROGRESS_THRESHOLD or quiet:
-        return import_entries(store, entries, dry_run=dry_run)
+        return import_entries(store, entries, dry_run=dry_run, overwrite=overwrite)
     total = len(entries)
     stream = sys.stderr
     bar: Any = click.progressbar(length=total, label="importing", file=stream)
     with bar:
-        return import_entries(store, entries, dry_run=dry_run, progress=bar.update)
+        return import_entries(
+            store, entries, dry_run=dry_run, overwrite=overwrite, progress=bar.update
+        )
 
 
 def _print(report: ImportReport, lines: list[str]) -> None:
@@ -270,7 +349,11 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     for name in report.updated:
         click.echo(f"{prefix}update  {name}")
     for name in report.refreshed:
-        click.echo(f"{prefix}refresh {name}  (never run by goatbeat; celery ran it since)")
+        click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
+    for name in report.unchanged:
+        click.echo(f"unchanged {name}")
+    for name, reason in report.conflicts:
+        click.echo(f"conflict  {name}: {reason}")
     for name, note in report.notes:
         click.echo(f"note    {name}: {note}")
     for name, reason in report.failed:
@@ -334,8 +417,15 @@ def diff(
             sources.add(Source.CELERY)
         if from_dcb is not None:
             sources.add(Source.DJANGO_CELERY_BEAT)
-        with open_target_store(ctx, database) as store:
-            new = [s for s in store.list_schedules() if all_sources or s.source in sources]
+        with open_target_store(ctx, database) as target:
+            try:
+                new = [
+                    s for s in target.store.list_schedules() if all_sources or s.source in sources
+                ]
+            except StoreError as exc:
+                raise OperationalError(
+                    f"cannot read the goatbeat database {target.label}: {exc}"
+                ) from None
         report = compute_diff(
             old,
             new,
