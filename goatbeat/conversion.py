@@ -56,13 +56,14 @@ __all__ = [
 
 CELERY_BUGS: dict[str, str] = {
     "dst_gap": (
-        "DST spring-forward: celery runs a wall time that does not exist (02:30) one hour late "
-        "(03:30); goatbeat fires when the clocks jump (03:00), as Debian/ISC cron does"
+        "celery runs a local time that does not exist late, by the size of the jump (and a "
+        "whole missing hour of a minute-wildcard crontab once, when the clocks jump); goatbeat "
+        "fires a fixed time when the clocks jump and skips wildcard times that do not exist, as "
+        "Debian/ISC cron does"
     ),
     "dst_repeat": (
-        "DST fall-back: celery skips the second pass of the repeated hour for wildcard-hour "
-        "crontabs; goatbeat fires wildcard times on both passes and fixed times once, as "
-        "Debian/ISC cron does"
+        "celery runs the repeated local times of a wildcard-hour crontab once; goatbeat fires "
+        "wildcard times on both passes and fixed times once, as Debian/ISC cron does"
     ),
     "dow_7": (
         "django-celery-beat accepts day_of_week=7 (Sunday) in the admin but celery rejects it, "
