@@ -53,6 +53,7 @@ __all__ = [
     "Target",
     "collect_entries",
     "diff",
+    "export_last_runs",
     "import_celery_beat",
     "open_target_store",
     "source_options",
@@ -359,6 +360,104 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     for name, reason in report.failed:
         click.echo(f"FAILED  {name}: {reason}")
     click.echo(f"summary: {report.summary()}")
+
+
+# -- export_last_runs (rollback) ---------------------------------------------------------------
+
+
+@click.command("export_last_runs")
+@click.option(
+    "--to-django-celery-beat",
+    "to_dcb",
+    metavar="[URL]",
+    is_flag=False,
+    flag_value="default",
+    default=None,
+    help="Write them into django-celery-beat's rows: a postgresql:// or sqlite:/// URL "
+    "(without one, Django's default database).",
+)
+@click.option(
+    "--to-json",
+    "to_json",
+    metavar="FILE",
+    default=None,
+    help="Write {name: ISO instant} of the beat_schedule entries goatbeat ran, for stock "
+    "beat's celerybeat-schedule (see docs/migration).",
+)
+@click.option("--database", default=None, help="The goatbeat database to read.")
+@click.option(
+    "--naive-timezone",
+    default=None,
+    help="Zone of naive datetimes in the tables (default UTC; Django: UTC when USE_TZ).",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@click.pass_context
+def export_last_runs(
+    ctx: click.Context,
+    to_dcb: str | None,
+    to_json: str | None,
+    database: str | None,
+    naive_timezone: str | None,
+    dry_run: bool,
+) -> None:
+    """Hand goatbeat's last runs back to celery beat before a rollback, so it runs nothing
+    goatbeat already ran."""
+    if (to_dcb is None) == (to_json is None):
+        raise UserError("say where to: --to-django-celery-beat [URL] or --to-json FILE")
+    with open_target_store(ctx, database) as target:
+        click.echo(f"from: {target.label}")
+        source = Source.DJANGO_CELERY_BEAT if to_dcb is not None else Source.CELERY
+        try:
+            ran = [
+                s
+                for s in target.store.list_schedules(source=source)
+                if s.last_status is not None and s.last_run_at is not None
+            ]
+        except StoreError as exc:
+            raise OperationalError(
+                f"cannot read the goatbeat database {target.label}: {exc}"
+            ) from None
+    if to_json is not None:
+        runs = {s.name: iso_z(s.last_run_at) for s in ran if s.last_run_at is not None}
+        if not dry_run:
+            try:
+                with open(to_json, "w", encoding="utf-8") as handle:
+                    json.dump(runs, handle, indent=2, sort_keys=True)
+            except OSError as exc:
+                raise UserError(f"cannot write {to_json!r}: {exc}") from None
+        verb = "would write" if dry_run else "wrote"
+        click.echo(f"{verb} the last runs of {len(runs)} entries to {to_json}")
+        return
+    assert to_dcb is not None
+    if to_dcb == "default":
+        if not beat_sources.in_django_project():
+            raise UserError("--to-django-celery-beat needs a database URL outside Django")
+        conn: Any = beat_sources.default_connection()
+        label = "Django's default database"
+    else:
+        conn, label = to_dcb, redact_url(to_dcb)
+    click.echo(f"to: django-celery-beat's tables ({label}){' (dry run)' if dry_run else ''}")
+    naive = naive_timezone or beat_sources.naive_timezone()
+    try:
+        changed = django_celery_beat.hand_back(
+            conn,
+            {s.name: (s.last_run_at, s.total_run_count) for s in ran if s.last_run_at},
+            naive_timezone=naive,
+            dry_run=dry_run,
+        )
+    except GoatbeatError as exc:
+        raise OperationalError(_one_line(exc)) from None
+    prefix = "would set" if dry_run else "set"
+    for row in changed:
+        was = "never" if row.before is None else iso_z(row.before)
+        click.echo(
+            f"{prefix}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
+            f"total_run_count {row.total_run_count}"
+        )
+    click.echo(
+        f"summary: {len(changed)} row(s) {'would be ' if dry_run else ''}moved forward, "
+        f"{len(ran) - len(changed)} already at or past goatbeat's last run"
+    )
 
 
 # -- diff ------------------------------------------------------------------------------------

@@ -34,7 +34,14 @@ from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 from goatbeat.stores import redact_url
 
-__all__ = ["ClockedSchedule", "TABLE", "connect", "read_django_celery_beat"]
+__all__ = [
+    "ClockedSchedule",
+    "TABLE",
+    "HandBack",
+    "connect",
+    "hand_back",
+    "read_django_celery_beat",
+]
 
 TABLE = "django_celery_beat_periodictask"
 
@@ -58,8 +65,9 @@ _TICK = timedelta(microseconds=1)
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Any]:
-    """A DB-API connection for ``postgresql://…`` / ``postgres://…`` or ``sqlite:///path``."""
+def connect(url: str, *, write: bool = False) -> Iterator[Any]:
+    """A DB-API connection for ``postgresql://…`` / ``postgres://…`` or ``sqlite:///path``
+    (SQLite opened read-only unless ``write``)."""
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
         import psycopg
@@ -79,7 +87,7 @@ def connect(url: str) -> Iterator[Any]:
                 "database", url, f"{url!r}: use sqlite:///relative or sqlite:////abs"
             )
         try:
-            lite = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            lite = sqlite3.connect(f"file:{path}?mode={'rw' if write else 'ro'}", uri=True)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {url}: {exc}") from None
         try:
@@ -466,3 +474,106 @@ def _describe(fields: dict[str, str]) -> str:
 
 def _celery_message(exc: Exception) -> str:
     return f"celery rejects it ({describe_exception(exc)})"
+
+
+# -- handing goatbeat's runs back (rollback) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """One row :func:`hand_back` moves forward: django-celery-beat's last run and run count
+    before, goatbeat's after."""
+
+    name: str
+    before: datetime | None
+    after: datetime
+    total_run_count: int
+
+
+def hand_back(
+    conn_or_url: Any,
+    runs: dict[str, tuple[datetime, int]],
+    *,
+    naive_timezone: str = "UTC",
+    dry_run: bool = False,
+) -> list[HandBack]:
+    """Write goatbeat's last runs into django-celery-beat's rows before rolling back, so its
+    scheduler does not run again what goatbeat ran (its catch-up counts from ``last_run_at``,
+    and a one-off row with ``total_run_count`` > 0 is disabled instead of run).
+
+    ``runs``: name -> (goatbeat's last run, goatbeat's run count). Only rows whose own
+    ``last_run_at`` is earlier (or unset) change: ``last_run_at`` becomes goatbeat's, and
+    ``total_run_count`` the larger of the two. One transaction; returns what changed (what
+    would change with ``dry_run``). Run it while django-celery-beat's beat is stopped.
+    ``naive_timezone``: the zone of naive datetimes in the tables (SQLite with ``USE_TZ``:
+    UTC). Raises ``StoreError`` when the tables cannot be read or written."""
+    if isinstance(conn_or_url, str):
+        with connect(conn_or_url, write=not dry_run) as conn:
+            return hand_back(conn, runs, naive_timezone=naive_timezone, dry_run=dry_run)
+    conn = conn_or_url
+    marker = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    naive = isinstance(conn, sqlite3.Connection) or _is_sqlite(conn)
+    # Django's connection commits each statement by itself: make it one transaction.
+    django_autocommit = conn.get_autocommit() if hasattr(conn, "get_autocommit") else None
+    if django_autocommit:
+        conn.set_autocommit(False)
+    try:
+        return _hand_back(conn, runs, marker, naive, naive_timezone, dry_run)
+    finally:
+        if django_autocommit:
+            conn.set_autocommit(True)
+
+
+def _hand_back(
+    conn: Any,
+    runs: dict[str, tuple[datetime, int]],
+    marker: str,
+    naive: bool,
+    naive_timezone: str,
+    dry_run: bool,
+) -> list[HandBack]:
+    changed: list[HandBack] = []
+    cursor = conn.cursor()
+    try:
+        cursor.execute(f"SELECT name, last_run_at, total_run_count FROM {TABLE}")  # noqa: S608
+        rows = cursor.fetchall()
+        for name, last_run_at, count in rows:
+            if name not in runs:
+                continue
+            ours, our_count = runs[name]
+            theirs = celery_instant(last_run_at, "last_run_at", naive_timezone)
+            if theirs is not None and theirs >= ours:
+                continue
+            total = max(int(count or 0), our_count)
+            changed.append(HandBack(str(name), theirs, ours, total))
+            if dry_run:
+                continue
+            value: Any = ours
+            if naive:
+                value = ours.astimezone(get_zone(naive_timezone)).replace(tzinfo=None)
+                value = value.isoformat(sep=" ")
+            cursor.execute(
+                f"UPDATE {TABLE} SET last_run_at = {marker}, total_run_count = {marker} "  # noqa: S608
+                f"WHERE name = {marker}",
+                (value, total, name),
+            )
+    except GoatbeatError:
+        _rollback(conn)
+        raise
+    except Exception as exc:  # any driver error: nothing was written
+        _rollback(conn)
+        raise StoreError(
+            f"cannot write django-celery-beat's last runs: {describe_exception(exc)}"
+        ) from None
+    finally:
+        cursor.close()
+    if dry_run:
+        _rollback(conn)
+    else:
+        conn.commit()
+    return changed
+
+
+def _is_sqlite(conn: Any) -> bool:
+    vendor = getattr(conn, "vendor", None)  # Django's connection
+    return vendor == "sqlite"

@@ -12,7 +12,7 @@ last run and goatbeat's own), an operator's edit in goatbeat never overwritten s
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -194,8 +194,8 @@ def plan_import(
         if entry.schedule is None:
             plan.failed.append((entry.name, entry.problem or "could not be converted"))
             continue
-        sched = entry.schedule
-        row = existing.get(sched.name)
+        row = existing.get(entry.name)
+        sched = _same_grid(entry.schedule, row)
         if row is None:
             plan.create.append(sched)
         elif row.source != sched.source:
@@ -216,6 +216,23 @@ def plan_import(
         else:
             plan.unchanged.append(sched.name)
     return plan
+
+
+def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
+    """``incoming`` with the stored interval trigger when both lie on the same grid (same
+    period, anchors a whole number of periods apart): a later last run on goatbeat's own grid
+    (goatbeat's runs handed back, celery running on from them) is no new definition."""
+    new, old = incoming.trigger, None if row is None else row.trigger
+    if (
+        isinstance(new, IntervalTrigger)
+        and isinstance(old, IntervalTrigger)
+        and new.every == old.every
+        and new.anchor is not None
+        and old.anchor is not None
+        and (new.anchor - old.anchor) % new.every == timedelta(0)
+    ):
+        return replace(incoming, trigger=old)
+    return incoming
 
 
 def _ran_since(row: Schedule, incoming: Schedule) -> bool:

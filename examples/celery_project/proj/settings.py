@@ -47,7 +47,8 @@ CELERY_GOATBEAT_DATABASE = os.environ.get("EXAMPLE_DATABASE_URL", "postgresql://
 CELERY_GOATBEAT_LEASE_TTL = os.environ.get("EXAMPLE_LEASE_TTL", "30s")
 CELERY_GOATBEAT_LEASE_RENEW_INTERVAL = os.environ.get("EXAMPLE_LEASE_RENEW", "10s")
 
-CELERY_BEAT_SCHEDULE = {
+# EXAMPLE_BEAT_SCHEDULE=none: a project whose schedules all live in django-celery-beat's tables.
+CELERY_BEAT_SCHEDULE = {} if os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "none" else {
     "tick-every-2s": {
         "task": "shop.record",
         "schedule": timedelta(seconds=2),
