@@ -1,5 +1,5 @@
-"""The migration commands: ``goatbeat import_celery_beat`` and ``goatbeat diff`` (also as
-``manage.py goatbeat ...``).
+"""The migration commands: ``goatbeat import_celery_beat``, ``goatbeat diff`` and
+``goatbeat export_last_runs`` (also as ``manage.py goatbeat ...``).
 
 ::
 
@@ -11,6 +11,15 @@
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
         [--json] [--max-instants N] [--accept-known-bugs] [--all-sources]
 
+    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
+        [--dry-run]                             goatbeat's last runs back to celery beat, before
+                                                a rollback
+
+The goatbeat database is the explicit ``--database`` (the command's or the group's), else
+``GOATBEAT_DATABASE``, else the app's (``--app``, the Django project's ``GOATBEAT['database']``);
+whatever a loaded Celery app configures never overrides an explicit one. Each command prints it
+first (``target: ...``, password redacted).
+
 Both read their sources alike (:func:`collect_entries`, :func:`source_options`). Under Django
 with no source option, they read ``CELERY_BEAT_SCHEDULE`` (through the project's Celery app when
 one is loaded) and django-celery-beat's tables in the default database
@@ -18,8 +27,8 @@ one is loaded) and django-celery-beat's tables in the default database
 reads and imports, :mod:`goatbeat.diff` compares.
 
 Exit status of ``import_celery_beat``: 0 when everything imported, 1 when some entries failed
-(the rest imported), 2 on a usage error or when a source cannot be read. Of ``diff``: 0 equal,
-1 different, 2 error.
+or conflict with an operator's edit (the rest imported) or the target is unreachable, 2 on a
+usage error or when a source cannot be read. Of ``diff``: 0 equal, 1 different, 2 error.
 """
 
 from __future__ import annotations
@@ -517,6 +526,7 @@ def diff(
         if from_dcb is not None:
             sources.add(Source.DJANGO_CELERY_BEAT)
         with open_target_store(ctx, database) as target:
+            label = target.label
             try:
                 new = [
                     s for s in target.store.list_schedules() if all_sources or s.source in sources
@@ -540,8 +550,11 @@ def diff(
     except (GoatbeatError, ImportError, OSError) as exc:
         raise UserError(f"diff failed: {exc}") from None
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        data = report.to_dict()
+        data["target"] = label
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
+        click.echo(f"target: {label}")
         _print_report(report, click.echo)
     ctx.exit(0 if report.equal else 1)
 

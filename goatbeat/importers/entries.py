@@ -229,6 +229,7 @@ def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
         and new.every == old.every
         and new.anchor is not None
         and old.anchor is not None
+        and old.anchor <= new.anchor  # an interval never fires before its anchor
         and (new.anchor - old.anchor) % new.every == timedelta(0)
     ):
         return replace(incoming, trigger=old)

@@ -270,6 +270,9 @@ def test_django_celery_beat_cutover_rollback_and_recutover_live(project: Project
     assert "every-2s" in cutover.stdout, cutover.stdout
     assert "FAILED  " not in cutover.stdout and "conflict  " not in cutover.stdout
     ledger.eras.append(Era("goatbeat", time.time(), handed_over(project, dcb_last_runs())))
+    # Step 4 of the guide: diff agrees, owed runs included (the gap's, the clocked row's).
+    diff = project.run("manage.py", "goatbeat", "diff", "--horizon", "10m", check=False)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
     replicas = [project.start(f"gb-{i}", "manage.py", "goatbeat", "scheduler") for i in (1, 2)]
     standby = kill_the_leader(project, replicas, ledger, "every-2s")
     project.wait_for("clocked-later and from-start under goatbeat",

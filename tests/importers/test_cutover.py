@@ -277,3 +277,35 @@ def test_an_operator_edit_is_a_conflict_kept_until_overwrite(tables: Tables) -> 
     assert store.get("quarter").trigger == CronTrigger("*/15 * * * *", timezone="UTC")
     again = import_entries(store, read_django_celery_beat(tables.url))
     assert again.conflicts == [] and sorted(again.unchanged) == ["every-10m", "quarter"]
+
+
+def test_a_start_time_moved_earlier_onto_the_same_grid_is_followed(
+    tmp_path: Path, dcb_tables: Callable[..., None]
+) -> None:
+    # Rehearsal with a far start_time, then the row is edited to start soon: an interval never
+    # fires before its anchor, so the old (later) anchor must not be kept even on the same grid.
+    tables = Tables(tmp_path / "dcb.sqlite3")
+    dcb_tables(
+        tables.url,
+        [
+            {
+                "name": "from-start",
+                "task": "ping",
+                "interval": {"every": 5, "period": "seconds"},
+                "start_time": "2099-01-01T00:00:00+00:00",
+            }
+        ],
+    )
+    store = MemoryStore(clock=FakeClock(NOW))
+    imported(store, tables)
+    tables.sql(
+        "UPDATE django_celery_beat_periodictask SET start_time = ?, date_changed = ?",
+        _naive(NOW + timedelta(seconds=5)),
+        _naive(NOW),
+    )
+    report = imported(store, tables)
+    assert report.updated == ["from-start"]
+    assert store.get("from-start").next_fire_times(2, NOW) == [
+        NOW + timedelta(seconds=5),
+        NOW + timedelta(seconds=10),
+    ]
