@@ -69,6 +69,12 @@ CELERY_BUGS: dict[str, str] = {
         "django-celery-beat accepts day_of_week=7 (Sunday) in the admin but celery rejects it, "
         "so the row is silently never scheduled; goatbeat runs it on Sundays"
     ),
+    "start_time_catch_up": (
+        "django-celery-beat runs a crontab or solar row that has a start_time once AT its "
+        "start_time (it dates a never-run row's last run 30 years back, so the row is overdue "
+        "the moment it may start), off its own schedule; goatbeat starts with the schedule's "
+        "first instant at or after start_time"
+    ),
     "dusk_sign": (
         "celery < 5.3 used +18 degrees as the dusk_astronomical horizon (sign error); goatbeat "
         "uses -18 degrees like later celery"

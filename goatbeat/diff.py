@@ -232,6 +232,20 @@ def celery_fire_times(
             out.append(start)  # due since its last run: beat runs it at once
             if one_off:
                 return out
+    elif (
+        last is not None
+        and start_at is not None
+        and not hasattr(sched, "run_every")
+        and start < start_at <= end
+        and step(last) < start_at
+    ):
+        # django-celery-beat holds a row back until start_time; a crontab or solar row then
+        # finds itself due (its last run predates start_time) and runs at once, off its own
+        # schedule, and counts from there.
+        out.append(start_at)
+        t = start_at
+        if one_off:
+            return out
     steps = 0
     while len(out) < MAX_FIRES and steps < 10 * MAX_FIRES:
         steps += 1
@@ -409,8 +423,11 @@ def _compare_one(
         in_old = at in old_set
         reason: str | None = None
         known = False
+        start_at = new.start_at
         if "dow_7" in entry.bugs:
             reason, known = CELERY_BUGS["dow_7"], True
+        elif in_old and start_at is not None and at == start_at and at != start:
+            reason, known = CELERY_BUGS["start_time_catch_up"], True
         else:
             dst = _dst_reason(at, zone, in_old)
             if dst is not None:

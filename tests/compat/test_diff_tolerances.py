@@ -137,3 +137,35 @@ def test_a_run_owed_at_once_is_compared_on_both_sides() -> None:
     (s,) = report.schedules
     assert [(f.at, f.old, f.new) for f in s.fire_times] == [(start, True, False)]
     assert "at once" in (s.fire_times[0].reason or "")
+
+
+def test_django_celery_beats_run_at_start_time_of_a_crontab_is_a_known_difference() -> None:
+    # A never-run django-celery-beat crontab row with a start_time, as the reader builds it.
+    start = datetime(2026, 6, 10, 12, tzinfo=UTC)
+    (entry,) = read_beat_schedule(
+        {"nine": {"task": "t", "schedule": crontab(minute=0, hour=9)}}, timezone="UTC"
+    )
+    assert entry.schedule is not None
+    start_time = datetime(2026, 6, 10, 14, tzinfo=UTC)
+    never_ran = start - timedelta(days=365 * 30)  # as django-celery-beat dates it
+    entry = SourceEntry(
+        name="nine",
+        source=entry.source,
+        schedule=entry.schedule.evolve(start_at=start_time, last_run_at=never_ran),
+        celery_schedule=entry.celery_schedule,
+        celery_tz="UTC",
+        last_run_at=never_ran,
+        task="t",
+        args=[],
+        kwargs={},
+        routing=entry.routing,
+    )
+    store = MemoryStore(clock=FakeClock(start))
+    import_entries(store, [entry])
+    report = compute_diff([entry], store.list_schedules(), start=start, horizon=timedelta(days=2))
+    (s,) = report.schedules
+    assert [(f.at, f.old, f.known) for f in s.fire_times] == [(start_time, True, True)]
+    assert "start_time" in (s.fire_times[0].reason or "")
+    assert compute_diff(
+        [entry], store.list_schedules(), start=start, horizon=timedelta(days=2), accept_known=True
+    ).equal
