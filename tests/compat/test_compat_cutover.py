@@ -73,15 +73,21 @@ def beat_log() -> Iterator[list[str]]:
     handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
     root = logging.getLogger()
     gb = logging.getLogger("goatbeat")
-    old_level, old_filters = gb.level, list(gb.filters)
+    saved = (gb.level, list(gb.filters), list(gb.handlers), gb.propagate)
+    # As in a celery beat process: goatbeat's records go to beat's (root) handler; a handler
+    # another test left on the goatbeat logger would mean "configured by the project".
+    gb.handlers[:] = []
+    gb.propagate = True
     root.addHandler(handler)
     gb.setLevel(logging.INFO)
     try:
         yield lines
     finally:
         root.removeHandler(handler)
-        gb.setLevel(old_level)
-        gb.filters[:] = old_filters
+        gb.setLevel(saved[0])
+        gb.filters[:] = saved[1]
+        gb.handlers[:] = saved[2]
+        gb.propagate = saved[3]
 
 
 def test_each_submission_line_names_schedule_instant_and_key(
@@ -144,3 +150,16 @@ def test_a_newer_dump_after_a_rollback_moves_the_phase_forward(tmp_path: Path) -
         assert store.get("every-10m").source is Source.CELERY
     finally:
         store.close()
+
+
+def test_a_goatbeat_logger_the_project_configured_is_left_alone(
+    tmp_path: Path, beat_log: list[str]
+) -> None:
+    gb = logging.getLogger("goatbeat")
+    own = logging.NullHandler()
+    gb.addHandler(own)
+    try:
+        Scheduler(app=make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}")).close()
+        assert not gb.filters
+    finally:
+        gb.removeHandler(own)
