@@ -27,12 +27,13 @@ Where celery's behaviour is a bug, goatbeat keeps its own semantics (see ``CELER
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from goatbeat.core.cron import CronTrigger, parse_cron
-from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.errors import InvalidSchedule, short_repr
 from goatbeat.core.timeutil import ensure_aware, get_zone, to_utc
 from goatbeat.core.triggers import (
     CeleryCrontabTrigger,
@@ -47,23 +48,32 @@ __all__ = [
     "CeleryCrontabTrigger",
     "UnsupportedSchedule",
     "crontab_expression",
+    "describe_exception",
+    "plain_repr",
     "timezone_name",
     "to_trigger",
 ]
 
 CELERY_BUGS: dict[str, str] = {
     "dst_gap": (
-        "DST spring-forward: celery runs a wall time that does not exist (02:30) one hour late "
-        "(03:30); goatbeat fires when the clocks jump (03:00), as Debian/ISC cron does"
+        "celery runs a local time that does not exist late, by the size of the jump (and a "
+        "whole missing hour of a minute-wildcard crontab once, when the clocks jump); goatbeat "
+        "fires a fixed time when the clocks jump and skips wildcard times that do not exist, as "
+        "Debian/ISC cron does"
     ),
     "dst_repeat": (
-        "DST fall-back: celery skips the second pass of the repeated hour for wildcard-hour "
-        "crontabs; goatbeat fires wildcard times on both passes and fixed times once, as "
-        "Debian/ISC cron does"
+        "celery runs the repeated local times of a wildcard-hour crontab once; goatbeat fires "
+        "wildcard times on both passes and fixed times once, as Debian/ISC cron does"
     ),
     "dow_7": (
         "django-celery-beat accepts day_of_week=7 (Sunday) in the admin but celery rejects it, "
         "so the row is silently never scheduled; goatbeat runs it on Sundays"
+    ),
+    "start_time_catch_up": (
+        "django-celery-beat runs a crontab or solar row that has a start_time once AT its "
+        "start_time (it dates a never-run row's last run 30 years back, so the row is overdue "
+        "the moment it may start), off its own schedule; goatbeat starts with the schedule's "
+        "first instant at or after start_time"
     ),
     "dusk_sign": (
         "celery < 5.3 used +18 degrees as the dusk_astronomical horizon (sign error); goatbeat "
@@ -73,13 +83,34 @@ CELERY_BUGS: dict[str, str] = {
 """Known celery / django-celery-beat bugs where goatbeat keeps correct semantics."""
 
 
+_ADDRESS = re.compile(r"\s+(?:object\s+)?at\s+0x[0-9a-fA-F]+")
+
+
+def plain_repr(value: object) -> str:
+    """A short ``repr`` without memory addresses (``<function f at 0x7f..>`` -> ``<function
+    f>``): messages name what the user wrote, and an address changes with every run."""
+    try:
+        text = short_repr(value)
+    except Exception:  # a __repr__ that raises still gets a name
+        text = f"<{type(value).__name__}>"
+    return _ADDRESS.sub("", text)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` on one line, without memory addresses, for an error the user's code
+    or data raised (celery's ParseException, a module failing on import...)."""
+    message = " ".join(str(exc).split())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return _ADDRESS.sub("", text)
+
+
 class UnsupportedSchedule(InvalidSchedule):
     """A celery schedule goatbeat cannot convert; the message names the type and why.
 
     A ``GoatbeatError`` and a ``ValueError`` (through ``InvalidSchedule``)."""
 
     def __init__(self, value: Any, reason: str) -> None:
-        super().__init__("schedule", value, f"{type(value).__name__} {value!r}: {reason}")
+        super().__init__("schedule", value, f"{type(value).__name__} {plain_repr(value)}: {reason}")
 
 
 def timezone_name(zone: object, field_name: str = "timezone") -> str:

@@ -3,12 +3,21 @@ fire at the same instants?
 
 The old side is computed AS CELERY COMPUTES IT: each entry's own celery schedule object
 (``crontab``, ``schedule``, ``solar``; django-celery-beat's rows rebuilt the way its
-``DatabaseScheduler`` builds them) is stepped with its own ``remaining_estimate``, exactly as
-celery beat does after each run (``last_run_at = now``). The new side steps the goatbeat
-triggers stored in the database. For every schedule on either side the report gives: present on
-one side only; differences in task, args, kwargs, routing and enabled; and the first instants
-over the horizon where the fire times differ, with the reason when it is known (a DST rule, a
-celery bug, see :data:`goatbeat.compat.CELERY_BUGS`).
+``DatabaseScheduler`` builds them, its ``clocked`` rows as it runs them) is stepped with its own
+``remaining_estimate``, exactly as celery beat does after each run (``last_run_at = now``),
+from the later of celery's last run and goatbeat's (what either already ran is not owed). The
+new side steps the goatbeat triggers stored in the database. A run that is due at ``start``
+already (celery's catch-up after a stop; goatbeat's ``next_run_at`` in the past, the gap of a
+cutover) counts as a fire *at once*, at ``start``, on either side.
+
+For every schedule on either side the report gives: present on one side only; differences in
+task, args, kwargs, routing and enabled; and the first instants over the horizon where the fire
+times differ, with the reason when it is known (a DST rule naming the actual shift, a celery
+bug, see :data:`goatbeat.compat.CELERY_BUGS`). Solar instants match within
+:data:`SOLAR_TOLERANCE` (celery uses ephem, goatbeat its own equations) and the largest
+deviation is reported. Each side computes at most :data:`MAX_FIRES` instants; when a side
+reaches that cap the comparison stops at the earlier last instant, so a cap never creates a
+difference.
 
 :func:`compute_diff` is pure: entries and schedules in, a :class:`DiffReport` out. The command
 that reads the sources and prints the report is :func:`goatbeat.cli.migration.diff`.
@@ -23,17 +32,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from goatbeat.conversion import CELERY_BUGS
+from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
 from goatbeat.core.model import DamagedSchedule, Schedule, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
-from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
+from goatbeat.importers.django_celery_beat import ClockedSchedule
 from goatbeat.importers.entries import SourceEntry
 
 __all__ = [
     "DiffReport",
     "FireDifference",
+    "MAX_FIRES",
+    "SOLAR_TOLERANCE",
     "ScheduleDiff",
     "celery_fire_times",
     "compute_diff",
@@ -42,6 +54,10 @@ __all__ = [
 
 MAX_FIRES = 100_000
 """Fire times computed per schedule and side; beyond, the comparison stops (and says so)."""
+
+SOLAR_TOLERANCE = timedelta(seconds=60)
+"""Solar instants of the two sides closer than this are the same occurrence: celery (ephem)
+and goatbeat (NOAA equations) differ by milliseconds to about a second at |latitude| <= 60."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +86,8 @@ class ScheduleDiff:
     fire_times: list[FireDifference] = field(default_factory=list)
     fire_difference_count: int = 0
     notes: list[str] = field(default_factory=list)
+    solar_max_deviation: timedelta | None = None
+    """Solar schedules: the largest gap between matched celery and goatbeat instants."""
 
     def differs(self, *, accept_known: bool = False) -> bool:
         if self.status in ("only_old", "only_new", "damaged") or self.fields:
@@ -88,6 +106,11 @@ class ScheduleDiff:
             "fire_times": [f.to_dict() for f in self.fire_times],
             "fire_difference_count": self.fire_difference_count,
             "notes": self.notes,
+            "solar_max_deviation_seconds": (
+                None
+                if self.solar_max_deviation is None
+                else self.solar_max_deviation.total_seconds()
+            ),
         }
 
 
@@ -123,8 +146,14 @@ def _jsonable(value: Any) -> Any:
 
 
 def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """Fire instants of ``schedule`` in ``(start, end]``, honouring start/end and one_off."""
+    """Fire instants of ``schedule`` in ``(start, end]``, honouring start/end and one_off;
+    first ``start`` itself when the stored ``next_run_at`` is already due then (a run the
+    scheduler makes at once: the occurrence owed since the last run)."""
     out: list[datetime] = []
+    if schedule.next_run_at is not None and schedule.next_run_at <= start:
+        out.append(start)
+        if schedule.one_off:
+            return out
     t = start
     while len(out) < MAX_FIRES:
         nxt = schedule.first_run_after(t)
@@ -151,19 +180,25 @@ def celery_fire_times(
     end: datetime,
     *,
     phase: datetime | None = None,
+    last_run_at: datetime | None = None,
 ) -> list[datetime]:
-    """Fire instants in ``(start, end]`` as celery beat computes them for ``entry``.
+    """Fire instants in ``(start, end]`` as celery beat computes them for ``entry``, first
+    ``start`` itself when celery would run it at once (due since its last run).
 
     Steps the entry's own celery schedule object: ``next = now + remaining_estimate(last)``
     with ``last = now = the previous run``, which is what beat does after each run.
-    ``phase``: where an interval counts from when celery's last run is unknown."""
+    ``phase``: where an interval counts from when celery's last run is unknown.
+    ``last_run_at``: a later last run than the entry's (goatbeat ran it since)."""
     sched = entry.celery_schedule
     if sched is None:
         return []  # celery does not schedule this entry at all
-    if hasattr(sched, "next_after") and hasattr(sched, "to_spec"):
-        # django-celery-beat's clocked: one instant, no stepping involved
-        sched_at = sched.next_after(start)
-        return [sched_at] if sched_at is not None and sched_at <= end else []
+    if isinstance(sched, ClockedSchedule):
+        if not sched.pending or sched.clocked_time > end:
+            return []
+        return [max(sched.clocked_time, start)]  # passed but never ran: at once
+    last = entry.last_run_at
+    if last_run_at is not None and (last is None or last_run_at > last):
+        last = last_run_at
     app = _celery_app(entry.celery_tz)
     zone = get_zone(entry.celery_tz)
     clock = [start]
@@ -172,23 +207,49 @@ def celery_fire_times(
     stepper._app = app
     own_tz = vars(sched).get("tz")
     stepper.tz = own_tz if own_tz is not None else zone
-    is_interval = hasattr(sched, "run_every")
-    t = start
-    if is_interval:
-        t = entry.last_run_at or phase or start
     one_off = entry.schedule is not None and entry.schedule.one_off
     start_at = entry.schedule.start_at if entry.schedule is not None else None
     end_at = entry.schedule.end_at if entry.schedule is not None else None
-    out: list[datetime] = []
-    steps = 0
-    while len(out) < MAX_FIRES and steps < 10 * MAX_FIRES:
-        steps += 1
+
+    def step(t: datetime) -> datetime:
         local = t.astimezone(zone)  # beat stamps last_run_at with app.now(), in the app zone
         clock[0] = local
         # remaining_estimate is elapsed time: add it in UTC, never to a local wall time.
-        nxt = t.astimezone(UTC) + stepper.remaining_estimate(local)
-        if nxt <= t:
-            nxt = t + timedelta(seconds=1)  # celery would spin; keep the walk finite
+        nxt: datetime = t.astimezone(UTC) + stepper.remaining_estimate(local)
+        return nxt if nxt > t else t + timedelta(seconds=1)  # celery would spin; stay finite
+
+    out: list[datetime] = []
+    t = start
+    if hasattr(sched, "run_every"):
+        every = sched.run_every
+        t = last or phase or start
+        if start_at is not None and t < start_at and isinstance(every, timedelta):
+            # Not before start_time: the first check at or after it finds it due.
+            t = start_at - every
+    if last is not None and (start_at is None or start_at <= start):
+        first = step(last)
+        if first <= start and (end_at is None or first <= end_at):
+            out.append(start)  # due since its last run: beat runs it at once
+            if one_off:
+                return out
+    elif (
+        last is not None
+        and start_at is not None
+        and not hasattr(sched, "run_every")
+        and start < start_at <= end
+        and step(last) < start_at
+    ):
+        # django-celery-beat holds a row back until start_time; a crontab or solar row then
+        # finds itself due (its last run predates start_time) and runs at once, off its own
+        # schedule, and counts from there.
+        out.append(start_at)
+        t = start_at
+        if one_off:
+            return out
+    steps = 0
+    while len(out) < MAX_FIRES and steps < 10 * MAX_FIRES:
+        steps += 1
+        nxt = step(t)
         if nxt > end:
             break
         t = nxt
@@ -205,23 +266,81 @@ def celery_fire_times(
 # -- comparison -----------------------------------------------------------------------------
 
 
-def _dst_reason(at: datetime, zone_name: str, old: bool) -> tuple[str, bool] | None:
+def _transition(at: datetime, zone_name: str) -> tuple[datetime, timedelta, timedelta] | None:
+    """The UTC-offset change of ``zone_name`` within three hours of ``at``: (the instant, the
+    offset before, the offset after), to the second; None when there is none."""
     zone = get_zone(zone_name)
-    before = (at - timedelta(hours=3)).astimezone(zone).utcoffset()
-    after = (at + timedelta(hours=3)).astimezone(zone).utcoffset()
+    lo, hi = at - timedelta(hours=3), at + timedelta(hours=3)
+    before, after = lo.astimezone(zone).utcoffset(), hi.astimezone(zone).utcoffset()
     if before is None or after is None or before == after:
         return None
-    day = at.astimezone(zone).date().isoformat()
+    while hi - lo > timedelta(seconds=1):
+        mid = lo + (hi - lo) / 2
+        if mid.astimezone(zone).utcoffset() == before:
+            lo = mid
+        else:
+            hi = mid
+    return hi.replace(microsecond=0), before, after
+
+
+def _span(delta: timedelta) -> str:
+    minutes = int(abs(delta).total_seconds() // 60)
+    hours, minutes = divmod(minutes, 60)
+    parts = ([f"{hours} hour{'s' if hours > 1 else ''}"] if hours else []) + (
+        [f"{minutes} minutes"] if minutes else []
+    )
+    return " ".join(parts) or "less than a minute"
+
+
+def _dst_reason(at: datetime, zone_name: str, old: bool) -> tuple[str, bool] | None:
+    found = _transition(at, zone_name)
+    if found is None:
+        return None
+    instant, before, after = found
+    zone = get_zone(zone_name)
+    day = instant.astimezone(zone).date().isoformat()
+    wall_before = (instant + before).strftime("%H:%M")
+    wall_after = (instant + after).strftime("%H:%M")
     side = "celery" if old else "goatbeat"
+    local = at.astimezone(zone).strftime("%H:%M")
     if after > before:
         return (
-            f"DST spring-forward in {zone_name} on {day} ({side} only): {CELERY_BUGS['dst_gap']}",
+            f"DST spring-forward in {zone_name} on {day}: the clocks jump {_span(after - before)}"
+            f" forward, from {wall_before} to {wall_after}, so the local times in between do "
+            f"not exist; only {side} fires at {local} local. {CELERY_BUGS['dst_gap']}",
             True,
         )
     return (
-        f"DST fall-back in {zone_name} on {day} ({side} only): {CELERY_BUGS['dst_repeat']}",
+        f"DST fall-back in {zone_name} on {day}: the clocks go back {_span(before - after)}, "
+        f"from {wall_before} to {wall_after}, so those local times happen twice; only {side} "
+        f"fires at {local} local ({'first' if at < instant else 'second'} pass). "
+        f"{CELERY_BUGS['dst_repeat']}",
         True,
     )
+
+
+def _match_within(
+    old: list[datetime], new: list[datetime], tolerance: timedelta
+) -> tuple[list[datetime], list[datetime], timedelta | None]:
+    """Pair sorted instants of the two sides that lie within ``tolerance`` of each other;
+    returns (old unmatched, new unmatched, the largest deviation of a matched pair)."""
+    i = j = 0
+    old_left: list[datetime] = []
+    new_left: list[datetime] = []
+    worst: timedelta | None = None
+    while i < len(old) and j < len(new):
+        gap = new[j] - old[i]
+        if abs(gap) <= tolerance:
+            worst = abs(gap) if worst is None or abs(gap) > worst else worst
+            i += 1
+            j += 1
+        elif gap > timedelta(0):
+            old_left.append(old[i])
+            i += 1
+        else:
+            new_left.append(new[j])
+            j += 1
+    return old_left + old[i:], new_left + new[j:], worst
 
 
 def _compare_fields(entry: SourceEntry, new: Schedule) -> dict[str, tuple[Any, Any]]:
@@ -263,20 +382,40 @@ def _compare_one(
         # The grid point just before ``start``: celery stepping from it lands on goatbeat's grid.
         first = new.trigger.next_after(start)
         phase = None if first is None else first - new.trigger.every
-        if entry.last_run_at is None and entry.celery_schedule is not None:
+        if entry.last_run_at is None and new.last_run_at is None and entry.celery_schedule:
             result.notes.append(
                 "celery's last run is unknown (beat keeps it in its schedule file): the "
                 "interval is compared from goatbeat's phase"
             )
     try:
-        old_times = celery_fire_times(entry, start, end, phase=phase)
+        old_times = celery_fire_times(entry, start, end, phase=phase, last_run_at=new.last_run_at)
     except Exception as exc:  # celery itself fails on this entry: that is the finding
-        result.notes.append(f"celery cannot compute this schedule: {type(exc).__name__}: {exc}")
+        result.notes.append(f"celery cannot compute this schedule: {describe_exception(exc)}")
         old_times = []
     new_times = goatbeat_fire_times(new, start, end)
-    if len(old_times) >= MAX_FIRES or len(new_times) >= MAX_FIRES:
-        result.notes.append(f"compared the first {MAX_FIRES} fire times only")
-    old_set, new_set = set(old_times), set(new_times)
+    capped = [times[-1] for times in (old_times, new_times) if len(times) >= MAX_FIRES]
+    if capped:
+        # Past the last instant of a capped side the other side would look different.
+        cutoff = min(capped)
+        old_times = [t for t in old_times if t <= cutoff]
+        new_times = [t for t in new_times if t <= cutoff]
+        result.notes.append(
+            f"compared up to {iso_z(cutoff)} only ({MAX_FIRES} fire times per side at most)"
+        )
+    if isinstance(new.trigger, SolarTrigger):
+        only_old, only_new, worst = _match_within(
+            sorted(set(old_times)), sorted(set(new_times)), SOLAR_TOLERANCE
+        )
+        old_set, new_set = set(only_old), set(only_new)
+        result.solar_max_deviation = worst
+        if worst is not None:
+            result.notes.append(
+                f"solar: celery (ephem) and goatbeat agree within {worst.total_seconds():.3f} s "
+                f"(largest deviation; instants within {format_duration(SOLAR_TOLERANCE)} "
+                "are the same occurrence)"
+            )
+    else:
+        old_set, new_set = set(old_times), set(new_times)
     differing = sorted(old_set ^ new_set)
     result.fire_difference_count = len(differing)
     zone = entry.celery_tz if entry.celery_tz != "UTC" else new.timezone
@@ -284,16 +423,28 @@ def _compare_one(
         in_old = at in old_set
         reason: str | None = None
         known = False
+        start_at = new.start_at
         if "dow_7" in entry.bugs:
             reason, known = CELERY_BUGS["dow_7"], True
+        elif in_old and start_at is not None and at == start_at and at != start:
+            reason, known = CELERY_BUGS["start_time_catch_up"], True
         else:
             dst = _dst_reason(at, zone, in_old)
             if dst is not None:
                 reason, known = dst
             elif entry.celery_schedule is None:
                 reason = "celery never schedules this entry"
+        if reason is None and at == start:
+            side = "celery" if in_old else "goatbeat"
+            reason = (
+                f"only {side} runs it at once (due since its last run): the last runs differ; "
+                "re-run import_celery_beat after stopping the old scheduler"
+            )
         if reason is None:
-            reason = f"the schedules differ: celery {entry.celery_schedule!r}, goatbeat {new.trigger.describe()}"
+            reason = (
+                f"the schedules differ: celery {plain_repr(entry.celery_schedule)}, "
+                f"goatbeat {new.trigger.describe()}"
+            )
         difference = FireDifference(at=at, old=in_old, new=not in_old, reason=reason, known=known)
         if len(result.fire_times) < max_instants:
             result.fire_times.append(difference)

@@ -12,6 +12,7 @@
         schedule prune              disable code schedules no longer declared
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
         diff ...                    do old and new fire at the same instants?
+        export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
         demo [--duration SECONDS]   run the example app, printing fires live  cli/demo.py
 
 This module holds the group, its options and the registration of each command module. Which app
@@ -143,6 +144,7 @@ for _command in (
     schedules.schedule,
     migration.import_celery_beat,
     migration.diff,
+    migration.export_last_runs,
     demo.demo,
 ):
     cli.add_command(_command)

@@ -1,5 +1,5 @@
-"""The migration commands: ``goatbeat import_celery_beat`` and ``goatbeat diff`` (also as
-``manage.py goatbeat ...``).
+"""The migration commands: ``goatbeat import_celery_beat``, ``goatbeat diff`` and
+``goatbeat export_last_runs`` (also as ``manage.py goatbeat ...``).
 
 ::
 
@@ -11,6 +11,15 @@
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
         [--json] [--max-instants N] [--accept-known-bugs] [--all-sources]
 
+    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
+        [--dry-run]                             goatbeat's last runs back to celery beat, before
+                                                a rollback
+
+The goatbeat database is the explicit ``--database`` (the command's or the group's), else
+``GOATBEAT_DATABASE``, else the app's (``--app``, the Django project's ``GOATBEAT['database']``);
+whatever a loaded Celery app configures never overrides an explicit one. Each command prints it
+first (``target: ...``, password redacted).
+
 Both read their sources alike (:func:`collect_entries`, :func:`source_options`). Under Django
 with no source option, they read ``CELERY_BEAT_SCHEDULE`` (through the project's Celery app when
 one is loaded) and django-celery-beat's tables in the default database
@@ -18,8 +27,8 @@ one is loaded) and django-celery-beat's tables in the default database
 reads and imports, :mod:`goatbeat.diff` compares.
 
 Exit status of ``import_celery_beat``: 0 when everything imported, 1 when some entries failed
-(the rest imported), 2 on a usage error or when a source cannot be read. Of ``diff``: 0 equal,
-1 different, 2 error.
+or conflict with an operator's edit (the rest imported) or the target is unreachable, 2 on a
+usage error or when a source cannot be read. Of ``diff``: 0 equal, 1 different, 2 error.
 """
 
 from __future__ import annotations
@@ -29,15 +38,17 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from goatbeat.cli.context import CliContext
-from goatbeat.cli.errors import UserError
+from goatbeat.cli.errors import OperationalError, UserError
+from goatbeat.conversion import describe_exception
 from goatbeat.core.durations import format_duration, parse_duration
-from goatbeat.core.errors import GoatbeatError, StoreError
+from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import iso_z, parse_instant
@@ -48,38 +59,85 @@ from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
 from goatbeat.stores import MemoryStore, open_store, redact_url
 
 __all__ = [
+    "Target",
     "collect_entries",
     "diff",
+    "export_last_runs",
     "import_celery_beat",
     "open_target_store",
     "source_options",
+    "target_url",
 ]
 
 _PROGRESS_THRESHOLD = 200
 
 
-@contextmanager
-def open_target_store(ctx: click.Context, database: str | None) -> Iterator[ScheduleStore]:
-    """The goatbeat store: ``database`` if given, else the group's app (``--database``,
-    ``--app``, the Django project), else ``GOATBEAT_DATABASE``."""
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The goatbeat database a migration command works on, and how to name it to a human."""
+
+    store: ScheduleStore
+    label: str
+
+
+def target_url(ctx: click.Context, database: str | None) -> str | None:
+    """The explicit target, if any: the command's ``--database``, else the group's, else
+    ``GOATBEAT_DATABASE``. Explicit means it wins over whatever the loaded app (a Celery app
+    whose module sets ``DJANGO_SETTINGS_MODULE``, the Django project) configures."""
     obj = ctx.find_object(CliContext)
-    if database is None and obj is not None:
+    group = obj.database if obj is not None else None
+    return database or group or os.environ.get("GOATBEAT_DATABASE") or None
+
+
+@contextmanager
+def open_target_store(ctx: click.Context, database: str | None) -> Iterator[Target]:
+    """The goatbeat store: :func:`target_url` when one is given, else the group's app
+    (``--app``, the Django project's ``GOATBEAT['database']``)."""
+    url = target_url(ctx, database)
+    if url:
+        store = open_store(url)
         try:
-            store = obj.store()
-        except click.ClickException:
-            if not os.environ.get("GOATBEAT_DATABASE"):
-                raise
-        else:
-            yield store
-            return
-    url = database or os.environ.get("GOATBEAT_DATABASE")
-    if not url:
+            yield Target(store, redact_url(url))
+        finally:
+            store.close()
+        return
+    obj = ctx.find_object(CliContext)
+    if obj is None:
         raise UserError("no goatbeat database: pass --database URL or set GOATBEAT_DATABASE")
-    store = open_store(url)
     try:
-        yield store
-    finally:
-        store.close()
+        app = obj.app()
+    except click.ClickException as exc:
+        raise UserError(
+            f"no goatbeat database: pass --database URL or set GOATBEAT_DATABASE ({exc.message})"
+        ) from None
+    yield Target(app.store, _app_target(app))
+
+
+def _app_target(app: Any) -> str:
+    database = str(getattr(app, "database", "") or "")
+    if "://" in database:
+        return redact_url(database)
+    return beat_sources.describe_alias(database or "default")
+
+
+def _checked(target: Target, *, dry_run: bool) -> ScheduleStore:
+    """The store to plan against: unreachable is an error (never "no tables yet"); a dry run
+    against a database without goatbeat's tables plans against an empty store."""
+    try:
+        version = int(target.store.info().get("schema_version") or 0)
+    except StoreError as exc:
+        raise OperationalError(
+            f"the goatbeat database {target.label} is unreachable: {exc}"
+        ) from None
+    if dry_run:
+        return target.store if version else MemoryStore()
+    try:
+        target.store.migrate()  # idempotent; a dry run must not even create tables
+    except StoreError as exc:
+        raise OperationalError(
+            f"cannot prepare the goatbeat database {target.label}: {exc}"
+        ) from None
+    return target.store
 
 
 def collect_entries(
@@ -93,35 +151,44 @@ def collect_entries(
     """Read the requested sources; returns (entries, human lines about what was read).
 
     ``from_dcb`` is a URL, or ``"default"`` for Django's default database. With neither
-    source under Django, both the project's beat schedule and its tables are read.
-    ``last_runs_file``: the beat schedule's last runs as JSON (:func:`read_last_runs`)."""
+    source under Django, both the project's beat schedule and its tables are read; a name in
+    both is django-celery-beat's row (its scheduler copies the beat schedule into its table,
+    with the last runs). ``last_runs_file``: the beat schedule's last runs as JSON
+    (:func:`read_last_runs`). Errors reading a source raise ``GoatbeatError`` (one line)."""
     entries: list[SourceEntry] = []
     lines: list[str] = []
     last_runs = None
     if last_runs_file:
         last_runs = celery_beat.read_last_runs(last_runs_file)
         lines.append(f"last runs of {len(last_runs)} entries from {last_runs_file}")
-    django = beat_sources.in_django_project()
     app: Any = None
     if from_app:
         app = celery_beat.load_app(from_app)
-    elif django and (from_dcb is None or from_dcb == "default"):
+    django = beat_sources.in_django_project()
+    if app is None and django and (from_dcb is None or from_dcb == "default"):
         app = beat_sources.project_celery_app()
-    tasks = celery_beat.known_tasks(app) if (app is not None and check_tasks) else None
+    tasks: set[str] | None = None
+    if app is not None and check_tasks:
+        try:
+            tasks = celery_beat.known_tasks(app)
+        except Exception as exc:  # the project's task modules fail to import
+            raise InvalidValue(
+                "app", app, f"cannot list the Celery app's tasks: {describe_exception(exc)}"
+            ) from None
+    beat: list[SourceEntry] = []
     if from_app or (django and from_dcb is None):
         if app is not None:
-            read = celery_beat.read_beat_schedule(
-                app.conf.beat_schedule or {},
+            beat = celery_beat.read_beat_schedule(
+                celery_beat.beat_schedule_of(app),
                 timezone=celery_beat.app_timezone(app),
                 known_tasks=tasks,
                 last_runs=last_runs,
             )
-            lines.append(f"{len(read)} entries in the Celery app's beat_schedule")
-            entries += read
+            lines.append(f"{len(beat)} entries in the Celery app's beat_schedule")
         elif django:
-            read = beat_sources.settings_beat_schedule(last_runs)
-            lines.append(f"{len(read)} entries in settings.CELERY_BEAT_SCHEDULE")
-            entries += read
+            beat = beat_sources.settings_beat_schedule(last_runs)
+            lines.append(f"{len(beat)} entries in settings.CELERY_BEAT_SCHEDULE")
+    rows: list[SourceEntry] = []
     if from_dcb is not None or (django and not from_app):
         zone = celery_beat.app_timezone(app) if app is not None else "UTC"
         naive = naive_timezone or beat_sources.naive_timezone()
@@ -133,18 +200,26 @@ def collect_entries(
         else:
             source, label = from_dcb, redact_url(from_dcb)
         try:
-            read = django_celery_beat.read_django_celery_beat(
+            rows = django_celery_beat.read_django_celery_beat(
                 source, known_tasks=tasks, default_timezone=zone, naive_timezone=naive
             )
         except GoatbeatError as exc:
             if from_dcb is None:  # implicit under Django: the tables may simply not exist
                 lines.append(f"no django-celery-beat tables read ({exc})")
-                read = []
             else:
                 raise
         else:
-            lines.append(f"{len(read)} rows in django-celery-beat's tables ({label})")
-        entries += read
+            lines.append(f"{len(rows)} rows in django-celery-beat's tables ({label})")
+    in_table = {e.name for e in rows}
+    for entry in beat:
+        if entry.name not in in_table:
+            entries.append(entry)
+        elif entry.name != celery_beat.BACKEND_CLEANUP:
+            lines.append(
+                f"{entry.name}: in the beat schedule and in django-celery-beat's table (its "
+                "scheduler copies the beat schedule there): the table's row is imported"
+            )
+    entries += rows
     if tasks is None and (from_app or from_dcb is not None or django):
         lines.append("task names not checked (no Celery app; pass --from-app to check them)")
     return entries, lines
@@ -197,6 +272,12 @@ def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
     default=None,
     help="Zone of naive datetimes in the tables (default UTC; Django: UTC when USE_TZ).",
 )
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace schedules edited in goatbeat since their import with the source's "
+    "definition (without it, each is reported as a conflict and kept).",
+)
 @click.pass_context
 def import_celery_beat(
     ctx: click.Context,
@@ -208,13 +289,14 @@ def import_celery_beat(
     check_tasks: bool,
     naive_timezone: str | None,
     last_runs_file: str | None,
+    overwrite: bool,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
-    if not from_app and from_dcb is None and not beat_sources.in_django_project():
-        raise UserError(
-            "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
-        )
     try:
+        if not from_app and from_dcb is None and not beat_sources.in_django_project():
+            raise UserError(
+                "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
+            )
         entries, lines = collect_entries(
             from_app=from_app,
             from_dcb=from_dcb,
@@ -225,40 +307,47 @@ def import_celery_beat(
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
-        raise UserError(f"cannot read the source: {exc}") from None
-    with open_target_store(ctx, database) as store:
-        if not dry_run:
-            store.migrate()  # idempotent; a dry run must not even create tables
-        elif not _has_tables(store):
+        raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+    with open_target_store(ctx, database) as target:
+        if not as_json:
+            click.echo(f"target: {target.label}{' (dry run)' if dry_run else ''}")
+        store = _checked(target, dry_run=dry_run)
+        if dry_run and store is not target.store:
             lines.append("the goatbeat database has no tables yet: everything would be created")
-            store = MemoryStore()
-        report = _run(store, entries, dry_run=dry_run, quiet=as_json)
+        report = _run(store, entries, dry_run=dry_run, quiet=as_json, overwrite=overwrite)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        data = report.to_dict()
+        data["target"] = target.label
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         _print(report, lines)
-    if report.failed:
+    if not report.ok:
         ctx.exit(1)
 
 
-def _has_tables(store: ScheduleStore) -> bool:
-    try:
-        store.list_schedules(source=Source.CELERY)
-    except StoreError:
-        return False
-    return True
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, GoatbeatError):
+        return " ".join(str(exc).split())
+    return describe_exception(exc)
 
 
 def _run(
-    store: ScheduleStore, entries: list[SourceEntry], *, dry_run: bool, quiet: bool
+    store: ScheduleStore,
+    entries: list[SourceEntry],
+    *,
+    dry_run: bool,
+    quiet: bool,
+    overwrite: bool,
 ) -> ImportReport:
     if len(entries) < _PROGRESS_THRESHOLD or quiet:
-        return import_entries(store, entries, dry_run=dry_run)
+        return import_entries(store, entries, dry_run=dry_run, overwrite=overwrite)
     total = len(entries)
     stream = sys.stderr
     bar: Any = click.progressbar(length=total, label="importing", file=stream)
     with bar:
-        return import_entries(store, entries, dry_run=dry_run, progress=bar.update)
+        return import_entries(
+            store, entries, dry_run=dry_run, overwrite=overwrite, progress=bar.update
+        )
 
 
 def _print(report: ImportReport, lines: list[str]) -> None:
@@ -270,12 +359,114 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     for name in report.updated:
         click.echo(f"{prefix}update  {name}")
     for name in report.refreshed:
-        click.echo(f"{prefix}refresh {name}  (never run by goatbeat; celery ran it since)")
+        click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
+    for name in report.unchanged:
+        click.echo(f"unchanged {name}")
+    for name, reason in report.conflicts:
+        click.echo(f"conflict  {name}: {reason}")
     for name, note in report.notes:
         click.echo(f"note    {name}: {note}")
     for name, reason in report.failed:
         click.echo(f"FAILED  {name}: {reason}")
     click.echo(f"summary: {report.summary()}")
+
+
+# -- export_last_runs (rollback) ---------------------------------------------------------------
+
+
+@click.command("export_last_runs")
+@click.option(
+    "--to-django-celery-beat",
+    "to_dcb",
+    metavar="[URL]",
+    is_flag=False,
+    flag_value="default",
+    default=None,
+    help="Write them into django-celery-beat's rows: a postgresql:// or sqlite:/// URL "
+    "(without one, Django's default database).",
+)
+@click.option(
+    "--to-json",
+    "to_json",
+    metavar="FILE",
+    default=None,
+    help="Write {name: ISO instant} of the beat_schedule entries goatbeat ran, for stock "
+    "beat's celerybeat-schedule (see docs/migration).",
+)
+@click.option("--database", default=None, help="The goatbeat database to read.")
+@click.option(
+    "--naive-timezone",
+    default=None,
+    help="Zone of naive datetimes in the tables (default UTC; Django: UTC when USE_TZ).",
+)
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@click.pass_context
+def export_last_runs(
+    ctx: click.Context,
+    to_dcb: str | None,
+    to_json: str | None,
+    database: str | None,
+    naive_timezone: str | None,
+    dry_run: bool,
+) -> None:
+    """Hand goatbeat's last runs back to celery beat before a rollback, so it runs nothing
+    goatbeat already ran."""
+    if (to_dcb is None) == (to_json is None):
+        raise UserError("say where to: --to-django-celery-beat [URL] or --to-json FILE")
+    with open_target_store(ctx, database) as target:
+        click.echo(f"from: {target.label}")
+        source = Source.DJANGO_CELERY_BEAT if to_dcb is not None else Source.CELERY
+        try:
+            ran = [
+                s
+                for s in target.store.list_schedules(source=source)
+                if s.last_status is not None and s.last_run_at is not None
+            ]
+        except StoreError as exc:
+            raise OperationalError(
+                f"cannot read the goatbeat database {target.label}: {exc}"
+            ) from None
+    if to_json is not None:
+        runs = {s.name: iso_z(s.last_run_at) for s in ran if s.last_run_at is not None}
+        if not dry_run:
+            try:
+                with open(to_json, "w", encoding="utf-8") as handle:
+                    json.dump(runs, handle, indent=2, sort_keys=True)
+            except OSError as exc:
+                raise UserError(f"cannot write {to_json!r}: {exc}") from None
+        verb = "would write" if dry_run else "wrote"
+        click.echo(f"{verb} the last runs of {len(runs)} entries to {to_json}")
+        return
+    assert to_dcb is not None
+    if to_dcb == "default":
+        if not beat_sources.in_django_project():
+            raise UserError("--to-django-celery-beat needs a database URL outside Django")
+        conn: Any = beat_sources.default_connection()
+        label = "Django's default database"
+    else:
+        conn, label = to_dcb, redact_url(to_dcb)
+    click.echo(f"to: django-celery-beat's tables ({label}){' (dry run)' if dry_run else ''}")
+    naive = naive_timezone or beat_sources.naive_timezone()
+    try:
+        changed = django_celery_beat.hand_back(
+            conn,
+            {s.name: (s.last_run_at, s.total_run_count) for s in ran if s.last_run_at},
+            naive_timezone=naive,
+            dry_run=dry_run,
+        )
+    except GoatbeatError as exc:
+        raise OperationalError(_one_line(exc)) from None
+    prefix = "would set" if dry_run else "set"
+    for row in changed:
+        was = "never" if row.before is None else iso_z(row.before)
+        click.echo(
+            f"{prefix}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
+            f"total_run_count {row.total_run_count}"
+        )
+    click.echo(
+        f"summary: {len(changed)} row(s) {'would be ' if dry_run else ''}moved forward, "
+        f"{len(ran) - len(changed)} already at or past goatbeat's last run"
+    )
 
 
 # -- diff ------------------------------------------------------------------------------------
@@ -334,8 +525,16 @@ def diff(
             sources.add(Source.CELERY)
         if from_dcb is not None:
             sources.add(Source.DJANGO_CELERY_BEAT)
-        with open_target_store(ctx, database) as store:
-            new = [s for s in store.list_schedules() if all_sources or s.source in sources]
+        with open_target_store(ctx, database) as target:
+            label = target.label
+            try:
+                new = [
+                    s for s in target.store.list_schedules() if all_sources or s.source in sources
+                ]
+            except StoreError as exc:
+                raise OperationalError(
+                    f"cannot read the goatbeat database {target.label}: {exc}"
+                ) from None
         report = compute_diff(
             old,
             new,
@@ -351,8 +550,11 @@ def diff(
     except (GoatbeatError, ImportError, OSError) as exc:
         raise UserError(f"diff failed: {exc}") from None
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
+        data = report.to_dict()
+        data["target"] = label
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
+        click.echo(f"target: {label}")
         _print_report(report, click.echo)
     ctx.exit(0 if report.equal else 1)
 

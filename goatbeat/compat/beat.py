@@ -16,36 +16,84 @@ A :class:`celery.beat.Scheduler` subclass that keeps celery beat's interface (``
   can run against one PostgreSQL database and each occurrence is sent once.
 
 Configuration (Celery settings, with the ``CELERY_`` prefix under Django):
-``goatbeat_database`` (else the ``GOATBEAT_DATABASE`` environment variable, else
-``sqlite:///celerybeat-goatbeat.sqlite3``), and optionally ``goatbeat_lease_ttl``,
-``goatbeat_lease_renew_interval``, ``goatbeat_claim_ahead``, ``goatbeat_scheduler_id``,
-``goatbeat_last_runs``.
+``goatbeat_database`` (else the ``GOATBEAT_DATABASE`` environment variable; with neither, beat
+refuses to start: a local SQLite file per host would let two replicas both dispatch; write
+``sqlite:///celerybeat-goatbeat.sqlite3`` to mean one host), and optionally
+``goatbeat_lease_ttl``, ``goatbeat_lease_renew_interval``, ``goatbeat_claim_ahead``,
+``goatbeat_scheduler_id``, ``goatbeat_last_runs``.
+
+Logging: celery beat's formatter prints a record's message only, and goatbeat's details
+(schedule, instant, idempotency key...) are structured fields. Unless the ``goatbeat`` logger
+has handlers of its own (the JSON recipe), the drop-in writes them into the message:
+``occurrence.submitted schedule=nightly scheduled_at=2026-12-01T02:00:00Z
+idempotency_key=nightly:2026-12-01T02:00:00Z ...``, so the cutover can be watched in beat's log.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from celery import beat
+from celery.exceptions import ImproperlyConfigured
 from celery.utils.log import get_logger
 
 from goatbeat.core.config import parse_settings
 from goatbeat.core.model import Schedule, Source
 from goatbeat.core.scheduler import Scheduler as CoreScheduler
 from goatbeat.core.store import ScheduleStore
+from goatbeat.core.timeutil import iso_z
 from goatbeat.core.triggers import IntervalTrigger
-from goatbeat.importers.celery_beat import app_timezone, read_beat_schedule, read_last_runs
+from goatbeat.importers.celery_beat import (
+    app_timezone,
+    beat_schedule_of,
+    read_beat_schedule,
+    read_last_runs,
+)
 from goatbeat.stores import redact_url
 
-__all__ = ["Scheduler", "DEFAULT_DATABASE"]
+__all__ = ["Scheduler", "NO_DATABASE", "FieldsInMessage"]
 
-DEFAULT_DATABASE = "sqlite:///celerybeat-goatbeat.sqlite3"
+NO_DATABASE = (
+    "goatbeat: no database configured for celery beat -S goatbeat: set goatbeat_database "
+    "(CELERY_GOATBEAT_DATABASE under Django) or GOATBEAT_DATABASE to the PostgreSQL database "
+    "every beat replica shares. goatbeat no longer falls back to a local SQLite file: two "
+    "replicas would then each have their own and both dispatch. For a single host, set it to "
+    "sqlite:///celerybeat-goatbeat.sqlite3 explicitly"
+)
 
 logger = get_logger(__name__)
+
+
+class FieldsInMessage(logging.Filter):
+    """Writes a goatbeat record's structured fields into its message (``event key=value ...``)
+    for formatters that print the message only, as celery beat's does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = getattr(record, "goatbeat", None)
+        if isinstance(fields, dict) and not getattr(record, "_goatbeat_rendered", False):
+            parts = [str(record.getMessage())]
+            parts += [f"{k}={_text(v)}" for k, v in fields.items() if v is not None]
+            record.msg = " ".join(parts)
+            record.args = ()
+            record._goatbeat_rendered = True
+        return True
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return iso_z(value) if value.tzinfo is not None else value.isoformat()
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():g}s"
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = str(getattr(value, "value", value)) if not isinstance(value, str) else value
+    return json.dumps(text) if (not text or " " in text) else text
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -72,15 +120,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             return conf.get(key.upper())
 
     @property
-    def database_url(self) -> str:
-        return str(
-            self._conf("goatbeat_database")
-            or os.environ.get("GOATBEAT_DATABASE")
-            or DEFAULT_DATABASE
-        )
+    def database_url(self) -> str | None:
+        """``goatbeat_database``, else ``GOATBEAT_DATABASE``; None when neither is set."""
+        url = self._conf("goatbeat_database") or os.environ.get("GOATBEAT_DATABASE")
+        return str(url) if url else None
 
     def _settings(self) -> Any:
-        raw: dict[str, Any] = {"database": self.database_url}
+        url = self.database_url
+        if url is None:
+            raise ImproperlyConfigured(NO_DATABASE)
+        raw: dict[str, Any] = {"database": url}
         for key in ("lease_ttl", "lease_renew_interval", "claim_ahead", "scheduler_id"):
             value = self._conf(f"goatbeat_{key}")
             if value is not None:
@@ -96,6 +145,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         from goatbeat.submitters.celery import CelerySubmitter
 
         settings = self._settings()
+        self._show_fields()
         store = open_store(settings.database)
         self._gb_store = store
         store.migrate()
@@ -103,10 +153,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._gb_submitter = CelerySubmitter(self.app)
         self._gb_scheduler = CoreScheduler(store, self._gb_submitter, settings=settings)
 
+    def _show_fields(self) -> None:
+        gb_logger = logging.getLogger("goatbeat")
+        if gb_logger.handlers:
+            return  # the project configured goatbeat's logging (JSON recipe): keep the fields
+        if not any(isinstance(f, FieldsInMessage) for f in gb_logger.filters):
+            gb_logger.addFilter(FieldsInMessage())
+
     def _publish(self, store: ScheduleStore) -> None:
-        data: dict[str, Any] = {}
-        self._collect_defaults(data)
-        data.update(self.app.conf.beat_schedule or {})
+        data = beat_schedule_of(self.app)
         entries = read_beat_schedule(
             data, timezone=app_timezone(self.app), last_runs=self._last_runs()
         )
@@ -117,7 +172,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         for entry in entries:
             for note in entry.notes:
                 logger.warning("goatbeat: beat_schedule entry %r: %s", entry.name, note)
-        result = store.publish(schedules, source=Source.CELERY)
+        result = store.publish(schedules, source=Source.CELERY, follow_last_run=True)
         pruned = store.prune({e.name for e in entries}, source=Source.CELERY)
         logger.info(
             "goatbeat: published %d schedule(s) (%d new, %d changed), disabled %d, %d failed",
@@ -138,26 +193,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         logger.info("goatbeat: read the last runs of %d entries from %s", len(runs), path)
         return runs
 
-    def _collect_defaults(self, data: dict[str, Any]) -> None:
-        # celery.backend_cleanup, as celery beat installs it, without touching our data dict.
-        saved: Any = vars(self).get("data")
-        defaults: dict[str, Any] = {}
-        self.data = defaults
-        try:
-            super().install_default_entries(defaults)
-            for name, entry in defaults.items():
-                data[name] = {
-                    "task": entry.task,
-                    "schedule": entry.schedule,
-                    "args": entry.args,
-                    "kwargs": entry.kwargs,
-                    "options": entry.options,
-                }
-        finally:
-            self.data = saved
-
     def install_default_entries(self, data: Any) -> None:
-        return None  # folded into _publish
+        return None  # published with the schedule (importers.celery_beat.beat_schedule_of)
 
     def merge_inplace(self, b: Any) -> None:
         return None  # the store holds the schedule
@@ -192,7 +229,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        return f"    . db -> {redact_url(self.database_url)} (goatbeat)"
+        url = self.database_url
+        where = redact_url(url) if url else "NOT CONFIGURED (set goatbeat_database)"
+        return f"    . db -> {where} (goatbeat)"
 
     @property
     def problems(self) -> list[tuple[str, str]]:
@@ -202,9 +241,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
 def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Schedule]:
     """An interval already published keeps its anchor: replicas read different schedule files
-    (or none), and each restart must not move the phase the first publish chose."""
+    (or none), and each restart must not move the phase the first publish chose. Only a newer
+    last run than goatbeat knows (stock beat ran it since: a rollback, then a new cutover with
+    a new dump) moves it, and then the publish follows that run (``follow_last_run``)."""
     published = {
-        s.name: s.trigger
+        s.name: s
         for s in store.list_schedules(source=Source.CELERY)
         if isinstance(s, Schedule) and isinstance(s.trigger, IntervalTrigger)
     }
@@ -212,7 +253,17 @@ def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Sch
     for schedule in schedules:
         old = published.get(schedule.name)
         new = schedule.trigger
-        if isinstance(new, IntervalTrigger) and old is not None and old.every == new.every:
-            schedule = dataclasses.replace(schedule, trigger=old, last_run_at=None)
+        if (
+            isinstance(new, IntervalTrigger)
+            and old is not None
+            and isinstance(old.trigger, IntervalTrigger)
+            and old.trigger.every == new.every
+            and not _newer(schedule.last_run_at, old.last_run_at)
+        ):
+            schedule = dataclasses.replace(schedule, trigger=old.trigger, last_run_at=None)
         kept.append(schedule)
     return kept
+
+
+def _newer(theirs: datetime | None, ours: datetime | None) -> bool:
+    return theirs is not None and (ours is None or theirs > ours)

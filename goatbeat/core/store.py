@@ -49,7 +49,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,6 +57,9 @@ class PublishResult:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)  # definition changed: next_run_at recomputed
     unchanged: list[str] = field(default_factory=list)
+    refreshed: list[str] = field(default_factory=list)
+    """Same definition, but another scheduler ran it since (``follow_last_run``): last_run_at
+    and next_run_at moved forward."""
 
 
 @runtime_checkable
@@ -81,7 +84,11 @@ class ScheduleStore(Protocol):
     # -- schedules ------------------------------------------------------------------------------
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        follow_last_run: bool = False,
     ) -> PublishResult:
         """Upsert declared schedules by name, all in one transaction.
 
@@ -91,13 +98,31 @@ class ScheduleStore(Protocol):
         - Existing row of the same ``source`` whose ``definition()`` differs: definition replaced,
           ``next_run_at`` recomputed from the store's now, ``version`` bumped.
         - Same definition: untouched (no version bump, no write), unless the row was
-          quarantined as damaged: then it is rewritten and scheduled again from now.
+          quarantined as damaged: then it is rewritten and scheduled again (from now, or from
+          the later last run below).
+        - ``follow_last_run`` (importers: ``schedule.last_run_at`` is when ANOTHER scheduler,
+          celery, last ran it): for a schedule that carries a ``last_run_at``, the row's phase
+          follows the later of that and the row's own ``last_run_at`` (which goatbeat's claims
+          advance). A changed definition gets ``next_run_at = first_run_after(later)`` instead
+          of from now, so an occurrence due since is still run (once, by the misfire policy);
+          the same definition with a later last run than the row's moves ``last_run_at`` to it
+          and ``next_run_at`` forward to ``first_run_after(later)`` (never backwards), version
+          bumped, reported in ``refreshed``. ``last_run_at`` never moves backwards.
         - The row's ``enabled`` flag is NEVER changed by publish (an operator's toggle survives
           redeploys); a new row takes ``schedule.enabled``.
+        - Every row publish writes (or finds unchanged) records a fingerprint of the definition
+          it published, so :meth:`edited_since_publish` can tell an edit made since.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
           and nothing is written.
         Touches: schedule rows named in ``schedules``. Notifies the channel when anything changed.
         """
+        ...
+
+    def edited_since_publish(self, names: Collection[str]) -> set[str]:
+        """Those of ``names`` whose definition is no longer the one :meth:`publish` last wrote:
+        an :meth:`update` (the admin, the API) changed it since. Rows :meth:`create` made, and
+        rows not published since schema version 4 (no fingerprint yet), are never reported.
+        Read-only."""
         ...
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:

@@ -19,6 +19,7 @@ from goatbeat.importers.entries import SourceEntry
 
 __all__ = [
     "default_connection",
+    "describe_alias",
     "in_django_project",
     "naive_timezone",
     "project_celery_app",
@@ -39,15 +40,38 @@ def in_django_project() -> bool:
 
 
 def project_celery_app() -> Any:
-    """The project's Celery app when the Django project loaded one, else None."""
+    """The project's Celery app when the Django project loaded one (Celery's Django guide
+    imports it from the project package), else None. It is used even with an empty beat
+    schedule: its registered tasks check django-celery-beat's rows, its zone their crontabs."""
     try:
         from celery import current_app
     except ImportError:
         return None
     app = current_app._get_current_object()
-    # Without a project app, current_app is celery's fallback ("default"), whose empty
-    # beat_schedule would hide settings.CELERY_BEAT_SCHEDULE.
-    return app if app.conf.beat_schedule else None
+    # Without a project app, current_app is celery's unconfigured fallback app, named
+    # "default", whose empty beat_schedule would hide settings.CELERY_BEAT_SCHEDULE.
+    if app.main == "default" and not app.conf.beat_schedule:
+        return None
+    return app
+
+
+def describe_alias(alias: str) -> str:
+    """``Django database 'default' (postgresql://user@host:5432/name)``, for the line that
+    names the database a command writes to (never the password)."""
+    try:
+        from django.db import connections
+
+        conf = connections[alias].settings_dict
+    except Exception:  # an unknown alias: the store will say so when it is used
+        return f"Django database {alias!r}"
+    engine = str(conf.get("ENGINE") or "")
+    name = str(conf.get("NAME") or "")
+    if "postgresql" in engine:
+        host = str(conf.get("HOST") or "localhost")
+        port = f":{conf['PORT']}" if conf.get("PORT") else ""
+        user = f"{conf['USER']}@" if conf.get("USER") else ""
+        return f"Django database {alias!r} (postgresql://{user}{host}{port}/{name})"
+    return f"Django database {alias!r} ({engine.rsplit('.', 1)[-1]} {name})"
 
 
 def settings_beat_schedule(last_runs: Mapping[str, datetime] | None) -> list[SourceEntry]:

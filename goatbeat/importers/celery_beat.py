@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import sys
+import traceback
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from goatbeat.conversion import timezone_name, to_trigger
+from goatbeat.conversion import describe_exception, timezone_name, to_trigger
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 
 __all__ = [
+    "BACKEND_CLEANUP",
+    "beat_schedule_of",
     "load_app",
     "app_timezone",
     "known_tasks",
@@ -35,9 +40,29 @@ _ROUTING_OPTIONS = {"queue", "exchange", "routing_key", "priority", "expires", "
 
 def load_app(spec: str) -> Any:
     """The Celery app named by ``module:attribute`` (or ``module``, finding ``app`` or
-    ``celery`` in it, as ``celery -A`` does)."""
+    ``celery`` in it, as ``celery -A`` does).
+
+    Whatever importing the module raises becomes one ``InvalidValue`` (field ``app``) naming
+    the module, the error and where it was raised: never a traceback."""
     module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        raise InvalidValue("app", spec, f"{spec!r} is not 'package.module:attribute'")
+    # As `celery -A` does: the project is where the command runs.
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name == module_name or module_name.startswith(exc.name + ".")):
+            raise InvalidValue("app", spec, f"no module named {exc.name!r}") from None
+        raise InvalidValue(
+            "app", spec, f"importing {module_name!r} failed: {_where(exc)}"
+        ) from None
+    except Exception as exc:  # the user's module: anything may go wrong in it
+        raise InvalidValue(
+            "app", spec, f"importing {module_name!r} failed: {_where(exc)}"
+        ) from None
     candidates = [attr] if attr else ["app", "celery"]
     for name in candidates:
         obj: Any = module
@@ -49,6 +74,13 @@ def load_app(spec: str) -> Any:
         if hasattr(obj, "conf") and hasattr(obj, "tasks"):
             return obj
     raise InvalidValue("app", spec, f"{spec!r} does not name a Celery app (module:attribute)")
+
+
+def _where(exc: BaseException) -> str:
+    """``Type: message (file:line)``: the error and the line of the user's code raising it."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return describe_exception(exc) + place
 
 
 def app_timezone(app: Any) -> str:
@@ -72,13 +104,40 @@ def known_tasks(app: Any) -> set[str]:
     return set(app.tasks.keys())
 
 
+BACKEND_CLEANUP = "celery.backend_cleanup"
+
+
+def beat_schedule_of(app: Any) -> dict[str, Any]:
+    """``app.conf.beat_schedule`` with the entries stock celery beat adds itself: its
+    ``celery.backend_cleanup`` (daily at 04:00 in the app's zone) when results expire and the
+    result backend does not expire them on its own. The importer and the drop-in scheduler
+    both read the schedule through here, so they agree on it."""
+    from celery.schedules import crontab
+
+    data: dict[str, Any] = {}
+    declared = dict(app.conf.beat_schedule or {})
+    if BACKEND_CLEANUP not in declared and app.conf.result_expires:
+        try:
+            autoexpire = bool(app.backend.supports_autoexpire)
+        except Exception:  # a backend that cannot even be built: beat would fail on it too
+            autoexpire = True
+        if not autoexpire:
+            data[BACKEND_CLEANUP] = {
+                "task": BACKEND_CLEANUP,
+                "schedule": crontab(minute="0", hour="4"),
+                "options": {"expires": 12 * 3600},
+            }
+    data.update(declared)
+    return data
+
+
 def read_app(
     app: Any, *, check_tasks: bool = True, last_runs: Mapping[str, datetime] | None = None
 ) -> list[SourceEntry]:
-    """The source entries of ``app.conf.beat_schedule``."""
+    """The source entries of the app's beat schedule (:func:`beat_schedule_of`)."""
     tasks = known_tasks(app) if check_tasks else None
     return read_beat_schedule(
-        app.conf.beat_schedule or {},
+        beat_schedule_of(app),
         timezone=app_timezone(app),
         known_tasks=tasks,
         last_runs=last_runs,
@@ -192,6 +251,8 @@ def _read_entry(
         )
     except GoatbeatError as exc:
         return failed(str(exc), task=task)
+    except Exception as exc:  # a broken schedule object is this entry's problem only
+        return failed(f"cannot be converted: {describe_exception(exc)}", task=task)
     return SourceEntry(
         name=name,
         source=Source.CELERY,

@@ -18,12 +18,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from goatbeat.conversion import CELERY_BUGS, to_trigger
+from goatbeat.conversion import CELERY_BUGS, describe_exception, to_trigger
 from goatbeat.core.cron import parse_cron
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Routing, Schedule, Source
@@ -33,7 +34,14 @@ from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 from goatbeat.stores import redact_url
 
-__all__ = ["read_django_celery_beat", "connect", "TABLE"]
+__all__ = [
+    "ClockedSchedule",
+    "TABLE",
+    "HandBack",
+    "connect",
+    "hand_back",
+    "read_django_celery_beat",
+]
 
 TABLE = "django_celery_beat_periodictask"
 
@@ -53,11 +61,13 @@ _JOINS = {
     "clocked": ("django_celery_beat_clockedschedule", "k", ("clocked_time",)),
 }
 _PERIODS = {"days", "hours", "minutes", "seconds", "microseconds"}
+_TICK = timedelta(microseconds=1)
 
 
 @contextmanager
-def connect(url: str) -> Iterator[Any]:
-    """A DB-API connection for ``postgresql://…`` / ``postgres://…`` or ``sqlite:///path``."""
+def connect(url: str, *, write: bool = False) -> Iterator[Any]:
+    """A DB-API connection for ``postgresql://…`` / ``postgres://…`` or ``sqlite:///path``
+    (SQLite opened read-only unless ``write``)."""
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
         import psycopg
@@ -77,7 +87,7 @@ def connect(url: str) -> Iterator[Any]:
                 "database", url, f"{url!r}: use sqlite:///relative or sqlite:////abs"
             )
         try:
-            lite = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            lite = sqlite3.connect(f"file:{path}?mode={'rw' if write else 'ro'}", uri=True)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open {url}: {exc}") from None
         try:
@@ -202,9 +212,27 @@ def _entry(
         date_changed = celery_instant(row["date_changed"], "date_changed", naive_tz)
         start_at = celery_instant(row["start_time"], "start_time", naive_tz)
         expires_at = celery_instant(row["expires"], "expires", naive_tz)
-        # django-celery-beat counts a never-run row from its last change.
-        anchor = last_run_at or date_changed
-        trigger, celery_sched, celery_tz = _trigger(row, anchor, default_tz, naive_tz, notes, bugs)
+        # What django-celery-beat's scheduler counts from: the last run; a row that never ran
+        # counts from its last change, and with a start_time from 30 years before that, so
+        # that it runs at start_time.
+        anchor = last_run_at
+        if anchor is None and date_changed is not None:
+            anchor = date_changed - _THIRTY_YEARS if start_at is not None else date_changed
+        enabled_row = enabled
+        run_count = int(row["total_run_count"] or 0)
+        trigger, celery_sched, celery_tz, anchor = _trigger(
+            row,
+            _Counting(
+                anchor=anchor,
+                ran=last_run_at is not None,
+                start_at=start_at,
+                pending=enabled_row and run_count == 0,
+            ),
+            default_tz,
+            naive_tz,
+            notes,
+            bugs,
+        )
         args = kombu_json.loads(_text(row["args"]), field="args", default=[])
         kwargs = kombu_json.loads(_text(row["kwargs"]), field="kwargs", default={})
         if not isinstance(args, list):
@@ -252,12 +280,12 @@ def _entry(
             source=Source.DJANGO_CELERY_BEAT,
             enabled=enabled,
             last_run_at=anchor,
-            total_run_count=int(row["total_run_count"] or 0),
+            total_run_count=run_count,
         )
     except GoatbeatError as exc:
         return failed(str(exc))
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        return failed(f"unreadable row: {exc}")
+    except Exception as exc:  # any other problem of this row stays this row's problem
+        return failed(f"unreadable row: {describe_exception(exc)}")
     return SourceEntry(
         name=name,
         source=Source.DJANGO_CELERY_BEAT,
@@ -275,15 +303,40 @@ def _entry(
     )
 
 
+_THIRTY_YEARS = timedelta(days=365 * 30)
+
+
+@dataclass(frozen=True, slots=True)
+class _Counting:
+    """Where django-celery-beat counts a row from."""
+
+    anchor: datetime | None  # its last run, or what it takes for one (see _entry)
+    ran: bool  # last_run_at is set
+    start_at: datetime | None
+    pending: bool  # enabled and never counted a run: a one-off/clocked row still owed
+
+
+@dataclass(frozen=True, slots=True)
+class ClockedSchedule:
+    """django-celery-beat's ``clocked`` as its scheduler runs it, for ``goatbeat diff``: due
+    once ``clocked_time`` has passed, at the first check after it (so *at once* when it passed
+    while no scheduler ran), unless the row already ran (``pending`` False)."""
+
+    clocked_time: datetime
+    pending: bool
+
+
 def _trigger(
     row: dict[str, Any],
-    anchor: datetime | None,
+    counting: _Counting,
     default_tz: str,
     naive_tz: str,
     notes: list[str],
     bugs: list[str],
-) -> tuple[Trigger, Any, str]:
-    """(goatbeat trigger, the celery schedule django-celery-beat would use or None, zone)."""
+) -> tuple[Trigger, Any, str, datetime | None]:
+    """(goatbeat trigger, the celery schedule django-celery-beat would use or None, zone,
+    the last run to import: where the first goatbeat run counts from)."""
+    anchor = counting.anchor
     kinds = [k for k in ("interval", "crontab", "solar", "clocked") if row[f"{k}_id"] is not None]
     if not kinds:
         raise InvalidValue(
@@ -310,9 +363,13 @@ def _trigger(
         delta = timedelta(**{period: int(every)})
         from celery.schedules import schedule as celery_schedule
 
-        return IntervalTrigger(delta, anchor=anchor), celery_schedule(delta), "UTC"
+        # Never ran, with a start_time: django-celery-beat runs it at start_time and counts
+        # from there, so the phase is start_time's (not the row's last change).
+        phase = counting.start_at if not counting.ran and counting.start_at else anchor
+        return IntervalTrigger(delta, anchor=phase), celery_schedule(delta), "UTC", anchor
     if kind == "crontab":
-        return _crontab(row, default_tz, notes, bugs)
+        trigger, sched, zone = _crontab(row, default_tz, notes, bugs)
+        return trigger, sched, zone, anchor
     if kind == "solar":
         from celery.schedules import solar
 
@@ -323,12 +380,19 @@ def _trigger(
             sched = solar(event, lat, lon)
         except ValueError as exc:
             raise InvalidValue("solar", event, str(exc).strip()) from None
-        return to_trigger(sched), sched, "UTC"
+        return to_trigger(sched), sched, "UTC", anchor
     at = celery_instant(row["clocked_clocked_time"], "clocked_time", naive_tz)
     if at is None:
         raise InvalidValue("clocked_time", None, "the clocked schedule has no time")
-    trigger = OnceTrigger(at)
-    return trigger, trigger, "UTC"
+    # django-celery-beat runs a clocked row once its time has passed, at its first check
+    # (at once if the time passed while it was stopped), unless the row already ran.
+    pending = counting.pending and (not counting.ran or anchor is None or anchor < at)
+    if pending:
+        if anchor is None or anchor >= at:
+            anchor = at - _TICK  # never ran: owed at clocked_time, even if that has passed
+    elif anchor is None or anchor < at:
+        anchor = at  # it ran (or will never run): nothing owed
+    return OnceTrigger(at), ClockedSchedule(clocked_time=at, pending=pending), "UTC", anchor
 
 
 def _decimal(value: Any, field: str) -> float:
@@ -343,23 +407,39 @@ def _crontab(
 ) -> tuple[Trigger, Any, str]:
     from celery.schedules import crontab
 
-    zone = str(row["crontab_timezone"] or default_tz)
+    zone = str(row["crontab_timezone"] or "").strip()
+    if not zone:
+        zone = default_tz
+        notes.append(
+            f"the crontab's timezone is empty: read as {zone!r} (the Celery app's zone, else "
+            "UTC); set it on the row if another zone was meant"
+        )
     get_zone(zone, "timezone")
-    fields = {
-        key: str(row[f"crontab_{key}"] if row[f"crontab_{key}"] is not None else "*").strip() or "*"
-        for key in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
-    }
+    fields: dict[str, str] = {}
+    empty: list[str] = []
+    for key in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year"):
+        value = row[f"crontab_{key}"]
+        text = "" if value is None else str(value).strip()
+        if not text:
+            empty.append(key)
+        fields[key] = text or "*"
+    if empty:
+        notes.append(
+            f"crontab field(s) {', '.join(empty)} are empty: read as '*' (every value). celery "
+            "rejects an empty field, so django-celery-beat never ran this row; it WILL run "
+            "after the cutover (fix the row or disable it if that is not wanted)"
+        )
     celery_sched: Any
     try:
         celery_sched = crontab(**fields)
-    except (ValueError, TypeError) as exc:
+    except Exception as exc:  # celery's ParseException is no ValueError
         dow = fields["day_of_week"]
         weekdays = _weekdays_with_seven(dow)
         if weekdays is None:
             raise InvalidValue("crontab", _describe(fields), _celery_message(exc)) from None
         try:
             converted = crontab(**{**fields, "day_of_week": weekdays})
-        except (ValueError, TypeError) as exc2:
+        except Exception as exc2:
             raise InvalidValue("crontab", _describe(fields), _celery_message(exc2)) from None
         # Keep the user's spelling for the other fields; only the weekdays change.
         converted._orig_day_of_week = ",".join(str(d) for d in sorted(weekdays))
@@ -371,7 +451,9 @@ def _crontab(
         )
         return to_trigger(converted, timezone=zone), None, zone
     celery_sched.tz = get_zone(zone)  # what TzAwareCrontab does
-    return to_trigger(celery_sched, timezone=zone), celery_sched, zone
+    trigger = to_trigger(celery_sched, timezone=zone)
+    # celery cannot load a row with an empty field: it never schedules it (diff says so).
+    return trigger, (None if empty else celery_sched), zone
 
 
 def _weekdays_with_seven(dow: str) -> set[int] | None:
@@ -391,4 +473,107 @@ def _describe(fields: dict[str, str]) -> str:
 
 
 def _celery_message(exc: Exception) -> str:
-    return f"celery rejects it: {' '.join(str(exc).split())}"
+    return f"celery rejects it ({describe_exception(exc)})"
+
+
+# -- handing goatbeat's runs back (rollback) --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HandBack:
+    """One row :func:`hand_back` moves forward: django-celery-beat's last run and run count
+    before, goatbeat's after."""
+
+    name: str
+    before: datetime | None
+    after: datetime
+    total_run_count: int
+
+
+def hand_back(
+    conn_or_url: Any,
+    runs: dict[str, tuple[datetime, int]],
+    *,
+    naive_timezone: str = "UTC",
+    dry_run: bool = False,
+) -> list[HandBack]:
+    """Write goatbeat's last runs into django-celery-beat's rows before rolling back, so its
+    scheduler does not run again what goatbeat ran (its catch-up counts from ``last_run_at``,
+    and a one-off row with ``total_run_count`` > 0 is disabled instead of run).
+
+    ``runs``: name -> (goatbeat's last run, goatbeat's run count). Only rows whose own
+    ``last_run_at`` is earlier (or unset) change: ``last_run_at`` becomes goatbeat's, and
+    ``total_run_count`` the larger of the two. One transaction; returns what changed (what
+    would change with ``dry_run``). Run it while django-celery-beat's beat is stopped.
+    ``naive_timezone``: the zone of naive datetimes in the tables (SQLite with ``USE_TZ``:
+    UTC). Raises ``StoreError`` when the tables cannot be read or written."""
+    if isinstance(conn_or_url, str):
+        with connect(conn_or_url, write=not dry_run) as conn:
+            return hand_back(conn, runs, naive_timezone=naive_timezone, dry_run=dry_run)
+    conn = conn_or_url
+    marker = "?" if isinstance(conn, sqlite3.Connection) else "%s"
+    naive = isinstance(conn, sqlite3.Connection) or _is_sqlite(conn)
+    # Django's connection commits each statement by itself: make it one transaction.
+    django_autocommit = conn.get_autocommit() if hasattr(conn, "get_autocommit") else None
+    if django_autocommit:
+        conn.set_autocommit(False)
+    try:
+        return _hand_back(conn, runs, marker, naive, naive_timezone, dry_run)
+    finally:
+        if django_autocommit:
+            conn.set_autocommit(True)
+
+
+def _hand_back(
+    conn: Any,
+    runs: dict[str, tuple[datetime, int]],
+    marker: str,
+    naive: bool,
+    naive_timezone: str,
+    dry_run: bool,
+) -> list[HandBack]:
+    changed: list[HandBack] = []
+    cursor = conn.cursor()
+    try:
+        cursor.execute(f"SELECT name, last_run_at, total_run_count FROM {TABLE}")  # noqa: S608
+        rows = cursor.fetchall()
+        for name, last_run_at, count in rows:
+            if name not in runs:
+                continue
+            ours, our_count = runs[name]
+            theirs = celery_instant(last_run_at, "last_run_at", naive_timezone)
+            if theirs is not None and theirs >= ours:
+                continue
+            total = max(int(count or 0), our_count)
+            changed.append(HandBack(str(name), theirs, ours, total))
+            if dry_run:
+                continue
+            value: Any = ours
+            if naive:
+                value = ours.astimezone(get_zone(naive_timezone)).replace(tzinfo=None)
+                value = value.isoformat(sep=" ")
+            cursor.execute(
+                f"UPDATE {TABLE} SET last_run_at = {marker}, total_run_count = {marker} "  # noqa: S608
+                f"WHERE name = {marker}",
+                (value, total, name),
+            )
+    except GoatbeatError:
+        _rollback(conn)
+        raise
+    except Exception as exc:  # any driver error: nothing was written
+        _rollback(conn)
+        raise StoreError(
+            f"cannot write django-celery-beat's last runs: {describe_exception(exc)}"
+        ) from None
+    finally:
+        cursor.close()
+    if dry_run:
+        _rollback(conn)
+    else:
+        conn.commit()
+    return changed
+
+
+def _is_sqlite(conn: Any) -> bool:
+    vendor = getattr(conn, "vendor", None)  # Django's connection
+    return vendor == "sqlite"

@@ -5,13 +5,14 @@ Each source (a celery ``beat_schedule``, django-celery-beat's tables) yields
 it could not be converted, plus notes (a celery bug goatbeat corrects, an option mapped to
 something else) and the celery schedule object as celery itself would compute it (for
 ``goatbeat diff``). :func:`import_entries` publishes them: upsert by name, idempotent, every
-failure reported with its name while the rest import.
+failure reported with its name while the rest import, celery's phase kept (the later of its
+last run and goatbeat's own), an operator's edit in goatbeat never overwritten silently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +22,14 @@ from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, Trigger
 
-__all__ = ["SourceEntry", "ImportReport", "import_entries", "plan_import", "celery_misfire_grace"]
+__all__ = [
+    "ImportPlan",
+    "ImportReport",
+    "SourceEntry",
+    "celery_misfire_grace",
+    "import_entries",
+    "plan_import",
+]
 
 
 def celery_instant(value: Any, field: str, naive_tz: str = "UTC") -> datetime | None:
@@ -90,9 +98,12 @@ class ImportReport:
     dry_run: bool = False
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
+    """The definition changed in the source (its next run follows the later last run)."""
     refreshed: list[str] = field(default_factory=list)
-    """Unchanged definitions whose never-run row got celery's newer last run."""
+    """Unchanged definitions that celery ran since the last import: phase moved forward."""
     unchanged: list[str] = field(default_factory=list)
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """Rows edited in goatbeat since the last import, whose source changed: kept as edited."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)
 
@@ -103,16 +114,23 @@ class ImportReport:
             + len(self.updated)
             + len(self.refreshed)
             + len(self.unchanged)
+            + len(self.conflicts)
             + len(self.failed)
         )
 
+    @property
+    def ok(self) -> bool:
+        """Everything the sources declare is in goatbeat as declared."""
+        return not self.failed and not self.conflicts
+
     def summary(self) -> str:
-        verb = "would create" if self.dry_run else "created"
+        would = "would " if self.dry_run else ""
         parts = [
-            f"{len(self.created)} {verb}",
-            f"{len(self.updated)} {'would update' if self.dry_run else 'updated'}",
-            f"{len(self.refreshed)} {'would refresh' if self.dry_run else 'refreshed'}",
+            f"{len(self.created)} {'would create' if self.dry_run else 'created'}",
+            f"{len(self.updated)} {would}{'update' if self.dry_run else 'updated'}",
+            f"{len(self.refreshed)} {would}{'refresh' if self.dry_run else 'refreshed'}",
             f"{len(self.unchanged)} unchanged",
+            f"{len(self.conflicts)} conflict(s)",
             f"{len(self.failed)} failed",
         ]
         text = ", ".join(parts)
@@ -127,66 +145,104 @@ class ImportReport:
             "updated": self.updated,
             "refreshed": self.refreshed,
             "unchanged": self.unchanged,
+            "conflicts": [{"name": n, "reason": r} for n, r in self.conflicts],
             "failed": [{"name": n, "reason": r} for n, r in self.failed],
             "notes": [{"name": n, "note": r} for n, r in self.notes],
         }
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class ImportPlan:
+    """What importing the entries changes, decided without writing (:func:`plan_import`)."""
+
     create: list[Schedule]
     update: list[Schedule]
     refresh: list[Schedule]
     unchanged: list[str]
+    conflicts: list[tuple[str, str]]
     failed: list[tuple[str, str]]
 
 
-def plan_import(store: ScheduleStore, entries: Sequence[SourceEntry]) -> _Plan:
-    """Decide, without writing, what importing ``entries`` changes in ``store``."""
+EDITED = (
+    "edited in goatbeat since it was imported, and the source says otherwise: kept as edited "
+    "(re-run with --overwrite to replace the edit with the source's definition, or change the "
+    "source to match)"
+)
+
+
+def plan_import(
+    store: ScheduleStore, entries: Sequence[SourceEntry], *, overwrite: bool = False
+) -> ImportPlan:
+    """Decide, without writing, what importing ``entries`` changes in ``store``.
+
+    Like :meth:`ScheduleStore.publish` with ``follow_last_run``: a changed definition is
+    updated, the same definition that celery ran since is refreshed (the later last run
+    wins: goatbeat's own runs are never repeated, celery's are not either). A row an operator
+    edited in goatbeat since the last import (:meth:`ScheduleStore.edited_since_publish`) is
+    a conflict when the source differs from it, unless ``overwrite``."""
     existing = {s.name: s for s in store.list_schedules()}
-    create: list[Schedule] = []
-    update: list[Schedule] = []
-    refresh: list[Schedule] = []
-    unchanged: list[str] = []
-    failed: list[tuple[str, str]] = []
+    edited = store.edited_since_publish(
+        [e.name for e in entries if e.schedule is not None and e.name in existing]
+    )
+    plan = ImportPlan([], [], [], [], [], [])
     seen: set[str] = set()
     for entry in entries:
         if entry.name in seen:
-            failed.append((entry.name, "the name appears twice in the sources"))
+            plan.failed.append((entry.name, "the name appears twice in the sources"))
             continue
         seen.add(entry.name)
         if entry.schedule is None:
-            failed.append((entry.name, entry.problem or "could not be converted"))
+            plan.failed.append((entry.name, entry.problem or "could not be converted"))
             continue
-        sched = entry.schedule
-        row = existing.get(sched.name)
+        row = existing.get(entry.name)
+        sched = _same_grid(entry.schedule, row if isinstance(row, Schedule) else None)
         if row is None:
-            create.append(sched)
+            plan.create.append(sched)
         elif row.source != sched.source:
-            failed.append(
+            plan.failed.append(
                 (
                     sched.name,
                     f"a goatbeat schedule of that name already exists with source "
                     f"{str(row.source)!r}; rename one of them",
                 )
             )
-        elif isinstance(row, DamagedSchedule) or row.definition() != sched.definition():
-            update.append(sched)  # a damaged row is repaired by writing the import over it
-        elif _needs_refresh(row, sched):
-            refresh.append(sched)
+        elif isinstance(row, DamagedSchedule):
+            plan.update.append(sched)  # a damaged row is repaired by writing the import over it
+        elif row.definition() != sched.definition():
+            if sched.name in edited and not overwrite:
+                plan.conflicts.append((sched.name, EDITED))
+            else:
+                plan.update.append(sched)
+        elif _ran_since(row, sched):
+            plan.refresh.append(sched)
         else:
-            unchanged.append(sched.name)
-    return _Plan(create, update, refresh, unchanged, failed)
+            plan.unchanged.append(sched.name)
+    return plan
 
 
-def _needs_refresh(row: Schedule, incoming: Schedule) -> bool:
-    # A row imported earlier (a rehearsal) that goatbeat never ran still carries the last run
-    # celery had then; celery has run since, so its next run is stale and would fire twice.
-    if row.last_status is not None or row.total_run_count > incoming.total_run_count:
-        return False
+def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
+    """``incoming`` with the stored interval trigger when both lie on the same grid (same
+    period, anchors a whole number of periods apart): a later last run on goatbeat's own grid
+    (goatbeat's runs handed back, celery running on from them) is no new definition."""
+    new, old = incoming.trigger, None if row is None else row.trigger
+    if (
+        isinstance(new, IntervalTrigger)
+        and isinstance(old, IntervalTrigger)
+        and new.every == old.every
+        and new.anchor is not None
+        and old.anchor is not None
+        and old.anchor <= new.anchor  # an interval never fires before its anchor
+        and (new.anchor - old.anchor) % new.every == timedelta(0)
+    ):
+        return replace(incoming, trigger=old)
+    return incoming
+
+
+def _ran_since(row: Schedule, incoming: Schedule) -> bool:
+    # celery ran it after the last run goatbeat knows of (its own or the last import's).
     if incoming.last_run_at is None:
         return False
-    return row.last_run_at is None or row.last_run_at < incoming.last_run_at
+    return row.last_run_at is None or incoming.last_run_at > row.last_run_at
 
 
 def import_entries(
@@ -194,23 +250,30 @@ def import_entries(
     entries: Sequence[SourceEntry],
     *,
     dry_run: bool = False,
+    overwrite: bool = False,
     chunk_size: int = 500,
     progress: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Publish the convertible ``entries`` into ``store``; report everything else.
 
-    Upsert by name (:meth:`ScheduleStore.publish`): re-running with the same sources changes
-    nothing. An operator's ``enabled`` toggle on an existing row survives. ``dry_run`` reads
-    the store and writes nothing. ``progress(n)`` is called as ``n`` more entries are done."""
+    Upsert by name (:meth:`ScheduleStore.publish` with ``follow_last_run``): re-running with
+    the same sources changes nothing; the later of celery's and goatbeat's last runs sets the
+    phase, so nothing runs twice and nothing owed is dropped. An operator's ``enabled`` toggle
+    survives; an operator's edit of the definition is reported as a conflict and kept, unless
+    ``overwrite``. Each entry is written whole or not at all, and a failing entry never undoes
+    the others. ``dry_run`` reads the store and writes nothing. ``progress(n)`` is called as
+    ``n`` more entries are done."""
     report = ImportReport(dry_run=dry_run)
     for entry in entries:
         for note in entry.notes:
             report.notes.append((entry.name, note))
-    plan = plan_import(store, entries)
+    plan = plan_import(store, entries, overwrite=overwrite)
     report.failed.extend(plan.failed)
+    report.conflicts.extend(plan.conflicts)
     report.unchanged.extend(plan.unchanged)
-    if progress is not None and (plan.failed or plan.unchanged):
-        progress(len(plan.failed) + len(plan.unchanged))
+    settled = len(plan.failed) + len(plan.conflicts) + len(plan.unchanged)
+    if progress is not None and settled:
+        progress(settled)
     if dry_run:
         report.created.extend(s.name for s in plan.create)
         report.updated.extend(s.name for s in plan.update)
@@ -218,47 +281,30 @@ def import_entries(
         if progress is not None:
             progress(len(plan.create) + len(plan.update) + len(plan.refresh))
         return report
-    for sched in plan.refresh:
-        # Only rows goatbeat never ran get here: no execution history is lost.
-        store.delete(sched.name)
     by_source: dict[Source, list[Schedule]] = {}
     for sched in [*plan.create, *plan.update, *plan.refresh]:
         by_source.setdefault(sched.source, []).append(sched)
-    refreshed = {s.name for s in plan.refresh}
     for source, schedules in by_source.items():
         for chunk in _chunks(schedules, chunk_size):
             try:
-                result = store.publish(chunk, source=source)
-            except (InvalidValue, GoatbeatError) as exc:
+                results = [store.publish(chunk, source=source, follow_last_run=True)]
+            except GoatbeatError:
                 # One bad schedule fails its chunk's transaction: retry one by one so the
                 # others still import and the culprit is named.
-                result = None
+                results = []
                 for sched in chunk:
                     try:
-                        one = store.publish([sched], source=source)
+                        results.append(store.publish([sched], source=source, follow_last_run=True))
                     except GoatbeatError as one_exc:
                         report.failed.append((sched.name, str(one_exc)))
-                        continue
-                    _record(report, one.created, one.updated, one.unchanged, refreshed)
-                del exc
-            if result is not None:
-                _record(report, result.created, result.updated, result.unchanged, refreshed)
+            for result in results:
+                report.created.extend(result.created)
+                report.updated.extend(result.updated)
+                report.refreshed.extend(result.refreshed)
+                report.unchanged.extend(result.unchanged)
             if progress is not None:
                 progress(len(chunk))
     return report
-
-
-def _record(
-    report: ImportReport,
-    created: Iterable[str],
-    updated: Iterable[str],
-    unchanged: Iterable[str],
-    refreshed: set[str],
-) -> None:
-    for name in created:
-        (report.refreshed if name in refreshed else report.created).append(name)
-    report.updated.extend(updated)
-    report.unchanged.extend(unchanged)
 
 
 def _chunks(items: list[Schedule], size: int) -> Iterable[list[Schedule]]:

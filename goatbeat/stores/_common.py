@@ -9,6 +9,7 @@ decided once, here, so the three stores cannot drift apart.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import operator
@@ -64,6 +65,10 @@ __all__ = [
     "validate_payload",
     "check_payload",
     "utc",
+    "fingerprint",
+    "edited",
+    "KEPT_WHEN_NONE",
+    "without_kept",
 ]
 
 Planner = Callable[[Schedule, datetime], Plan]
@@ -249,8 +254,10 @@ def schedule_to_row(
     enabled: bool,
     next_run_at: datetime | None,
     definition: dict[str, Any] | None = None,
+    published: bool = False,
 ) -> dict[str, Any]:
-    """Columns to insert for a new schedule (the store adds id, version and timestamps)."""
+    """Columns to insert for a new schedule (the store adds id, version and timestamps).
+    ``published``: a publish writes it, so its definition's fingerprint is recorded."""
     row = dict(definition) if definition is not None else definition_of(schedule)
     row.update(
         name=schedule.name,
@@ -259,8 +266,35 @@ def schedule_to_row(
         next_run_at=utc(next_run_at),
         last_run_at=utc(schedule.last_run_at),
         total_run_count=int(schedule.total_run_count),
+        published_fingerprint=fingerprint(row) if published else None,
     )
     return row
+
+
+def fingerprint(definition: Mapping[str, Any]) -> str:
+    """A hash of a definition (:func:`definition_of` / :func:`row_definition`, whose values
+    compare equal exactly when the definitions are the same): what publish records, so an
+    edit made since can be told apart from the publish's own write."""
+    text = json.dumps(
+        {name: definition[name] for name in DEFINITION_COLUMNS},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=_instant_text,
+    )
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _instant_text(value: Any) -> str:
+    if isinstance(value, datetime):
+        return utc(value).isoformat()  # type: ignore[union-attr]
+    raise TypeError(f"{type(value).__name__} in a definition")
+
+
+def edited(row: Mapping[str, Any]) -> bool:
+    """Whether a stored row's definition changed since the publish that recorded its
+    fingerprint (rows without one, created in the admin or before schema 4: never)."""
+    recorded = row.get("published_fingerprint")
+    return recorded is not None and recorded != fingerprint(row_definition(row))
 
 
 def first_run(schedule: Schedule, anchor: datetime) -> datetime | None:
@@ -855,16 +889,21 @@ class Replace:
 
     id: int
     version: int
-    values: dict[str, Any]  # definition columns + enabled + next_run_at + last_status
+    values: dict[str, Any]
+    """Definition columns + enabled + next_run_at + last_status; last_run_at and
+    published_fingerprint, where None keeps the stored value."""
 
 
 @dataclass(slots=True)
 class PublishActions:
     inserts: list[dict[str, Any]] = field(default_factory=list)
     replaces: list[Replace] = field(default_factory=list)
+    fingerprints: list[tuple[int, str]] = field(default_factory=list)
+    """(id, fingerprint) of unchanged rows that had none (published before schema 4)."""
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    refreshed: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -878,11 +917,14 @@ def plan_publish(
     source: Source,
     now: datetime,
     definitions: Sequence[dict[str, Any]] | None = None,
+    follow_last_run: bool = False,
 ) -> PublishActions:
-    """Decide what publishing ``schedules`` writes, given the stored rows with those names.
+    """Decide what publishing ``schedules`` writes, given the stored rows with those names
+    (rows carry ``published_fingerprint``).
 
     Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
-    anything is written. The stored ``enabled`` flag always wins over the declared one."""
+    anything is written. The stored ``enabled`` flag always wins over the declared one.
+    ``follow_last_run``: see :meth:`goatbeat.core.store.ScheduleStore.publish`."""
     source = Source(source)
     actions = PublishActions()
     if definitions is None:
@@ -898,6 +940,7 @@ def plan_publish(
                     enabled=schedule.enabled,
                     next_run_at=first_run(schedule, anchor),
                     definition=wanted,
+                    published=True,
                 )
             )
             actions.created.append(schedule.name)
@@ -910,20 +953,61 @@ def plan_publish(
                 f"not {source.value!r}",
             )
         quarantined = row["last_status"] == SCHEDULE_INVALID
-        if wanted == row_definition(row) and not quarantined:
-            actions.unchanged.append(schedule.name)
-            continue
-        # A changed definition, or a quarantined row (repaired by this publish).
         enabled = bool(row["enabled"])
+        stored_last: datetime | None = utc(row["last_run_at"])
+        later: datetime | None = None
+        if follow_last_run and schedule.last_run_at is not None:
+            theirs = utc(schedule.last_run_at)
+            assert theirs is not None
+            later = theirs if stored_last is None or theirs > stored_last else stored_last
+        printed = fingerprint(wanted)
+        if wanted == row_definition(row) and not quarantined:
+            if later is None or later == stored_last:
+                actions.unchanged.append(schedule.name)
+                if row.get("published_fingerprint") is None:
+                    actions.fingerprints.append((int(row["id"]), printed))
+                continue
+            # Another scheduler (celery) ran it since: move the phase forward, never back.
+            nxt = schedule.first_run_after(later) if enabled else None
+            planned = utc(row["next_run_at"])
+            if nxt is not None and planned is not None and planned > nxt:
+                nxt = planned
+            values = dict(wanted)
+            values.update(
+                enabled=enabled,
+                next_run_at=nxt,
+                last_run_at=later,
+                published_fingerprint=printed,
+                last_status=row["last_status"],
+            )
+            actions.replaces.append(
+                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
+            )
+            actions.refreshed.append(schedule.name)
+            continue
         values = dict(wanted)
         values["enabled"] = enabled
-        values["next_run_at"] = schedule.first_run_after(now) if enabled else None
+        # A changed definition, or a quarantined row (repaired by this publish).
+        anchor = now if later is None else later
+        values["next_run_at"] = schedule.first_run_after(anchor) if enabled else None
         values["last_status"] = None if quarantined else row["last_status"]
+        values["last_run_at"] = later
+        values["published_fingerprint"] = printed
         actions.replaces.append(
             Replace(id=int(row["id"]), version=int(row["version"]), values=values)
         )
         actions.updated.append(schedule.name)
     return actions
+
+
+KEPT_WHEN_NONE = ("last_run_at", "published_fingerprint")
+"""Columns a replace leaves as stored when its value is None (SQL: COALESCE)."""
+
+
+def without_kept(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the None values of :data:`KEPT_WHEN_NONE`: what a store that
+    updates a dict in place (memory) applies."""
+    return {k: v for k, v in values.items() if not (v is None and k in KEPT_WHEN_NONE)}
 
 
 def update_values(
@@ -937,6 +1021,10 @@ def update_values(
     ``next_run_at`` recomputed when the definition changed or the schedule was re-enabled."""
     wanted = definition if definition is not None else definition_of(schedule)
     values = dict(wanted)
+    # An edit keeps the last run and the published fingerprint (that it differs now is how
+    # an edit is told from a publish).
+    values["last_run_at"] = None
+    values["published_fingerprint"] = None
     values["enabled"] = bool(schedule.enabled)
     quarantined = row["last_status"] == SCHEDULE_INVALID
     values["last_status"] = None if quarantined else row["last_status"]

@@ -95,7 +95,11 @@ class MemoryStore:
         return self._schedules[sid]
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        follow_last_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -107,18 +111,39 @@ class MemoryStore:
                 if s.name in self._by_name
             }
             actions = common.plan_publish(
-                schedules, existing, source=source, now=now, definitions=definitions
+                schedules,
+                existing,
+                source=source,
+                now=now,
+                definitions=definitions,
+                follow_last_run=follow_last_run,
             )
             for row in actions.inserts:
                 self._insert(row, now)
             for rep in actions.replaces:
                 stored = self._schedules[rep.id]
-                stored.update(rep.values, version=stored["version"] + 1, updated_at=now)
+                stored.update(
+                    common.without_kept(rep.values), version=stored["version"] + 1, updated_at=now
+                )
+            for sid, printed in actions.fingerprints:
+                self._schedules[sid]["published_fingerprint"] = printed
         if actions.changed:
             self.notify("schedule:0")
         return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+            created=actions.created,
+            updated=actions.updated,
+            unchanged=actions.unchanged,
+            refreshed=actions.refreshed,
         )
+
+    def edited_since_publish(self, names: Collection[str]) -> set[str]:
+        wanted = set(names)
+        with self._lock:
+            return {
+                row["name"]
+                for row in self._schedules.values()
+                if row["name"] in wanted and common.edited(row)
+            }
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         keep_set = set(keep)
@@ -168,7 +193,7 @@ class MemoryStore:
                 )
             now = self.now()
             values = common.update_values(schedule, row, now=now, definition=definition)
-            row.update(values, version=row["version"] + 1, updated_at=now)
+            row.update(common.without_kept(values), version=row["version"] + 1, updated_at=now)
             result = common.schedule_from_row(row)
         self.notify(f"schedule:{result.id}")
         return result

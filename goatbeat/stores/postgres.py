@@ -284,7 +284,11 @@ class PostgresStore:
         return row["now"].astimezone(UTC)  # type: ignore[no-any-return]
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        follow_last_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -298,7 +302,12 @@ class PostgresStore:
                 )
             }
             actions = common.plan_publish(
-                schedules, existing, source=source, now=now, definitions=definitions
+                schedules,
+                existing,
+                source=source,
+                now=now,
+                definitions=definitions,
+                follow_last_run=follow_last_run,
             )
             with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
@@ -314,11 +323,27 @@ class PostgresStore:
                     cur.executemany(self._q["schedule_replace"], params)
                     if cur.rowcount != len(params):
                         raise ConflictError("a schedule changed while it was being published")
+                if actions.fingerprints:
+                    cur.executemany(
+                        self._q["schedule_set_fingerprint"],
+                        [
+                            {"id": sid, "published_fingerprint": printed}
+                            for sid, printed in actions.fingerprints
+                        ],
+                    )
             if actions.changed:
                 self._notify(conn, "schedule:0")
         return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+            created=actions.created,
+            updated=actions.updated,
+            unchanged=actions.unchanged,
+            refreshed=actions.refreshed,
         )
+
+    def edited_since_publish(self, names: Collection[str]) -> set[str]:
+        with self._session() as conn, conn.transaction():
+            rows = self._fetch(conn, "schedules_by_names", {"names": sorted(set(names))})
+        return {r["name"] for r in rows if common.edited(r)}
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         with self._session() as conn, conn.transaction():

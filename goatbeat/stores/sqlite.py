@@ -252,7 +252,11 @@ class SQLiteStore:
         return cur.lastrowid
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        follow_last_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -273,7 +277,12 @@ class SQLiteStore:
                     if row is not None:
                         existing[s.name] = row
             actions = common.plan_publish(
-                schedules, existing, source=source, now=now, definitions=definitions
+                schedules,
+                existing,
+                source=source,
+                now=now,
+                definitions=definitions,
+                follow_last_run=follow_last_run,
             )
             for new in actions.inserts:
                 self._insert(conn, new, now_text)
@@ -282,13 +291,30 @@ class SQLiteStore:
                 params.update(id=rep.id, version=rep.version, now=now_text)
                 if conn.execute(self._q["schedule_replace"], params).rowcount != 1:
                     raise ConflictError(f"schedule id {rep.id} changed while publishing")
+            for sid, printed in actions.fingerprints:
+                conn.execute(
+                    self._q["schedule_set_fingerprint"],
+                    {"id": sid, "published_fingerprint": printed},
+                )
             if actions.changed:
                 self._bump(conn, "schedule:0")
         if actions.changed:
             self._wake_local()
         return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
+            created=actions.created,
+            updated=actions.updated,
+            unchanged=actions.unchanged,
+            refreshed=actions.refreshed,
         )
+
+    def edited_since_publish(self, names: Collection[str]) -> set[str]:
+        found: set[str] = set()
+        with self._session() as conn:
+            for name in set(names):
+                row = self._row_by_name(conn, name)
+                if row is not None and common.edited(row):
+                    found.add(name)
+        return found
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         keep_set = set(keep)

@@ -90,7 +90,7 @@ def test_spring_forward_difference_carries_the_dst_reason(db: str) -> None:
     imported(db, "tests.compat.diff_apps:dst")
     code, out = diff(db, "tests.compat.diff_apps:dst", "--json")
     assert code == 1, out
-    (entry,) = json.loads(out)["schedules"]
+    (entry,) = [s for s in json.loads(out)["schedules"] if s["name"] == "half-past-two"]
     on_the_day = [f for f in entry["fire_times"] if f["at"].startswith("2026-03-29")]
     assert on_the_day, entry
     # celery runs 02:30 at 03:30 CEST (01:30Z); goatbeat does not run it then

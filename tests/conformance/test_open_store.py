@@ -35,7 +35,7 @@ def test_sqlite_url_with_four_slashes_is_absolute(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{path}")  # "sqlite:///" + "/tmp/..." = four slashes
     assert isinstance(store, SQLiteStore) and store.path == str(path)
     store.migrate()
-    assert store.info() == {"kind": "sqlite", "database": str(path), "schema_version": 2}
+    assert store.info() == {"kind": "sqlite", "database": str(path), "schema_version": 4}
     store.migrate()  # idempotent
     store.close()
 

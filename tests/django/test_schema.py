@@ -68,7 +68,7 @@ def test_django_migrate_and_goatbeat_migrate_build_identical_schemas(pg_dsn: str
     }
     for part in _CATALOG:
         assert from_django[part] == from_goatbeat[part], part
-    assert from_django["versions"] == [(1,), (2,)]
+    assert from_django["versions"] == [(1,), (2,), (4,)]
 
 
 def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> None:
@@ -86,7 +86,11 @@ def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> 
         applied = conn.execute(
             "SELECT name FROM django_migrations WHERE app = 'goatbeat' ORDER BY name"
         ).fetchall()
-    assert applied == [("0001_initial",), ("0002_worker_idempotency",)]
+    assert applied == [
+        ("0001_initial",),
+        ("0002_worker_idempotency",),
+        ("0004_published_fingerprint",),
+    ]
 
 
 @pytest.mark.django_db

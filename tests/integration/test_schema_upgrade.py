@@ -1,9 +1,13 @@
-"""Upgrading a populated version-1 database to version 2 keeps every schedule on its phase.
+"""Upgrading a populated older database keeps every schedule on its phase.
 
-The database is built with version 1's SQL only (as a goatbeat release before 0002 left it),
-filled through the store (interval, cron and manual runs, executions in every state), then
-``migrate()`` applies version 2. Nothing of version 1 changes, and claims afterwards land on
-the instants the schedules' phases give, with no repeat and no gap.
+A release's schema is the current one minus the versions it did not have yet, so the database
+is built with today's store (interval, cron and manual runs, executions in every state), then
+taken back to version 1 or 2 by the reverse of each later version, exactly as those releases
+left it: their columns and tables, nothing else. ``migrate()`` then applies what is missing.
+Nothing of the older versions changes, and claims afterwards land on the instants the
+schedules' phases give, with no repeat and no gap. Version 4 adds
+``goatbeat_schedule.published_fingerprint``: rows published before it have none, the first
+publish records it, and only then is an edit made in the admin told apart from an import.
 """
 
 from __future__ import annotations
@@ -14,26 +18,54 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from goatbeat.core.model import SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
-from goatbeat.stores import open_store, schema
+from goatbeat.stores import open_store
 from goatbeat.stores.postgres import PostgresStore
 from goatbeat.stores.sqlite import SQLiteStore
 from tests.conformance.helpers import claim_all, hourly, keys
 
 T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
+# The reverse of each version after 1, newest first (the Django app's reverse SQL says the same).
+_REVERSE = {
+    4: [
+        "ALTER TABLE goatbeat_schedule DROP COLUMN published_fingerprint",
+        "DELETE FROM goatbeat_schema_version WHERE version = 4",
+    ],
+    2: [
+        "DROP TABLE goatbeat_task_key",
+        "DROP TABLE goatbeat_delivery",
+        "DELETE FROM goatbeat_schema_version WHERE version = 2",
+    ],
+}
 
-def _version_1(url: str) -> None:
+
+def _back_to(url: str, version: int) -> None:
+    statements = [sql for v in sorted(_REVERSE, reverse=True) if v > version for sql in _REVERSE[v]]
     if url.startswith("sqlite:///"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
-            for statement in schema.split_statements(schema.sqlite_migration_sql(1)):
+            for statement in statements:
                 conn.execute(statement)
         return
     with psycopg.connect(url) as conn:
-        conn.execute(schema.postgres_migration_sql(1))
+        for statement in statements:
+            conn.execute(statement)
+
+
+def _columns(url: str) -> set[str]:
+    if url.startswith("sqlite:///"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            return {r[1] for r in conn.execute("PRAGMA table_info(goatbeat_schedule)")}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_name = 'goatbeat_schedule'"
+        ).fetchall()
+    return {str(r[0]) for r in rows}
 
 
 def _everything(store: ScheduleStore) -> tuple[Any, ...]:
@@ -52,11 +84,13 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-def test_a_populated_version_1_database_upgrades_and_keeps_every_phase(database: str) -> None:
-    _version_1(database)
+@pytest.mark.parametrize("previous", [1, 2])
+def test_a_populated_older_database_upgrades_and_keeps_every_phase(
+    database: str, previous: int
+) -> None:
     store = open_store(database)
     try:
-        assert store.info()["schema_version"] == 1
+        store.migrate()
         store.publish(
             [
                 hourly("hourly"),
@@ -75,17 +109,41 @@ def test_a_populated_version_1_database_upgrades_and_keeps_every_phase(database:
         store.request_run("hourly", now=T0 + timedelta(minutes=61))
         before = _everything(store)
         assert store.release_lease("scheduler", "old", grant.token)
+    finally:
+        store.close()
+    _back_to(database, previous)
+    assert "published_fingerprint" not in _columns(database)
 
+    store = open_store(database)
+    try:
+        assert store.info()["schema_version"] == previous
         store.migrate()
 
-        assert store.info()["schema_version"] == 2
+        assert store.info()["schema_version"] == 4
         assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
+        assert "published_fingerprint" in _columns(database)
         assert _everything(store) == before
+        # Rows published before version 4 carry no fingerprint: no edit can be claimed yet.
+        assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == set()
         grant = store.acquire_lease("scheduler", "new", timedelta(minutes=5))
         assert grant is not None
         later = _claim_minute_by_minute(
             store, grant, T0 + timedelta(hours=1), T0 + timedelta(hours=2)
         )
+        # The next publish of the same definitions records their fingerprints without
+        # touching them; an admin edit after that is told apart.
+        untouched = store.list_schedules()
+        result = store.publish(
+            [
+                hourly("hourly"),
+                hourly("every-7m", trigger=IntervalTrigger("7m")),
+                hourly("quarter", trigger=CronTrigger("*/15 * * * *")),
+            ]
+        )
+        assert sorted(result.unchanged) == ["every-7m", "hourly", "quarter"]
+        assert store.list_schedules() == untouched
+        store.update(hourly("quarter", trigger=CronTrigger("*/20 * * * *")))
+        assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == {"quarter"}
     finally:
         store.close()
 

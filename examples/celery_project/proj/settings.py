@@ -47,25 +47,47 @@ CELERY_GOATBEAT_DATABASE = os.environ.get("EXAMPLE_DATABASE_URL", "postgresql://
 CELERY_GOATBEAT_LEASE_TTL = os.environ.get("EXAMPLE_LEASE_TTL", "30s")
 CELERY_GOATBEAT_LEASE_RENEW_INTERVAL = os.environ.get("EXAMPLE_LEASE_RENEW", "10s")
 
-CELERY_BEAT_SCHEDULE = {
-    "tick-every-2s": {
-        "task": "shop.record",
-        "schedule": timedelta(seconds=2),
-        "args": ["tick"],
-    },
-    "nightly-report": {
-        "task": "shop.record",
-        "schedule": crontab(minute=0, hour=2),
-        "args": ["nightly"],
-        "options": {"queue": "celery", "expires": 3600},
-    },
-    "weekday-digest": {
-        "task": "shop.record",
-        "schedule": crontab(minute=30, hour=8, day_of_week="mon-fri"),
-        "args": ["digest"],
-        "kwargs": {"audience": "staff"},
-    },
-}
+# EXAMPLE_BEAT_SCHEDULE=none: a project whose schedules all live in django-celery-beat's tables.
+CELERY_BEAT_SCHEDULE = (
+    {}
+    if os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "none"
+    else {
+        "tick-every-2s": {
+            "task": "shop.record",
+            "schedule": timedelta(seconds=2),
+            "args": ["tick"],
+        },
+        "nightly-report": {
+            "task": "shop.record",
+            "schedule": crontab(minute=0, hour=2),
+            "args": ["nightly"],
+            "options": {"queue": "celery", "expires": 3600},
+        },
+        "weekday-digest": {
+            "task": "shop.record",
+            "schedule": crontab(minute=30, hour=8, day_of_week="mon-fri"),
+            "args": ["digest"],
+            "kwargs": {"audience": "staff"},
+        },
+    }
+)
+
+# Variants for the tests: EXAMPLE_BEAT_SCHEDULE=none, every schedule lives in django-celery-beat's
+# tables; =cutover, a few short intervals for the live cutover test (tests/e2e/test_cutover_live.py).
+if os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "none":
+    CELERY_BEAT_SCHEDULE = {}
+elif os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "cutover":
+    CELERY_BEAT_SCHEDULE = {
+        f"every-{n}s": {
+            "task": "shop.record",
+            "schedule": timedelta(seconds=n),
+            "args": [f"every-{n}s"],
+        }
+        for n in (2, 3, 20)
+    }
+# The drop-in reads stock beat's last runs from this JSON at start (docs/migration).
+if os.environ.get("EXAMPLE_LAST_RUNS"):
+    CELERY_GOATBEAT_LAST_RUNS = os.environ["EXAMPLE_LAST_RUNS"]
 
 GOATBEAT = {
     "database": "default",

@@ -14,7 +14,7 @@ SELECT pg_advisory_xact_lock(7450411716450971649);
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at, published_fingerprint
 FROM goatbeat_schedule
 WHERE name = ANY(%(names)s::text[]);
 
@@ -40,13 +40,13 @@ INSERT INTO goatbeat_schedule (
     name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
     priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
     enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
-    version, created_at, updated_at)
+    published_fingerprint, version, created_at, updated_at)
 VALUES (
     %(name)s, %(source)s, %(task)s, %(trigger)s, %(timezone)s, %(args)s, %(kwargs)s, %(queue)s,
     %(exchange)s, %(routing_key)s, %(priority)s, %(expires)s, %(headers)s, %(misfire_policy)s,
     %(misfire_grace)s, %(catch_up_limit)s, %(one_off)s, %(enabled)s, %(start_at)s, %(end_at)s,
     %(next_run_at)s, %(last_run_at)s, %(total_run_count)s, %(description)s,
-    1, now(), now())
+    %(published_fingerprint)s, 1, now(), now())
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
@@ -62,12 +62,22 @@ UPDATE goatbeat_schedule SET
     misfire_grace = %(misfire_grace)s, catch_up_limit = %(catch_up_limit)s,
     one_off = %(one_off)s, enabled = %(enabled)s, start_at = %(start_at)s, end_at = %(end_at)s,
     description = %(description)s, next_run_at = %(next_run_at)s,
-    last_status = %(last_status)s, version = version + 1, updated_at = now()
+    last_status = %(last_status)s,
+    -- NULL keeps the column: only a publish moves the last run forward or records what it wrote.
+    last_run_at = COALESCE(%(last_run_at)s::timestamptz, last_run_at),
+    published_fingerprint = COALESCE(%(published_fingerprint)s::text, published_fingerprint),
+    version = version + 1, updated_at = now()
 WHERE id = %(id)s AND version = %(version)s
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
           missed_count, version, description, created_at, updated_at;
+
+-- name: schedule_set_fingerprint
+-- A row published before schema version 4 whose definition is what is published again: record
+-- it, without a version bump (nothing a scheduler reads changes).
+UPDATE goatbeat_schedule SET published_fingerprint = %(published_fingerprint)s
+WHERE id = %(id)s AND published_fingerprint IS NULL;
 
 -- name: schedule_set_enabled
 UPDATE goatbeat_schedule SET

@@ -6,7 +6,7 @@
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at, published_fingerprint
 FROM goatbeat_schedule
 ORDER BY name;
 
@@ -23,7 +23,7 @@ ORDER BY name;
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at, published_fingerprint
 FROM goatbeat_schedule
 WHERE name = :name;
 
@@ -40,12 +40,12 @@ INSERT INTO goatbeat_schedule (
     name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
     priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
     enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
-    version, created_at, updated_at)
+    published_fingerprint, version, created_at, updated_at)
 VALUES (
     :name, :source, :task, :trigger, :timezone, :args, :kwargs, :queue, :exchange,
     :routing_key, :priority, :expires, :headers, :misfire_policy, :misfire_grace,
     :catch_up_limit, :one_off, :enabled, :start_at, :end_at, :next_run_at, :last_run_at,
-    :total_run_count, :description, 1, :now, :now);
+    :total_run_count, :description, :published_fingerprint, 1, :now, :now);
 
 -- name: schedule_replace
 UPDATE goatbeat_schedule SET
@@ -54,9 +54,18 @@ UPDATE goatbeat_schedule SET
     expires = :expires, headers = :headers, misfire_policy = :misfire_policy,
     misfire_grace = :misfire_grace, catch_up_limit = :catch_up_limit, one_off = :one_off,
     enabled = :enabled, start_at = :start_at, end_at = :end_at, description = :description,
-    next_run_at = :next_run_at, last_status = :last_status, version = version + 1,
-    updated_at = :now
+    next_run_at = :next_run_at, last_status = :last_status,
+    -- NULL keeps the column: only a publish moves the last run forward or records what it wrote.
+    last_run_at = COALESCE(:last_run_at, last_run_at),
+    published_fingerprint = COALESCE(:published_fingerprint, published_fingerprint),
+    version = version + 1, updated_at = :now
 WHERE id = :id AND version = :version;
+
+-- name: schedule_set_fingerprint
+-- A row published before schema version 4 whose definition is what is published again: record
+-- it, without a version bump (nothing a scheduler reads changes).
+UPDATE goatbeat_schedule SET published_fingerprint = :published_fingerprint
+WHERE id = :id AND published_fingerprint IS NULL;
 
 -- name: schedule_set_enabled
 UPDATE goatbeat_schedule SET

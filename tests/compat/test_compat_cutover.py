@@ -1,0 +1,165 @@
+"""The drop-in scheduler at cutover: it refuses to start without a database, its submissions
+can be followed in celery beat's own log, it agrees with the CLI importer, and a new dump of
+stock beat's last runs after a rollback moves the phase forward (nothing runs twice)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("celery")
+
+from celery import Celery  # noqa: E402
+from celery.exceptions import ImproperlyConfigured  # noqa: E402
+
+from goatbeat.compat.beat import Scheduler  # noqa: E402
+from goatbeat.core.model import Source  # noqa: E402
+from goatbeat.importers import import_entries, read_app  # noqa: E402
+from goatbeat.stores import open_store  # noqa: E402
+
+
+def make_app(database: str | None, **beat: object) -> Celery:
+    app = Celery("compat_cutover", set_as_current=False)
+    app.conf.broker_url = "memory://"
+    app.conf.timezone = "UTC"
+    if database is not None:
+        app.conf.goatbeat_database = database
+    app.conf.beat_schedule = beat
+    return app
+
+
+@pytest.fixture
+def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GOATBEAT_DATABASE", raising=False)
+
+
+def test_without_a_database_beat_refuses_to_start(
+    no_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    app = make_app(None, ping={"task": "ping", "schedule": 1.0})
+    lazy = Scheduler(app=app, lazy=True)
+    assert "NOT CONFIGURED" in lazy.info
+    lazy.close()
+    with pytest.raises(ImproperlyConfigured, match="no database configured.*GOATBEAT_DATABASE"):
+        Scheduler(app=app)
+    assert list(tmp_path.iterdir()) == []  # no SQLite file appeared
+
+
+def test_the_environment_variable_is_a_database_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'env.sqlite3'}"
+    monkeypatch.setenv("GOATBEAT_DATABASE", url)
+    s = Scheduler(app=make_app(None, ping={"task": "ping", "schedule": 60}))
+    s.close()
+    assert (tmp_path / "env.sqlite3").exists()
+
+
+@pytest.fixture
+def beat_log() -> Iterator[list[str]]:
+    """What celery beat's own handler prints: the message through a plain formatter."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(self.format(record))
+
+    handler = Collect()
+    handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
+    root = logging.getLogger()
+    gb = logging.getLogger("goatbeat")
+    saved = (gb.level, list(gb.filters), list(gb.handlers), gb.propagate)
+    # As in a celery beat process: goatbeat's records go to beat's (root) handler; a handler
+    # another test left on the goatbeat logger would mean "configured by the project".
+    gb.handlers[:] = []
+    gb.propagate = True
+    root.addHandler(handler)
+    gb.setLevel(logging.INFO)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)
+        gb.setLevel(saved[0])
+        gb.filters[:] = saved[1]
+        gb.handlers[:] = saved[2]
+        gb.propagate = saved[3]
+
+
+def test_each_submission_line_names_schedule_instant_and_key(
+    tmp_path: Path, beat_log: list[str]
+) -> None:
+    app = make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}", ping={"task": "ping", "schedule": 1.0})
+    s = Scheduler(app=app, max_interval=1)
+    try:
+        for _ in range(60):
+            s.tick()
+            if any("occurrence.submitted" in line for line in beat_log):
+                break
+            s._gb_scheduler.clock.sleep(0.1)  # type: ignore[union-attr]
+    finally:
+        s.close()
+    submitted = [line for line in beat_log if "occurrence.submitted" in line]
+    assert submitted, beat_log
+    line = submitted[0]
+    assert "schedule=ping" in line
+    assert "scheduled_at=20" in line and "idempotency_key=ping:20" in line
+    assert " at 0x" not in line
+
+
+def test_the_drop_in_and_the_importer_agree_on_celerys_default_entries(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    app = make_app(url, ping={"task": "ping", "schedule": 60})
+    app.conf.result_expires = timedelta(days=1)  # and no backend expires them: cleanup needed
+    Scheduler(app=app).close()
+    store = open_store(url)
+    try:
+        assert {s.name for s in store.list_schedules()} == {"celery.backend_cleanup", "ping"}
+        report = import_entries(store, read_app(app, check_tasks=False))
+        assert report.created == [] and report.updated == [] and report.failed == []
+        assert sorted(report.unchanged) == ["celery.backend_cleanup", "ping"]
+    finally:
+        store.close()
+
+
+def test_a_newer_dump_after_a_rollback_moves_the_phase_forward(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    runs = tmp_path / "last-runs.json"
+    first = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    runs.write_text(f'{{"every-10m": "{first.isoformat()}"}}')
+    app = make_app(url, **{"every-10m": {"task": "ping", "schedule": timedelta(minutes=10)}})
+    app.conf.goatbeat_last_runs = str(runs)
+    Scheduler(app=app).close()
+    store = open_store(url)
+    try:
+        assert store.get("every-10m").next_run_at == first + timedelta(minutes=10)
+        # Rolled back: stock beat ran it at first+33m (its catch-up) and first+43m; a new
+        # cutover with a new dump must not run anything before first+53m.
+        later = first + timedelta(minutes=43)
+        runs.write_text(f'{{"every-10m": "{later.isoformat()}"}}')
+        Scheduler(app=app).close()
+        assert store.get("every-10m").next_run_at == later + timedelta(minutes=10)
+        # A replica started with the old dump (or none) keeps it.
+        runs.write_text(f'{{"every-10m": "{first.isoformat()}"}}')
+        Scheduler(app=app).close()
+        assert store.get("every-10m").next_run_at == later + timedelta(minutes=10)
+        assert store.get("every-10m").source is Source.CELERY
+    finally:
+        store.close()
+
+
+def test_a_goatbeat_logger_the_project_configured_is_left_alone(
+    tmp_path: Path, beat_log: list[str]
+) -> None:
+    gb = logging.getLogger("goatbeat")
+    own = logging.NullHandler()
+    gb.addHandler(own)
+    try:
+        Scheduler(app=make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}")).close()
+        assert not gb.filters
+    finally:
+        gb.removeHandler(own)
