@@ -26,11 +26,13 @@ again from now.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from goatbeat.core.errors import InvalidValue
 from goatbeat.core.model import (
     ClaimResult,
     Execution,
@@ -41,9 +43,18 @@ from goatbeat.core.model import (
     Source,
     StoredSchedule,
     SubmitOutcome,
+    json_safe,
 )
+from goatbeat.core.triggers import trigger_from_spec
 
-__all__ = ["ScheduleStore", "PublishResult", "NOTIFY_CHANNEL", "SCHEMA_VERSION"]
+__all__ = [
+    "ScheduleStore",
+    "PublishResult",
+    "FieldChange",
+    "definition_changes",
+    "NOTIFY_CHANNEL",
+    "SCHEMA_VERSION",
+]
 
 NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
@@ -53,10 +64,65 @@ SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FieldChange:
+    """One stored column of a schedule's definition that a write changes: ``old`` as stored,
+    ``new`` as written, both JSON-able (a trigger as its spec, an instant as ISO text)."""
+
+    field: str
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        """``"trigger: cron 0 9 * * * (UTC) -> cron 30 8 * * * (UTC)"``."""
+        return f"{self.field}: {_shown(self.field, self.old)} -> {_shown(self.field, self.new)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "old": self.old, "new": self.new}
+
+
+def _shown(field_name: str, value: Any) -> str:
+    if field_name == "trigger" and isinstance(value, Mapping):
+        try:
+            return trigger_from_spec(value).describe()
+        except (InvalidValue, TypeError, ValueError):
+            pass  # a damaged spec: shown as stored
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def definition_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldChange]:
+    """The columns whose values differ between two definitions (stored column -> value), in
+    ``new``'s order. ``timezone`` repeats the trigger's zone, so it is named only when the
+    trigger itself is unchanged (a row whose two columns disagreed)."""
+    changes = [
+        FieldChange(field=name, old=json_safe(old.get(name)), new=json_safe(value))
+        for name, value in new.items()
+        if old.get(name) != value
+    ]
+    if any(c.field == "trigger" for c in changes):
+        changes = [c for c in changes if c.field != "timezone"]
+    return changes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PublishResult:
+    """What one publication did (or, with ``dry_run``, would do), schedule by schedule."""
+
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)  # definition changed: next_run_at recomputed
     unchanged: list[str] = field(default_factory=list)
+    changes: dict[str, list[FieldChange]] = field(default_factory=dict)
+    """For each name in ``updated``: the columns that changed, old -> new (a damaged row that
+    was rewritten also names ``last_status`` ``'invalid'`` -> None)."""
+    orphaned: list[str] = field(default_factory=list)
+    """Code publications only: enabled ``code`` schedules this publication does not declare
+    (removed from the code, or declared by another checkout), by name. They keep running
+    until pruned (``prune``) or deleted."""
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """Whether the publication wrote (or would write) anything."""
+        return bool(self.created or self.updated)
 
 
 @runtime_checkable
@@ -81,7 +147,11 @@ class ScheduleStore(Protocol):
     # -- schedules ------------------------------------------------------------------------------
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        dry_run: bool = False,
     ) -> PublishResult:
         """Upsert declared schedules by name, all in one transaction.
 
@@ -96,6 +166,10 @@ class ScheduleStore(Protocol):
           redeploys); a new row takes ``schedule.enabled``.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
           and nothing is written.
+        The result names each schedule created, updated (with its ``changes``, old -> new per
+        column, read in the same transaction as the write) and unchanged; for ``source=code``
+        also the ``orphaned`` ones: enabled code rows not in ``schedules`` (never touched here;
+        see :meth:`prune`). With ``dry_run`` it computes the same result and writes nothing.
         Touches: schedule rows named in ``schedules``. Notifies the channel when anything changed.
         """
         ...
@@ -213,7 +287,12 @@ class ScheduleStore(Protocol):
         not ok and ``final``: ``submit_failed`` with the error, attempts+1.
         not ok, not final: stays ``claimed``, attempts+1, error recorded (retried later).
         Also sets the schedule's ``last_status``. Only rows still ``claimed`` change.
-        Touches: those execution rows and their schedules' ``last_status``."""
+        A ``manual`` execution (run-now) is claimed by the scheduler that submits it: it takes
+        the outcome's ``scheduler_id`` and ``fencing_token``, and its schedule's
+        ``last_run_at`` becomes its instant when later, and ``total_run_count`` grows on its
+        first outcome, as a claim does for a scheduled run.
+        Touches: those execution rows and their schedules' ``last_status`` (``last_run_at``,
+        ``total_run_count`` for manual runs)."""
         ...
 
     def record_finished(
@@ -226,7 +305,8 @@ class ScheduleStore(Protocol):
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         """Ask for an extra run of ``name`` now: inserts a ``manual`` execution in status
         ``claimed`` with key :func:`~goatbeat.core.model.manual_key` and notifies; the leader
-        submits it through :meth:`pending`. ``ScheduleNotFound`` if absent; ``DamagedRow`` if
+        submits it through :meth:`pending` (its ``scheduler_id`` and ``fencing_token`` stay
+        NULL until then: see :meth:`record_outcomes`). ``ScheduleNotFound`` if absent; ``DamagedRow`` if
         its row cannot be decoded."""
         ...
 

@@ -95,7 +95,11 @@ class MemoryStore:
         return self._schedules[sid]
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -109,6 +113,17 @@ class MemoryStore:
             actions = common.plan_publish(
                 schedules, existing, source=source, now=now, definitions=definitions
             )
+            orphaned = common.orphans(
+                (
+                    row["name"]
+                    for row in self._schedules.values()
+                    if row["source"] == Source(source).value and row["enabled"]
+                ),
+                schedules,
+                source=source,
+            )
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             for row in actions.inserts:
                 self._insert(row, now)
             for rep in actions.replaces:
@@ -116,9 +131,7 @@ class MemoryStore:
                 stored.update(rep.values, version=stored["version"] + 1, updated_at=now)
         if actions.changed:
             self.notify("schedule:0")
-        return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
-        )
+        return actions.result(orphaned=orphaned)
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         keep_set = set(keep)
@@ -460,6 +473,8 @@ class MemoryStore:
                     e.update(status=status.value, error=outcome.error)
                 e["attempts"] += 1
                 sid = e["schedule_id"]
+                if e["kind"] == ExecutionKind.MANUAL.value:
+                    self._claim_manual(e, outcome)
                 if sid is not None and (
                     sid not in latest or latest[sid]["scheduled_at"] <= e["scheduled_at"]
                 ):
@@ -467,6 +482,20 @@ class MemoryStore:
             for sid, e in latest.items():
                 if sid in self._schedules:
                     self._schedules[sid]["last_status"] = e["status"]
+
+    def _claim_manual(self, e: dict[str, Any], outcome: SubmitOutcome) -> None:
+        """A run-now execution belongs to the scheduler that submits it, and counts as a run."""
+        if outcome.scheduler_id is not None:
+            e["scheduler_id"] = outcome.scheduler_id
+        if outcome.fencing_token is not None:
+            e["fencing_token"] = outcome.fencing_token
+        schedule = self._schedules.get(e["schedule_id"])
+        if schedule is None:
+            return
+        if schedule["last_run_at"] is None or schedule["last_run_at"] < e["scheduled_at"]:
+            schedule["last_run_at"] = e["scheduled_at"]
+        if e["attempts"] == 1:
+            schedule["total_run_count"] += 1
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -284,7 +284,11 @@ class PostgresStore:
         return row["now"].astimezone(UTC)  # type: ignore[no-any-return]
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -300,6 +304,16 @@ class PostgresStore:
             actions = common.plan_publish(
                 schedules, existing, source=source, now=now, definitions=definitions
             )
+            orphaned: list[str] = []
+            if Source(source) is Source.CODE:
+                rows = self._fetch(
+                    conn,
+                    "orphans",
+                    {"source": Source.CODE.value, "names": [s.name for s in schedules]},
+                )
+                orphaned = [r["name"] for r in rows]
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
                     cur.executemany(
@@ -316,9 +330,7 @@ class PostgresStore:
                         raise ConflictError("a schedule changed while it was being published")
             if actions.changed:
                 self._notify(conn, "schedule:0")
-        return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
-        )
+        return actions.result(orphaned=orphaned)
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         with self._session() as conn, conn.transaction():
@@ -623,6 +635,8 @@ class PostgresStore:
                     "final": [bool(o.final) for o in outcomes],
                     "backend_task_ids": [o.backend_task_id for o in outcomes],
                     "errors": [o.error for o in outcomes],
+                    "scheduler_ids": [o.scheduler_id for o in outcomes],
+                    "tokens": [o.fencing_token for o in outcomes],
                 },
             )
 

@@ -32,6 +32,7 @@ from goatbeat.core.model import (
     ClaimResult,
     DamagedSchedule,
     Execution,
+    ExecutionKind,
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
@@ -252,7 +253,11 @@ class SQLiteStore:
         return cur.lastrowid
 
     def publish(
-        self, schedules: Sequence[Schedule], *, source: Source = Source.CODE
+        self,
+        schedules: Sequence[Schedule],
+        *,
+        source: Source = Source.CODE,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -275,6 +280,14 @@ class SQLiteStore:
             actions = common.plan_publish(
                 schedules, existing, source=source, now=now, definitions=definitions
             )
+            orphaned: list[str] = []
+            if Source(source) is Source.CODE:
+                candidates = conn.execute(
+                    self._q["prune_candidates"], {"source": Source.CODE.value}
+                )
+                orphaned = common.orphans((r["name"] for r in candidates), schedules, source=source)
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             for new in actions.inserts:
                 self._insert(conn, new, now_text)
             for rep in actions.replaces:
@@ -286,9 +299,7 @@ class SQLiteStore:
                 self._bump(conn, "schedule:0")
         if actions.changed:
             self._wake_local()
-        return PublishResult(
-            created=actions.created, updated=actions.updated, unchanged=actions.unchanged
-        )
+        return actions.result(orphaned=orphaned)
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         keep_set = set(keep)
@@ -583,6 +594,25 @@ class SQLiteStore:
                 if row is None or row["schedule_id"] is None:
                     continue
                 sid = int(row["schedule_id"])
+                if row["kind"] == ExecutionKind.MANUAL.value:
+                    # A run-now execution belongs to the scheduler that submits it, and
+                    # counts as a run of its schedule.
+                    conn.execute(
+                        self._q["manual_submitter"],
+                        {
+                            "id": outcome.execution_id,
+                            "scheduler_id": outcome.scheduler_id,
+                            "token": outcome.fencing_token,
+                        },
+                    )
+                    conn.execute(
+                        self._q["manual_run"],
+                        {
+                            "schedule_id": sid,
+                            "at": row["scheduled_at"],
+                            "first": int(row["attempts"] == 1),
+                        },
+                    )
                 if sid not in latest or latest[sid][0] <= row["scheduled_at"]:
                     latest[sid] = (row["scheduled_at"], row["status"])
             for sid, (_, status) in latest.items():

@@ -89,6 +89,12 @@ WHERE schedule_id = (SELECT id FROM goatbeat_schedule WHERE name = %(name)s)
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
 
+-- name: orphans
+-- Enabled rows of a source that a publication of these names does not declare.
+SELECT name FROM goatbeat_schedule
+WHERE source = %(source)s AND enabled AND NOT (name = ANY(%(names)s::text[]))
+ORDER BY name;
+
 -- name: prune
 UPDATE goatbeat_schedule SET
     enabled = false, next_run_at = NULL, version = version + 1, updated_at = now()
@@ -214,10 +220,13 @@ LIMIT %(limit)s;
 
 -- name: record_outcomes
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence.
+-- A run-now ('manual') execution belongs to the scheduler that submitted it, and counts as a
+-- run of its schedule: last_run_at only moves forward; counted once, on its first outcome.
 WITH o AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
-                         %(backend_task_ids)b::text[], %(errors)b::text[])
-             AS o(id, ok, final, backend_task_id, error)
+                         %(backend_task_ids)b::text[], %(errors)b::text[],
+                         %(scheduler_ids)b::text[], %(tokens)b::bigint[])
+             AS o(id, ok, final, backend_task_id, error, scheduler_id, token)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
         status = CASE WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
@@ -225,15 +234,30 @@ WITH o AS (
         submitted_at = CASE WHEN o.ok THEN now() ELSE e.submitted_at END,
         backend_task_id = CASE WHEN o.ok THEN o.backend_task_id ELSE e.backend_task_id END,
         error = CASE WHEN o.ok THEN NULL ELSE o.error END,
-        attempts = e.attempts + 1
+        attempts = e.attempts + 1,
+        scheduler_id = CASE WHEN e.kind = 'manual' THEN coalesce(o.scheduler_id, e.scheduler_id)
+                            ELSE e.scheduler_id END,
+        fencing_token = CASE WHEN e.kind = 'manual' THEN coalesce(o.token, e.fencing_token)
+                             ELSE e.fencing_token END
     FROM o
     WHERE e.id = o.id AND e.status = 'claimed'
-    RETURNING e.schedule_id, e.scheduled_at, e.status
+    RETURNING e.schedule_id, e.scheduled_at, e.status, e.kind, e.attempts
+), latest AS (
+    SELECT DISTINCT ON (schedule_id) schedule_id, status
+    FROM changed WHERE schedule_id IS NOT NULL
+    ORDER BY schedule_id, scheduled_at DESC
+), manual AS (
+    SELECT schedule_id, max(scheduled_at) AS at, count(*) FILTER (WHERE attempts = 1) AS runs
+    FROM changed WHERE schedule_id IS NOT NULL AND kind = 'manual'
+    GROUP BY schedule_id
 )
-UPDATE goatbeat_schedule AS s SET last_status = latest.status
-FROM (SELECT DISTINCT ON (schedule_id) schedule_id, status
-      FROM changed WHERE schedule_id IS NOT NULL
-      ORDER BY schedule_id, scheduled_at DESC) AS latest
+UPDATE goatbeat_schedule AS s SET
+    last_status = latest.status,
+    last_run_at = CASE WHEN manual.at IS NOT NULL
+                            AND (s.last_run_at IS NULL OR s.last_run_at < manual.at)
+                       THEN manual.at ELSE s.last_run_at END,
+    total_run_count = s.total_run_count + coalesce(manual.runs, 0)
+FROM latest LEFT JOIN manual USING (schedule_id)
 WHERE s.id = latest.schedule_id;
 
 -- name: record_finished

@@ -159,7 +159,23 @@ UPDATE goatbeat_execution SET
     error = CASE WHEN :ok THEN NULL ELSE :error END,
     attempts = attempts + 1
 WHERE id = :id AND status = 'claimed'
-RETURNING schedule_id, scheduled_at, status;
+RETURNING schedule_id, scheduled_at, status, kind, attempts;
+
+-- name: manual_submitter
+-- A run-now execution belongs to the scheduler that submitted it.
+UPDATE goatbeat_execution SET
+    scheduler_id = coalesce(:scheduler_id, scheduler_id),
+    fencing_token = coalesce(:token, fencing_token)
+WHERE id = :id;
+
+-- name: manual_run
+-- ... and counts as a run of its schedule: last_run_at only moves forward; counted once, on
+-- its first outcome.
+UPDATE goatbeat_schedule SET
+    last_run_at = CASE WHEN last_run_at IS NULL OR last_run_at < :at THEN :at
+                       ELSE last_run_at END,
+    total_run_count = total_run_count + :first
+WHERE id = :schedule_id;
 
 -- name: schedule_last_status
 UPDATE goatbeat_schedule SET last_status = :status WHERE id = :id;
