@@ -1,6 +1,7 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
-``scheduler`` publishes the app's code schedules, then runs the loop until SIGTERM/SIGINT
+``scheduler`` publishes the app's code schedules (logging what it changed, and with
+``prune_on_publish`` disabling the orphaned ones), only when it starts, then runs the loop until SIGTERM/SIGINT
 (graceful: the lease is released, exit 0); ``--once`` runs one iteration and prints its result
 as JSON. A database that is down at start-up is waited out, as a running replica would.
 """
@@ -78,7 +79,7 @@ def scheduler(
     with open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         if once:
-            app.publish()
+            app.publish_at_start()
         else:
             _publish_when_reachable(app)
         if once:
@@ -102,7 +103,7 @@ def _publish_when_reachable(app: BeatLike) -> None:
     delay = 0.5
     while True:
         try:
-            app.publish()
+            app.publish_at_start()
             return
         except StoreError as exc:
             log_event(
