@@ -5,7 +5,7 @@
     goatbeat [--app module:attr] [--database URL] [--log-format text|json] [--log-level LEVEL]
         migrate                                       cli/scheduler.py
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
-                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500]
+                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
         publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
         schedule list [--json] [--no-publish]  publish code schedules, then list every one
         schedule show NAME [--count N] [--json]                          cli/schedules.py

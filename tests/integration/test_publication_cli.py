@@ -331,3 +331,24 @@ def test_json_logs_carry_the_publication_events_instead_of_the_report(app_dir, d
     assert changed[0]["new"]["trigger"]["expression"] == "0 9 * * *"
     assert changed[0]["origin"] == "schedule list"
     assert json.loads(result.stdout)  # stdout stays one JSON document
+
+
+def test_a_scheduler_started_with_no_publish_never_reverts_a_definition(app_dir, database):
+    migrate(database)
+    invoke("--app", write_app(app_dir, NEW), "--database", database, "publish")
+    before = stored(database)
+
+    old = invoke(
+        "--app",
+        write_app(app_dir, OLD),
+        "--database",
+        database,
+        "scheduler",
+        "--once",
+        "--no-publish",
+    )
+
+    assert old.exit_code == 0, old.output
+    assert "schedule.changed" not in old.stderr and "schedule.published" not in old.stderr
+    assert expression(database, "daily-report") == "30 8 * * *"
+    assert set(stored(database)) == set(before)
