@@ -320,7 +320,13 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             at = (data.get("at") or "").strip()
             if not at:
                 raise InvalidValue("at", at, "enter the instant it fires")
-            return OnceTrigger(_instant("at", at, zone))
+            once = OnceTrigger(_instant("at", at, zone))
+            from django.utils import timezone
+
+            if once.at <= timezone.now():
+                # It would never fire: say so rather than save a schedule that does nothing.
+                raise InvalidValue("at", at, f"{at!r} is already past; enter a future instant")
+            return once
         if kind == "solar":
             missing = [
                 field

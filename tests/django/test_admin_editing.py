@@ -270,9 +270,10 @@ def test_the_add_form_creates_every_trigger_kind(
             "95",
         ),
         ({"trigger_kind": "once", "at": "tomorrow"}, "at", "'tomorrow' is not an ISO-8601 instant"),
+        ({"trigger_kind": "once", "at": "2001-01-01T00:00:00Z"}, "at", "is already past"),
         ({"trigger_kind": "interval", "every": "5m", "anchor": "soon"}, "anchor", "'soon'"),
     ],
-    ids=["solar-event", "latitude", "at", "anchor"],
+    ids=["solar-event", "latitude", "at", "past-at", "anchor"],
 )
 def test_a_bad_trigger_value_is_shown_on_its_field(
     root: Client, fields: dict[str, str], field: str, message: str
@@ -404,3 +405,9 @@ def test_a_code_schedule_still_declared_cannot_be_deleted_and_the_page_says_why(
     assert response.status_code == 302
     assert not ScheduleRow.objects.filter(name="retired").exists()
     assert ScheduleRow.objects.filter(name="daily-report").exists()
+
+
+def test_the_admin_passes_django_s_system_checks() -> None:
+    from django.core import checks
+
+    assert checks.run_checks(tags=["admin"]) == []
