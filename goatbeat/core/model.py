@@ -588,8 +588,6 @@ class SubmitOutcome:
     backend_task_id: str | None = None
     error: str | None = None
     final: bool = False  # a failure that will not be retried: mark submit_failed
-    scheduler_id: str | None = None  # who submitted it: recorded on manual runs
-    fencing_token: int | None = None  # the submitter's lease token: recorded on manual runs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

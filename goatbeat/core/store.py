@@ -287,12 +287,22 @@ class ScheduleStore(Protocol):
         not ok and ``final``: ``submit_failed`` with the error, attempts+1.
         not ok, not final: stays ``claimed``, attempts+1, error recorded (retried later).
         Also sets the schedule's ``last_status``. Only rows still ``claimed`` change.
-        A ``manual`` execution (run-now) is claimed by the scheduler that submits it: it takes
-        the outcome's ``scheduler_id`` and ``fencing_token``, and its schedule's
-        ``last_run_at`` becomes its instant when later, and ``total_run_count`` grows on its
-        first outcome, as a claim does for a scheduled run.
-        Touches: those execution rows and their schedules' ``last_status`` (``last_run_at``,
-        ``total_run_count`` for manual runs)."""
+        Touches: those execution rows and their schedules' ``last_status``."""
+        ...
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        """Claim run-now executions for the lease holder before it submits them, in ONE
+        transaction, as :meth:`claim_due` claims occurrences: check the lease row (holder,
+        token, unexpired by the store's clock; row-locked), then each execution of
+        ``execution_ids`` that is ``manual``, still ``claimed`` and not yet claimed by a
+        scheduler (``fencing_token`` NULL) takes ``scheduler_id`` and the lease's token, and
+        counts as a run of its schedule: ``last_run_at`` becomes its instant when later,
+        ``total_run_count`` + 1, ``last_status`` ``'claimed'`` (``next_run_at`` and
+        ``version`` unchanged: the schedule's own phase does not move). A resubmission later
+        carries the same token. Returns the ids claimed, sorted; with a stale lease, none, and
+        nothing is written. Touches: those execution rows and their schedules."""
         ...
 
     def record_finished(
@@ -306,7 +316,7 @@ class ScheduleStore(Protocol):
         """Ask for an extra run of ``name`` now: inserts a ``manual`` execution in status
         ``claimed`` with key :func:`~goatbeat.core.model.manual_key` and notifies; the leader
         submits it through :meth:`pending` (its ``scheduler_id`` and ``fencing_token`` stay
-        NULL until then: see :meth:`record_outcomes`). ``ScheduleNotFound`` if absent; ``DamagedRow`` if
+        NULL until the leader claims it: see :meth:`claim_manual_runs`). ``ScheduleNotFound`` if absent; ``DamagedRow`` if
         its row cannot be decoded."""
         ...
 

@@ -225,13 +225,7 @@ class Submission:
                 outcomes.append(self._failed(occ, exc, grant, counts))
                 continue
             outcomes.append(
-                SubmitOutcome(
-                    execution_id=occ.execution_id,
-                    ok=True,
-                    backend_task_id=task_id,
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                )
+                SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
             )
             counts.submitted += 1
             if pending:
@@ -291,14 +285,7 @@ class Submission:
                 retry_in=delay,
                 error=error,
             )
-        return SubmitOutcome(
-            execution_id=occ.execution_id,
-            ok=False,
-            error=error,
-            final=final,
-            scheduler_id=self.scheduler_id,
-            fencing_token=grant.token,
-        )
+        return SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=final)
 
     def _log_burst(self, submitted: list[Occurrence], grant: LeaseGrant, now: datetime) -> None:
         log_event(

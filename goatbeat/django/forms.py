@@ -107,7 +107,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         required=False,
         label="Anchor",
         help_text="The interval fires at anchor + k x every (ISO 8601, e.g. "
-        "2026-01-01T00:00:00+00:00; without an offset, read in the time zone). "
+        "2026-01-01T00:00:00+00:00; without an offset, UTC). "
         "Empty: aligned on the Unix epoch.",
     )
     at = forms.CharField(
@@ -152,7 +152,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         ]
         help_texts = {
             "task": "The dotted path of the task (a Django Task, Celery task, actor or function).",
-            "timezone": "The IANA zone a cron expression reads wall-clock time in.",
+            "timezone": "The IANA zone a cron expression reads wall-clock time in (for a "
+            "one-off, the zone an instant without an offset is read in).",
             "args": 'A JSON array, e.g. [42, "x"].',
             "kwargs": 'A JSON object, e.g. {"user_id": 42}.',
             "expires": (
@@ -313,7 +314,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             if not every:
                 raise InvalidValue("every", every, "enter an interval such as 5m")
             anchor_text = (data.get("anchor") or "").strip()
-            anchor = _instant("anchor", anchor_text, zone) if anchor_text else None
+            # Elapsed time knows no zone: an anchor without an offset is UTC.
+            anchor = _instant("anchor", anchor_text, "UTC") if anchor_text else None
             subsecond = isinstance(stored, IntervalTrigger) and stored.allow_subsecond
             return IntervalTrigger(every, anchor=anchor, allow_subsecond=subsecond)
         if kind == "once":

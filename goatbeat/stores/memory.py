@@ -473,8 +473,6 @@ class MemoryStore:
                     e.update(status=status.value, error=outcome.error)
                 e["attempts"] += 1
                 sid = e["schedule_id"]
-                if e["kind"] == ExecutionKind.MANUAL.value:
-                    self._claim_manual(e, outcome)
                 if sid is not None and (
                     sid not in latest or latest[sid]["scheduled_at"] <= e["scheduled_at"]
                 ):
@@ -483,19 +481,33 @@ class MemoryStore:
                 if sid in self._schedules:
                     self._schedules[sid]["last_status"] = e["status"]
 
-    def _claim_manual(self, e: dict[str, Any], outcome: SubmitOutcome) -> None:
-        """A run-now execution belongs to the scheduler that submits it, and counts as a run."""
-        if outcome.scheduler_id is not None:
-            e["scheduler_id"] = outcome.scheduler_id
-        if outcome.fencing_token is not None:
-            e["fencing_token"] = outcome.fencing_token
-        schedule = self._schedules.get(e["schedule_id"])
-        if schedule is None:
-            return
-        if schedule["last_run_at"] is None or schedule["last_run_at"] < e["scheduled_at"]:
-            schedule["last_run_at"] = e["scheduled_at"]
-        if e["attempts"] == 1:
-            schedule["total_run_count"] += 1
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        claimed: list[int] = []
+        with self._lock:
+            if not self._lease_valid(lease):
+                return claimed
+            for execution_id in wanted:
+                e = self._executions.get(execution_id)
+                if (
+                    e is None
+                    or e["kind"] != ExecutionKind.MANUAL.value
+                    or e["status"] != ExecutionStatus.CLAIMED.value
+                    or e["fencing_token"] is not None
+                ):
+                    continue
+                e.update(scheduler_id=scheduler_id, fencing_token=lease.token)
+                claimed.append(execution_id)
+                schedule = self._schedules.get(e["schedule_id"])
+                if schedule is None:
+                    continue
+                if schedule["last_run_at"] is None or schedule["last_run_at"] < e["scheduled_at"]:
+                    schedule["last_run_at"] = e["scheduled_at"]
+                schedule["total_run_count"] += 1
+                schedule["last_status"] = ExecutionStatus.CLAIMED.value
+        return claimed
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

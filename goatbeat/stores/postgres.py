@@ -635,10 +635,28 @@ class PostgresStore:
                     "final": [bool(o.final) for o in outcomes],
                     "backend_task_ids": [o.backend_task_id for o in outcomes],
                     "errors": [o.error for o in outcomes],
-                    "scheduler_ids": [o.scheduler_id for o in outcomes],
-                    "tokens": [o.fencing_token for o in outcomes],
                 },
             )
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        if not wanted:
+            return []
+        with self._session() as conn, conn.transaction():
+            rows = self._fetch(
+                conn,
+                "claim_manual_runs",
+                {
+                    "name": lease.name,
+                    "holder": lease.holder,
+                    "token": lease.token,
+                    "scheduler_id": scheduler_id,
+                    "ids": wanted,
+                },
+            )
+        return sorted(int(r["id"]) for r in rows)
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

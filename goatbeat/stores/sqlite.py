@@ -32,7 +32,6 @@ from goatbeat.core.model import (
     ClaimResult,
     DamagedSchedule,
     Execution,
-    ExecutionKind,
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
@@ -594,29 +593,35 @@ class SQLiteStore:
                 if row is None or row["schedule_id"] is None:
                     continue
                 sid = int(row["schedule_id"])
-                if row["kind"] == ExecutionKind.MANUAL.value:
-                    # A run-now execution belongs to the scheduler that submits it, and
-                    # counts as a run of its schedule.
-                    conn.execute(
-                        self._q["manual_submitter"],
-                        {
-                            "id": outcome.execution_id,
-                            "scheduler_id": outcome.scheduler_id,
-                            "token": outcome.fencing_token,
-                        },
-                    )
-                    conn.execute(
-                        self._q["manual_run"],
-                        {
-                            "schedule_id": sid,
-                            "at": row["scheduled_at"],
-                            "first": int(row["attempts"] == 1),
-                        },
-                    )
                 if sid not in latest or latest[sid][0] <= row["scheduled_at"]:
                     latest[sid] = (row["scheduled_at"], row["status"])
             for sid, (_, status) in latest.items():
                 conn.execute(self._q["schedule_last_status"], {"id": sid, "status": status})
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        claimed: list[int] = []
+        if not wanted:
+            return claimed
+        with self._write() as conn:
+            if not self._lease_ok(conn, lease):
+                return claimed
+            for execution_id in wanted:
+                row = conn.execute(
+                    self._q["claim_manual_run"],
+                    {"id": execution_id, "scheduler_id": scheduler_id, "token": lease.token},
+                ).fetchone()
+                if row is None:
+                    continue
+                claimed.append(execution_id)
+                if row["schedule_id"] is not None:
+                    conn.execute(
+                        self._q["manual_run"],
+                        {"schedule_id": row["schedule_id"], "at": row["scheduled_at"]},
+                    )
+        return claimed
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

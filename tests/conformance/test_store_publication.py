@@ -116,7 +116,7 @@ def test_republishing_a_quarantined_row_names_the_repair(
 # -- run-now executions -----------------------------------------------------------------------
 
 
-def test_a_manual_run_records_who_submitted_it_and_counts_as_a_run(
+def test_the_leader_claims_a_run_now_with_its_id_and_token_and_it_counts_as_a_run(
     store: ScheduleStore,
 ) -> None:
     store.publish([hourly("adhoc")])
@@ -125,64 +125,49 @@ def test_a_manual_run_records_who_submitted_it_and_counts_as_a_run(
     execution = store.request_run("adhoc", now=at)
     assert execution.scheduler_id is None and execution.fencing_token is None
     [pending] = store.pending(limit=10)
+    assert pending.fencing_token is None
 
-    store.record_outcomes(
-        [
-            SubmitOutcome(
-                execution_id=pending.execution_id,
-                ok=True,
-                backend_task_id="t-1",
-                scheduler_id="leader-1",
-                fencing_token=grant.token,
-            )
-        ]
-    )
+    assert store.claim_manual_runs(
+        grant, scheduler_id="leader-1", execution_ids=[pending.execution_id]
+    ) == [pending.execution_id]
 
-    [done] = store.executions(name="adhoc")
-    assert done.status is ExecutionStatus.SUBMITTED
-    assert (done.scheduler_id, done.fencing_token) == ("leader-1", grant.token)
+    [claimed] = store.executions(name="adhoc")
+    assert claimed.status is ExecutionStatus.CLAIMED
+    assert (claimed.scheduler_id, claimed.fencing_token) == ("leader-1", grant.token)
     schedule = store.get("adhoc")
     assert isinstance(schedule, Schedule)
-    assert schedule.last_run_at == at and schedule.last_status == "submitted"
+    assert schedule.last_run_at == at and schedule.last_status == "claimed"
     assert schedule.total_run_count == 1
     assert schedule.next_run_at == T0 + HOUR  # the schedule's own phase is untouched
-
-
-def test_a_retried_manual_run_counts_once_and_keeps_the_submitter_that_sent_it(
-    store: ScheduleStore,
-) -> None:
-    store.publish([hourly("adhoc")])
-    at = T0 + timedelta(minutes=5)
-    execution = store.request_run("adhoc", now=at)
-    store.record_outcomes(
-        [
-            SubmitOutcome(
-                execution_id=execution.id,
-                ok=False,
-                error="broker down",
-                scheduler_id="leader-1",
-                fencing_token=1,
-            )
-        ]
-    )
-    [retrying] = store.executions(name="adhoc")
-    assert retrying.status is ExecutionStatus.CLAIMED and retrying.scheduler_id == "leader-1"
-
-    store.record_outcomes(
-        [
-            SubmitOutcome(
-                execution_id=execution.id, ok=True, scheduler_id="leader-2", fencing_token=2
-            )
-        ]
-    )
-
+    # A resubmission carries the claim's token, as for a claimed occurrence.
+    [again] = store.pending(limit=10)
+    assert again.fencing_token == grant.token
+    store.record_outcomes([SubmitOutcome(execution_id=execution.id, ok=True)])
     [done] = store.executions(name="adhoc")
-    assert (done.scheduler_id, done.fencing_token, done.attempts) == ("leader-2", 2, 2)
-    schedule = store.get("adhoc")
-    assert schedule.total_run_count == 1 and schedule.last_run_at == at
+    assert done.status is ExecutionStatus.SUBMITTED and done.scheduler_id == "leader-1"
+    assert store.get("adhoc").last_status == "submitted"
 
 
-def test_a_manual_run_never_moves_last_run_at_back_and_scheduled_rows_keep_their_claimer(
+def test_a_run_now_is_claimed_once_and_never_with_a_stale_lease(store: ScheduleStore) -> None:
+    store.publish([hourly("adhoc")])
+    old = lease(store, holder="leader-1")
+    execution = store.request_run("adhoc", now=T0 + timedelta(minutes=5))
+    before = snapshot(store)
+    store.release_lease("scheduler", "leader-1", old.token)
+    new = lease(store, holder="leader-2")
+
+    assert store.claim_manual_runs(old, scheduler_id="leader-1", execution_ids=[execution.id]) == []
+    assert snapshot(store) == before
+    assert store.claim_manual_runs(new, scheduler_id="leader-2", execution_ids=[execution.id]) == [
+        execution.id
+    ]
+    assert store.claim_manual_runs(new, scheduler_id="leader-2", execution_ids=[execution.id]) == []
+    [claimed] = store.executions(name="adhoc")
+    assert (claimed.scheduler_id, claimed.fencing_token) == ("leader-2", new.token)
+    assert store.get("adhoc").total_run_count == 1
+
+
+def test_only_unclaimed_run_nows_are_claimed_and_last_run_at_never_moves_back(
     store: ScheduleStore,
 ) -> None:
     store.publish([hourly("both")])
@@ -190,21 +175,12 @@ def test_a_manual_run_never_moves_last_run_at_back_and_scheduled_rows_keep_their
     [occ] = claim_all(store, grant, T0 + HOUR)
     early = store.request_run("both", now=T0 + timedelta(minutes=1))
 
-    store.record_outcomes(
-        [
-            SubmitOutcome(
-                execution_id=occ.execution_id, ok=True, scheduler_id="other", fencing_token=99
-            ),
-            SubmitOutcome(execution_id=early.id, ok=True, scheduler_id="other", fencing_token=99),
-        ]
+    claimed = store.claim_manual_runs(
+        grant, scheduler_id="claimer", execution_ids=[occ.execution_id, early.id, 10_000]
     )
 
-    by_kind = {e.kind.value: e for e in store.executions(name="both")}
-    assert (by_kind["scheduled"].scheduler_id, by_kind["scheduled"].fencing_token) == (
-        "claimer",
-        grant.token,
-    )
-    assert by_kind["manual"].scheduler_id == "other"
+    assert claimed == [early.id]  # a scheduled occurrence and an unknown id are not run-nows
     schedule = store.get("both")
     assert schedule.last_run_at == T0 + HOUR  # the claim's instant, later than the manual one
     assert schedule.total_run_count == 2
+    assert store.claim_manual_runs(grant, scheduler_id="claimer", execution_ids=[]) == []

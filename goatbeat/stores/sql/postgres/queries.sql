@@ -220,13 +220,10 @@ LIMIT %(limit)s;
 
 -- name: record_outcomes
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence.
--- A run-now ('manual') execution belongs to the scheduler that submitted it, and counts as a
--- run of its schedule: last_run_at only moves forward; counted once, on its first outcome.
 WITH o AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
-                         %(backend_task_ids)b::text[], %(errors)b::text[],
-                         %(scheduler_ids)b::text[], %(tokens)b::bigint[])
-             AS o(id, ok, final, backend_task_id, error, scheduler_id, token)
+                         %(backend_task_ids)b::text[], %(errors)b::text[])
+             AS o(id, ok, final, backend_task_id, error)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
         status = CASE WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
@@ -234,31 +231,45 @@ WITH o AS (
         submitted_at = CASE WHEN o.ok THEN now() ELSE e.submitted_at END,
         backend_task_id = CASE WHEN o.ok THEN o.backend_task_id ELSE e.backend_task_id END,
         error = CASE WHEN o.ok THEN NULL ELSE o.error END,
-        attempts = e.attempts + 1,
-        scheduler_id = CASE WHEN e.kind = 'manual' THEN coalesce(o.scheduler_id, e.scheduler_id)
-                            ELSE e.scheduler_id END,
-        fencing_token = CASE WHEN e.kind = 'manual' THEN coalesce(o.token, e.fencing_token)
-                             ELSE e.fencing_token END
+        attempts = e.attempts + 1
     FROM o
     WHERE e.id = o.id AND e.status = 'claimed'
-    RETURNING e.schedule_id, e.scheduled_at, e.status, e.kind, e.attempts
-), latest AS (
-    SELECT DISTINCT ON (schedule_id) schedule_id, status
-    FROM changed WHERE schedule_id IS NOT NULL
-    ORDER BY schedule_id, scheduled_at DESC
-), manual AS (
-    SELECT schedule_id, max(scheduled_at) AS at, count(*) FILTER (WHERE attempts = 1) AS runs
-    FROM changed WHERE schedule_id IS NOT NULL AND kind = 'manual'
-    GROUP BY schedule_id
+    RETURNING e.schedule_id, e.scheduled_at, e.status
 )
-UPDATE goatbeat_schedule AS s SET
-    last_status = latest.status,
-    last_run_at = CASE WHEN manual.at IS NOT NULL
-                            AND (s.last_run_at IS NULL OR s.last_run_at < manual.at)
-                       THEN manual.at ELSE s.last_run_at END,
-    total_run_count = s.total_run_count + coalesce(manual.runs, 0)
-FROM latest LEFT JOIN manual USING (schedule_id)
+UPDATE goatbeat_schedule AS s SET last_status = latest.status
+FROM (SELECT DISTINCT ON (schedule_id) schedule_id, status
+      FROM changed WHERE schedule_id IS NOT NULL
+      ORDER BY schedule_id, scheduled_at DESC) AS latest
 WHERE s.id = latest.schedule_id;
+
+-- name: claim_manual_runs
+-- Run-now executions not yet claimed by a scheduler, claimed by the lease holder (its id and
+-- fencing token; the lease checked and row-locked as a claim does), each counting as a run of
+-- its schedule (last_run_at only moves forward). One statement: nothing if the lease is stale.
+WITH lease AS (
+    SELECT 1 FROM goatbeat_lease AS l
+    WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.token = %(token)s
+      AND l.expires_at > now()
+    FOR SHARE OF l
+), claimed AS (
+    UPDATE goatbeat_execution AS e SET
+        scheduler_id = %(scheduler_id)s, fencing_token = %(token)s
+    WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind = 'manual' AND e.status = 'claimed'
+      AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)
+    RETURNING e.id, e.schedule_id, e.scheduled_at
+), runs AS (
+    SELECT schedule_id, max(scheduled_at) AS at, count(*) AS n
+    FROM claimed WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+), counted AS (
+    UPDATE goatbeat_schedule AS s SET
+        last_run_at = CASE WHEN s.last_run_at IS NULL OR s.last_run_at < runs.at THEN runs.at
+                           ELSE s.last_run_at END,
+        total_run_count = s.total_run_count + runs.n,
+        last_status = 'claimed'
+    FROM runs WHERE s.id = runs.schedule_id
+    RETURNING s.id
+)
+SELECT id FROM claimed;
 
 -- name: record_finished
 WITH changed AS (
