@@ -25,6 +25,7 @@ schemas should be.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -54,7 +55,7 @@ from goatbeat.core.triggers import (
     Trigger,
 )
 
-__all__ = ["Beat", "task_path", "build_trigger"]
+__all__ = ["Beat", "task_path", "build_trigger", "log_publication", "PUBLISHING_ORIGINS"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -191,6 +192,44 @@ def build_trigger(
     if not isinstance(trigger, Trigger):
         raise InvalidSchedule("trigger", trigger, f"{trigger!r} is not a trigger")
     return trigger
+
+
+PUBLISHING_ORIGINS = frozenset({"publish", "scheduler"})
+"""The commands whose job is to publish: a definition they change is logged at INFO. Any other
+command (``schedule list``, ``schedule prune`` ...) that changes one logs a WARNING."""
+
+
+def log_publication(result: PublishResult, *, origin: str) -> None:
+    """The log events of one publication (see :meth:`Beat.publish`)."""
+    log_event(
+        "schedule.published",
+        origin=origin,
+        created=result.created,
+        updated=result.updated,
+        unchanged=len(result.unchanged),
+        orphaned=result.orphaned,
+    )
+    level = logging.INFO if origin in PUBLISHING_ORIGINS else logging.WARNING
+    for name in result.updated:
+        changes = result.changes.get(name, [])
+        log_event(
+            "schedule.changed",
+            level=level,
+            schedule=name,
+            origin=origin,
+            fields=[c.field for c in changes],
+            old={c.field: c.old for c in changes},
+            new={c.field: c.new for c in changes},
+        )
+    for name in result.orphaned:
+        log_event(
+            "schedule.orphaned",
+            level=logging.WARNING,
+            schedule=name,
+            origin=origin,
+            hint="no longer declared in code but still enabled: "
+            "`goatbeat schedule prune` disables it",
+        )
 
 
 class Beat:
@@ -520,19 +559,22 @@ class Beat:
         """Create or upgrade the schema (idempotent)."""
         self.store.migrate()
 
-    def publish(self) -> PublishResult:
-        """Upsert the declared schedules (source ``code``) into the store."""
+    def publish(self, *, dry_run: bool = False, origin: str = "publish") -> PublishResult:
+        """Upsert the declared schedules (source ``code``) into the store, and say what it did.
+
+        ``origin`` names what publishes (``"publish"``, ``"scheduler"``, ``"schedule list"``
+        ...) for the log. Every publication logs ``schedule.published`` (created, updated,
+        unchanged, orphaned), one ``schedule.changed`` per rewritten definition (its fields,
+        old and new; a WARNING unless the origin is one of :data:`PUBLISHING_ORIGINS`, since
+        a stale checkout would revert what the deployed code declares) and one
+        ``schedule.orphaned`` WARNING per enabled code schedule no longer declared. With
+        ``dry_run`` nothing is written and nothing logged: the result says what would happen."""
         submitter = self.submitter
         for schedule in self._declared.values():
             submitter.validate(schedule)
-        result = self.store.publish(self.schedules, source=Source.CODE)
-        if result.created or result.updated:
-            log_event(
-                "schedule.published",
-                created=result.created,
-                updated=result.updated,
-                unchanged=len(result.unchanged),
-            )
+        result = self.store.publish(self.schedules, source=Source.CODE, dry_run=dry_run)
+        if not dry_run:
+            log_publication(result, origin=origin)
         return result
 
     def prune(self) -> list[str]:
@@ -541,6 +583,14 @@ class Beat:
         if names:
             log_event("schedule.pruned", schedules=names)
         return names
+
+    def publish_at_start(self) -> PublishResult:
+        """What a scheduler does when it starts: publish, then (``prune_on_publish``) disable
+        the orphaned code schedules."""
+        result = self.publish(origin="scheduler")
+        if self.settings.prune_on_publish and result.orphaned:
+            self.prune()
+        return result
 
     def run_now(self, name: str) -> Execution:
         """Ask the leader for an extra run of ``name`` now."""
@@ -558,8 +608,9 @@ class Beat:
         return Scheduler(self.store, self.submitter, settings=settings, clock=self.clock)
 
     def run(self, **overrides: Any) -> None:
-        """Publish, then run the scheduler until SIGTERM/SIGINT."""
-        self.publish()
+        """Publish (and prune with ``prune_on_publish``), then run the scheduler until
+        SIGTERM/SIGINT."""
+        self.publish_at_start()
         self.scheduler(**overrides).run()
 
     def close(self) -> None:

@@ -5,11 +5,13 @@
     goatbeat [--app module:attr] [--database URL] [--log-format text|json] [--log-level LEVEL]
         migrate                                       cli/scheduler.py
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
-                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500]
-        schedule list [--json]      publish code schedules, then list every schedule
+                  [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
+        publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
+        schedule list [--json] [--no-publish]  publish code schedules, then list every one
         schedule show NAME [--count N] [--json]                          cli/schedules.py
         schedule run NAME           ask the leader for an extra run now
-        schedule prune              disable code schedules no longer declared
+        schedule prune [--dry-run]  disable code schedules no longer declared
+        schedule delete NAME [--yes]  delete one (not a code schedule still declared)
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
@@ -40,7 +42,7 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import demo, migration, scheduler, schedules
+from goatbeat.cli import demo, migration, publish, scheduler, schedules
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -141,6 +143,7 @@ def cli(
 for _command in (
     scheduler.migrate,
     scheduler.scheduler,
+    publish.publish,
     schedules.schedule,
     migration.import_celery_beat,
     migration.diff,

@@ -41,7 +41,9 @@ class BeatLike(Protocol):
 
     def migrate(self) -> None: ...
 
-    def publish(self) -> PublishResult: ...
+    def publish(self, *, dry_run: bool = False, origin: str = "publish") -> PublishResult: ...
+
+    def publish_at_start(self) -> PublishResult: ...
 
     def prune(self) -> list[str]: ...
 
@@ -67,6 +69,9 @@ class CliContext:
         self.log_level = log_level
         self._app: BeatLike | None = app if isinstance(app, BeatLike) else None
         self.app_label = app if isinstance(app, str) else None
+        self.bare = False
+        """Whether the app is a bare Beat on ``--database``: it declares nothing, so it
+        cannot tell which code schedules the code still declares."""
 
     def app(self, *, fallback: str | None = None) -> BeatLike:
         if self._app is None:
@@ -101,6 +106,7 @@ class CliContext:
             from goatbeat.beat import Beat
 
             self.app_label = self.database
+            self.bare = True
             return Beat(self.database)
         raise UserError(
             "no app: pass --app module:attribute (or set GOATBEAT_APP), "

@@ -15,7 +15,13 @@ from typing import Any
 from goatbeat.cli.output import iso
 from goatbeat.core.observability import JsonFormatter, logger
 
-__all__ = ["TextFormatter", "configure_logging", "quiet_cli_handlers", "remove_cli_handlers"]
+__all__ = [
+    "TextFormatter",
+    "configure_logging",
+    "hide_events",
+    "quiet_cli_handlers",
+    "remove_cli_handlers",
+]
 
 _MARK = "_goatbeat_cli"
 
@@ -70,6 +76,23 @@ def quiet_cli_handlers(level: int) -> None:
     for handler in list(logger.handlers):
         if getattr(handler, _MARK, False):
             handler.setLevel(level)
+
+
+class _HideEvents(logging.Filter):
+    def __init__(self, events: frozenset[str]) -> None:
+        super().__init__()
+        self.events = events
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in self.events
+
+
+def hide_events(events: frozenset[str]) -> None:
+    """Keep ``events`` off the CLI's handler (a command that reports them in its own words);
+    other handlers, Django's LOGGING included, still get them. Ends with the handler."""
+    for handler in list(logger.handlers):
+        if getattr(handler, _MARK, False):
+            handler.addFilter(_HideEvents(events))
 
 
 def remove_cli_handlers(previous_level: int) -> None:

@@ -1,6 +1,8 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
-``scheduler`` publishes the app's code schedules, then runs the loop until SIGTERM/SIGINT
+``scheduler`` publishes the app's code schedules (logging what it changed, and with
+``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
+``--no-publish``, then runs the loop until SIGTERM/SIGINT
 (graceful: the lease is released, exit 0); ``--once`` runs one iteration and prints its result
 as JSON. A database that is down at start-up is waited out, as a running replica would.
 """
@@ -51,6 +53,12 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     "0 to claim only what is due).",
 )
 @click.option("--batch-size", type=int, default=None, help="Claims per transaction (500).")
+@click.option(
+    "--no-publish",
+    is_flag=True,
+    help="Do not publish code schedules at start (publish them as a release step instead, "
+    "so a replica of an older release can never revert a definition).",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -61,6 +69,7 @@ def scheduler(
     max_sleep: str | None,
     claim_ahead: str | None,
     batch_size: int | None,
+    no_publish: bool,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -77,8 +86,10 @@ def scheduler(
     }
     with open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
-        if once:
-            app.publish()
+        if no_publish:
+            pass
+        elif once:
+            app.publish_at_start()
         else:
             _publish_when_reachable(app)
         if once:
@@ -102,7 +113,7 @@ def _publish_when_reachable(app: BeatLike) -> None:
     delay = 0.5
     while True:
         try:
-            app.publish()
+            app.publish_at_start()
             return
         except StoreError as exc:
             log_event(

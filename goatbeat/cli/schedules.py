@@ -1,9 +1,12 @@
 """``goatbeat schedule ...``: inspect and operate schedules.
 
-Every subcommand first publishes the app's code schedules, so what it shows or changes is what
-the code declares now. ``list`` and ``show`` print a table (or ``--json``, see
+``list`` publishes the app's code schedules first (as the Django integration specifies; with a
+report on stderr, see :mod:`goatbeat.cli.publish`), unless ``--no-publish``; no other
+subcommand publishes. ``list`` and ``show`` print a table (or ``--json``, see
 :mod:`goatbeat.cli.output`); ``run`` asks the leading scheduler for an extra run; ``prune``
-disables code schedules no longer declared, and never deletes.
+disables code schedules no longer declared, and never deletes; ``delete`` deletes one
+(asking first), and refuses a code schedule the code still declares, which the next
+publication would recreate.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from collections.abc import Sequence
 
 import click
 
-from goatbeat.cli.context import open_app
+from goatbeat.cli.context import BeatLike, cli_context, open_app
+from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import (
     execution_to_json,
     iso,
@@ -21,7 +25,11 @@ from goatbeat.cli.output import (
     stored_to_json,
     table,
 )
-from goatbeat.core.model import DamagedSchedule, Execution, Schedule
+from goatbeat.cli.publish import publish_and_report, require_app
+from goatbeat.core.errors import ScheduleNotFound
+from goatbeat.core.model import DamagedSchedule, Execution, Schedule, Source, StoredSchedule
+from goatbeat.core.observability import log_event
+from goatbeat.core.store import PublishResult
 
 __all__ = ["schedule"]
 
@@ -33,14 +41,29 @@ def schedule() -> None:
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array with every field.")
+@click.option(
+    "--no-publish", is_flag=True, help="List what is stored, without publishing code schedules."
+)
 @click.pass_context
-def schedule_list(ctx: click.Context, as_json: bool) -> None:
+def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
     """Publish code schedules, then list every schedule (damaged rows included, marked)."""
     with open_app(ctx) as app:
-        app.publish()
+        bare = cli_context(ctx).bare  # no app: nothing to publish, declarations unknown
+        if not bare:
+            if no_publish:
+                _note_unpublished(app.publish(dry_run=True))
+            else:
+                publish_and_report(ctx, app, origin="schedule list")
+        declared = None if bare else {s.name for s in app.schedules}
         rows = app.store.list_schedules()
         if as_json:
-            click.echo(json.dumps([stored_to_json(s) for s in rows], indent=2))
+            data = []
+            for s in rows:
+                item = stored_to_json(s)
+                item["declared_in_code"] = _declared(s, declared)
+                item["orphaned"] = item["declared_in_code"] is False and bool(s.enabled)
+                data.append(item)
+            click.echo(json.dumps(data, indent=2))
             return
         if not rows:
             click.echo("no schedules")
@@ -48,7 +71,7 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         cells = [
             [
                 s.name,
-                str(s.source),
+                _source_cell(s, declared),
                 s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
                 "yes" if s.enabled else "no",
                 iso(s.next_run_at) if s.next_run_at else "-",
@@ -63,6 +86,44 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
         if damaged:
             click.echo(f"{len(damaged)} damaged schedule(s), not scheduled until repaired:")
             click.echo("\n".join(f"  {d.name}: {d.describe()}" for d in damaged))
+        orphaned = [s.name for s in rows if _declared(s, declared) is False and s.enabled]
+        if orphaned:
+            click.echo(
+                f"{len(orphaned)} orphaned code schedule(s), still enabled but no longer "
+                "declared (`goatbeat schedule prune` disables them): " + ", ".join(orphaned)
+            )
+
+
+def _declared(s: StoredSchedule, declared: set[str] | None) -> bool | None:
+    """Whether the app's code declares a code schedule (None: not a code schedule, or no app)."""
+    if declared is None or str(s.source) != Source.CODE.value:
+        return None
+    return s.name in declared
+
+
+def _source_cell(s: StoredSchedule, declared: set[str] | None) -> str:
+    if _declared(s, declared) is False:
+        return "code (orphaned)" if s.enabled else "code (undeclared)"
+    return str(s.source)
+
+
+def _note_unpublished(result: PublishResult) -> None:
+    if result.created or result.updated:
+        click.echo(
+            f"goatbeat: note: this code declares {len(result.created)} schedule(s) not stored "
+            f"yet and {len(result.updated)} stored differently; `goatbeat publish --dry-run` "
+            "shows them",
+            err=True,
+        )
+
+
+def _raise_if_unpublished(app: BeatLike, name: str) -> None:
+    """For a schedule the store does not hold: say so when the code declares it."""
+    if any(s.name == name for s in app.schedules):
+        raise UserError(
+            f"schedule {name!r} is declared in the code but not published yet: "
+            "run `goatbeat publish` first"
+        ) from None
 
 
 @schedule.command("show")
@@ -71,11 +132,14 @@ def schedule_list(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> None:
-    """A schedule's definition, its next fire times and recent executions."""
+    """A schedule's definition, its next fire times and recent executions (never publishes)."""
     with open_app(ctx) as app:
-        app.publish()
         store = app.store
-        sched = store.get(name)
+        try:
+            sched = store.get(name)
+        except ScheduleNotFound:
+            _raise_if_unpublished(app, name)
+            raise
         recent = store.executions(name=name, limit=10)
         if isinstance(sched, DamagedSchedule):
             _show_damaged(sched, recent, as_json=as_json)
@@ -145,11 +209,14 @@ def _execution_lines(recent: list[Execution]) -> list[str]:
 @click.argument("name")
 @click.pass_context
 def schedule_run(ctx: click.Context, name: str) -> None:
-    """Ask the leader for an extra run of NAME now."""
+    """Ask the leader for an extra run of NAME now (never publishes)."""
     with open_app(ctx) as app:
-        app.publish()
         run_now = getattr(app, "run_now", None)
-        execution = run_now(name) if callable(run_now) else app.store.request_run(name)
+        try:
+            execution = run_now(name) if callable(run_now) else app.store.request_run(name)
+        except ScheduleNotFound:
+            _raise_if_unpublished(app, name)
+            raise
         click.echo(
             f"goatbeat: run of {name!r} requested ({execution.idempotency_key}); "
             "the leading scheduler submits it on its next iteration"
@@ -157,16 +224,56 @@ def schedule_run(ctx: click.Context, name: str) -> None:
 
 
 @schedule.command("prune")
+@click.option("--dry-run", is_flag=True, help="Say what would be disabled; change nothing.")
 @click.pass_context
-def schedule_prune(ctx: click.Context) -> None:
-    """Disable code schedules that are no longer declared (never deletes)."""
+def schedule_prune(ctx: click.Context, dry_run: bool) -> None:
+    """Disable code schedules that are no longer declared (never deletes, never publishes)."""
     with open_app(ctx) as app:
-        app.publish()
+        require_app(ctx, "schedule prune")
+        if dry_run:
+            names = app.publish(dry_run=True).orphaned
+            click.echo(("would disable: " + ", ".join(names)) if names else "nothing to prune")
+            return
         names = app.prune()
         if names:
             click.echo("disabled: " + ", ".join(names))
         else:
             click.echo("nothing to prune")
+
+
+@schedule.command("delete")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Delete without asking.")
+@click.pass_context
+def schedule_delete(ctx: click.Context, name: str, yes: bool) -> None:
+    """Delete schedule NAME (its executions stay as history). A code schedule the code still
+    declares is refused: the next publication would recreate it."""
+    with open_app(ctx) as app:
+        obj = cli_context(ctx)
+        store = app.store
+        sched = store.get(name)
+        source = str(sched.source)
+        code = source == Source.CODE.value
+        if code and not obj.bare and any(s.name == name for s in app.schedules):
+            raise UserError(
+                f"schedule {name!r} is declared in the code: the next publication would "
+                "recreate it; remove its declaration first, or disable it"
+            )
+        state = "enabled" if sched.enabled else "disabled"
+        if not yes:
+            question = f"Delete schedule {name!r} ({source}, {state})? Its executions stay."
+            if code and obj.bare:
+                question += " (If some code still declares it, its next publication recreates it.)"
+            try:
+                confirmed = click.confirm(question, default=False, err=True)
+            except click.exceptions.Abort:
+                confirmed = False
+            if not confirmed:
+                click.echo("goatbeat: not deleted (pass --yes to delete without asking)", err=True)
+                ctx.exit(1)
+        store.delete(name)
+        log_event("schedule.deleted", schedule=name, source=source, origin="schedule delete")
+        click.echo(f"deleted: {name}")
 
 
 def _show_damaged(d: DamagedSchedule, recent: Sequence[Execution], *, as_json: bool) -> None:

@@ -49,6 +49,11 @@ class Settings:
     batch_size: int = 500
     max_submit_retries: int = 5
     scheduler_id: str = field(default_factory=default_scheduler_id)
+    prune_on_publish: bool = False
+    """Whether a scheduler, when it starts and publishes, also disables the code schedules
+    the code no longer declares (as ``schedule prune``). Off by default: during a rolling
+    deploy an old replica that restarts would disable the schedules only the new code
+    declares."""
 
 
 KEYS = (
@@ -61,6 +66,7 @@ KEYS = (
     "batch_size",
     "max_submit_retries",
     "scheduler_id",
+    "prune_on_publish",
 )
 
 
@@ -104,6 +110,12 @@ def _text(max_length: int) -> Callable[[str, Any], str]:
     return parse
 
 
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidValue(key, value, f"{short_repr(value)} is not True or False")
+    return value
+
+
 def _timezone(key: str, value: Any) -> str:
     get_zone(value, key)
     return str(value)
@@ -119,6 +131,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "batch_size": _int_range(1, 100_000),
     "max_submit_retries": _int_range(0, 1000),
     "scheduler_id": _text(255),
+    "prune_on_publish": _flag,
 }
 
 

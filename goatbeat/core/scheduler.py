@@ -33,6 +33,7 @@ hands it each batch, with its lease check and its store-clock mapping.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -46,7 +47,7 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import StoreError, short_repr
 from goatbeat.core.lease import LeaseManager
-from goatbeat.core.model import ClaimResult, LeaseGrant, Occurrence
+from goatbeat.core.model import ClaimResult, ExecutionKind, LeaseGrant, Occurrence
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submission import (
@@ -384,10 +385,33 @@ class Scheduler:
             if self._store_ref is None:
                 # Another scheduler may have claimed some ahead of their instant.
                 self._store_reference()
+            page = len(rows)
+            rows = self._claim_manual_runs(rows, grant)
             self._submit_batch(rows, grant, tally, pending=True)
             force = False
-            if len(rows) < limit:
+            if page < limit:
                 return
+
+    def _claim_manual_runs(self, rows: list[Occurrence], grant: LeaseGrant) -> list[Occurrence]:
+        """Run-now requests arrive unclaimed: claim them (this scheduler's id and token, a run
+        of their schedule) before submitting, as a claim would. Those another leader claimed
+        meanwhile, or all of them when the lease is gone, are left out."""
+        fresh = [
+            o.execution_id
+            for o in rows
+            if o.kind is ExecutionKind.MANUAL and o.fencing_token is None
+        ]
+        if not fresh:
+            return rows
+        claimed = set(
+            self.store.claim_manual_runs(grant, scheduler_id=self.scheduler_id, execution_ids=fresh)
+        )
+        unclaimed = set(fresh) - claimed
+        return [
+            dataclasses.replace(o, fencing_token=grant.token) if o.execution_id in claimed else o
+            for o in rows
+            if o.execution_id not in unclaimed
+        ]
 
     # -- claiming -------------------------------------------------------------------------------
 

@@ -26,11 +26,13 @@ again from now.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import json
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from goatbeat.core.errors import InvalidValue
 from goatbeat.core.model import (
     ClaimResult,
     Execution,
@@ -41,9 +43,18 @@ from goatbeat.core.model import (
     Source,
     StoredSchedule,
     SubmitOutcome,
+    json_safe,
 )
+from goatbeat.core.triggers import trigger_from_spec
 
-__all__ = ["ScheduleStore", "PublishResult", "NOTIFY_CHANNEL", "SCHEMA_VERSION"]
+__all__ = [
+    "ScheduleStore",
+    "PublishResult",
+    "FieldChange",
+    "definition_changes",
+    "NOTIFY_CHANNEL",
+    "SCHEMA_VERSION",
+]
 
 NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
@@ -53,13 +64,68 @@ SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FieldChange:
+    """One stored column of a schedule's definition that a write changes: ``old`` as stored,
+    ``new`` as written, both JSON-able (a trigger as its spec, an instant as ISO text)."""
+
+    field: str
+    old: Any
+    new: Any
+
+    def describe(self) -> str:
+        """``"trigger: cron 0 9 * * * (UTC) -> cron 30 8 * * * (UTC)"``."""
+        return f"{self.field}: {_shown(self.field, self.old)} -> {_shown(self.field, self.new)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"field": self.field, "old": self.old, "new": self.new}
+
+
+def _shown(field_name: str, value: Any) -> str:
+    if field_name == "trigger" and isinstance(value, Mapping):
+        try:
+            return trigger_from_spec(value).describe()
+        except (InvalidValue, TypeError, ValueError):
+            pass  # a damaged spec: shown as stored
+    return json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def definition_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[FieldChange]:
+    """The columns whose values differ between two definitions (stored column -> value), in
+    ``new``'s order. ``timezone`` repeats the trigger's zone, so it is named only when the
+    trigger itself is unchanged (a row whose two columns disagreed)."""
+    changes = [
+        FieldChange(field=name, old=json_safe(old.get(name)), new=json_safe(value))
+        for name, value in new.items()
+        if old.get(name) != value
+    ]
+    if any(c.field == "trigger" for c in changes):
+        changes = [c for c in changes if c.field != "timezone"]
+    return changes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PublishResult:
+    """What one publication did (or, with ``dry_run``, would do), schedule by schedule."""
+
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)  # definition changed: next_run_at recomputed
     unchanged: list[str] = field(default_factory=list)
     refreshed: list[str] = field(default_factory=list)
     """Same definition, but another scheduler ran it since (``follow_last_run``): last_run_at
     and next_run_at moved forward."""
+    changes: dict[str, list[FieldChange]] = field(default_factory=dict)
+    """For each name in ``updated``: the columns that changed, old -> new (a damaged row that
+    was rewritten also names ``last_status`` ``'invalid'`` -> None)."""
+    orphaned: list[str] = field(default_factory=list)
+    """Code publications only: enabled ``code`` schedules this publication does not declare
+    (removed from the code, or declared by another checkout), by name. They keep running
+    until pruned (``prune``) or deleted."""
+    dry_run: bool = False
+
+    @property
+    def changed(self) -> bool:
+        """Whether the publication wrote (or would write) anything."""
+        return bool(self.created or self.updated or self.refreshed)
 
 
 @runtime_checkable
@@ -89,6 +155,7 @@ class ScheduleStore(Protocol):
         *,
         source: Source = Source.CODE,
         follow_last_run: bool = False,
+        dry_run: bool = False,
     ) -> PublishResult:
         """Upsert declared schedules by name, all in one transaction.
 
@@ -114,6 +181,10 @@ class ScheduleStore(Protocol):
           it published, so :meth:`edited_since_publish` can tell an edit made since.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
           and nothing is written.
+        The result names each schedule created, updated (with its ``changes``, old -> new per
+        column, read in the same transaction as the write) and unchanged; for ``source=code``
+        also the ``orphaned`` ones: enabled code rows not in ``schedules`` (never touched here;
+        see :meth:`prune`). With ``dry_run`` it computes the same result and writes nothing.
         Touches: schedule rows named in ``schedules``. Notifies the channel when anything changed.
         """
         ...
@@ -241,6 +312,21 @@ class ScheduleStore(Protocol):
         Touches: those execution rows and their schedules' ``last_status``."""
         ...
 
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        """Claim run-now executions for the lease holder before it submits them, in ONE
+        transaction, as :meth:`claim_due` claims occurrences: check the lease row (holder,
+        token, unexpired by the store's clock; row-locked), then each execution of
+        ``execution_ids`` that is ``manual``, still ``claimed`` and not yet claimed by a
+        scheduler (``fencing_token`` NULL) takes ``scheduler_id`` and the lease's token, and
+        counts as a run of its schedule: ``last_run_at`` becomes its instant when later,
+        ``total_run_count`` + 1, ``last_status`` ``'claimed'`` (``next_run_at`` and
+        ``version`` unchanged: the schedule's own phase does not move). A resubmission later
+        carries the same token. Returns the ids claimed, sorted; with a stale lease, none, and
+        nothing is written. Touches: those execution rows and their schedules."""
+        ...
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
@@ -251,7 +337,8 @@ class ScheduleStore(Protocol):
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         """Ask for an extra run of ``name`` now: inserts a ``manual`` execution in status
         ``claimed`` with key :func:`~goatbeat.core.model.manual_key` and notifies; the leader
-        submits it through :meth:`pending`. ``ScheduleNotFound`` if absent; ``DamagedRow`` if
+        submits it through :meth:`pending` (its ``scheduler_id`` and ``fencing_token`` stay
+        NULL until the leader claims it: see :meth:`claim_manual_runs`). ``ScheduleNotFound`` if absent; ``DamagedRow`` if
         its row cannot be decoded."""
         ...
 

@@ -5,7 +5,13 @@ enabling and disabling (``store.set_enabled``), deleting (``store.delete``) and 
 (``store.request_run``), so ``next_run_at`` and ``version`` follow the scheduling rules and a
 running scheduler is woken by NOTIFY. Actions need the change permission: Django hides them
 from users without it and refuses a hand-made POST naming them, and each action checks again.
-Code schedules are read-only except ``enabled``; executions are read-only history.
+Every write leaves an entry in the object's History (Django's ``LogEntry``): an edit names
+each changed field old -> new, the trigger in words; enable, disable and run now say so.
+
+Code schedules are read-only except ``enabled``; executions are read-only history. A code
+schedule this project's code no longer declares is *orphaned* (marked in the list, with a
+filter): a user with the delete permission may delete it. One the code still declares cannot
+be deleted here, since the next publication would recreate it; the page says so.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -24,7 +31,14 @@ from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
-from goatbeat.django.forms import ROUTING_FIELDS, EnabledOnlyForm, ScheduleForm, describe_trigger
+from goatbeat.core.store import FieldChange
+from goatbeat.django.forms import (
+    ROUTING_FIELDS,
+    EnabledOnlyForm,
+    ScheduleForm,
+    describe_trigger,
+    trigger_in_words,
+)
 from goatbeat.django.models import Execution as ExecutionRow
 from goatbeat.django.models import Schedule as ScheduleRow
 
@@ -46,6 +60,36 @@ def _store() -> Any:
     from goatbeat.django.registry import get_store
 
     return get_store()
+
+
+def _declared() -> set[str]:
+    """The names this project's code declares (its ``schedules.py`` files)."""
+    from goatbeat.django.registry import get_registry
+
+    return set(get_registry().names())
+
+
+def _history(changes: Sequence[FieldChange]) -> str:
+    """A History line naming each changed field old -> new (the trigger in words)."""
+    return "Changed " + "; ".join(c.describe() for c in changes) + "."
+
+
+class DeclaredInCodeFilter(admin.SimpleListFilter):  # type: ignore[misc]
+    """Code schedules this project's code declares, and the orphaned ones it no longer does."""
+
+    title = "declared in code"
+    parameter_name = "in_code"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("declared", "declared"), ("orphaned", "no longer declared (orphaned)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        code = queryset.filter(source=Source.CODE.value)
+        if self.value() == "declared":
+            return code.filter(name__in=_declared())
+        if self.value() == "orphaned":
+            return code.exclude(name__in=_declared())
+        return queryset
 
 
 class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
@@ -89,7 +133,7 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
 class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     list_display = (
         "name",
-        "source",
+        "source_label",
         "trigger_description",
         "enabled",
         "next_run_at",
@@ -98,12 +142,14 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "missed_count",
         "damage",
     )
-    list_filter = ("enabled", "source", "last_status", "misfire_policy")
+    list_filter = ("enabled", "source", DeclaredInCodeFilter, "last_status", "misfire_policy")
     search_fields = ("name", "task", "description")
     ordering = ("name",)
-    actions = ("enable_schedules", "disable_schedules", "run_now")
+    actions = ("enable_schedules", "disable_schedules", "run_now", "delete_selected")
     inlines = (RecentExecutionInline,)
     change_form_template = "admin/goatbeat/schedule/change_form.html"
+    _trigger_fields = ("trigger_kind", "cron", "timezone", "every", "anchor", "at")
+    _solar_fields = ("solar_event", "latitude", "longitude")
     _state_fields = (
         "damage",
         "source",
@@ -119,8 +165,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     )
     _code_fields = (
         "name",
+        "in_code",
         "task",
-        "trigger_description",
+        "current_trigger",
         "timezone",
         "args",
         "kwargs",
@@ -139,9 +186,41 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(_alias())
 
+    class Media:
+        js = ("goatbeat/trigger_kind.js",)
+
     @admin.display(description="trigger")  # type: ignore[untyped-decorator]
     def trigger_description(self, obj: ScheduleRow) -> str:
         return describe_trigger(obj.trigger)
+
+    @admin.display(description="current trigger")  # type: ignore[untyped-decorator]
+    def current_trigger(self, obj: ScheduleRow) -> str:
+        return trigger_in_words(obj.trigger)
+
+    @admin.display(description="source", ordering="source")  # type: ignore[untyped-decorator]
+    def source_label(self, obj: ScheduleRow) -> str:
+        if self.is_orphaned(obj):
+            return format_html(  # type: ignore[no-any-return]
+                '{} <strong class="goatbeat-orphaned">orphaned</strong>', obj.source
+            )
+        return str(obj.source)
+
+    @admin.display(description="in code")  # type: ignore[untyped-decorator]
+    def in_code(self, obj: ScheduleRow) -> str:
+        """Whether this project's code still declares a code schedule, and what that allows."""
+        if self.is_orphaned(obj):
+            return format_html(  # type: ignore[no-any-return]
+                '<strong class="goatbeat-orphaned">Orphaned</strong>: {} <code>{}</code>; {}',
+                "no longer declared in this project's code (schedules.py). While enabled it "
+                "keeps running: disable it, or run",
+                "manage.py goatbeat schedule prune",
+                "delete it once its history is no longer needed.",
+            )
+        return (
+            "Declared in code: change it in schedules.py and publish (manage.py goatbeat "
+            "publish). It cannot be deleted here, since the next publication would recreate "
+            "it; disable it instead, or remove its declaration first."
+        )
 
     @admin.display(description="damaged")  # type: ignore[untyped-decorator]
     def damage(self, obj: ScheduleRow) -> str:
@@ -191,6 +270,10 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         # An unsaved row carries the model default "code": only stored rows count.
         return obj is not None and obj.pk is not None and obj.source == Source.CODE.value
 
+    def is_orphaned(self, obj: ScheduleRow | None) -> bool:
+        """A code schedule this project's code no longer declares."""
+        return self.is_code(obj) and obj is not None and obj.name not in _declared()
+
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
     ) -> Any:
@@ -207,27 +290,36 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         if self.is_code(obj):
             return [
-                (None, {"fields": ["name", "enabled", "source", "task", "trigger_description"]}),
+                (
+                    None,
+                    {"fields": ["name", "enabled", "source", "in_code", "task", "current_trigger"]},
+                ),
                 (
                     "Defined in code (read-only)",
                     {
                         "fields": [
                             f
                             for f in self._code_fields
-                            if f not in ("name", "task", "trigger_description")
+                            if f not in ("name", "in_code", "task", "current_trigger")
                         ]
                     },
                 ),
                 ("State", {"fields": [f for f in self._state_fields if f != "source"]}),
             ]
-        what = ["task", "trigger_kind", "cron", "every", "timezone", "args", "kwargs"]
-        top = (
-            ["enabled", *what, "description"]
-            if obj is not None
-            else ["name", "enabled", *what, "description"]
-        )
+        top = ["name", "enabled", "task", "args", "kwargs", "description"]
+        when = [*self._trigger_fields, *self._solar_fields]
+        if obj is not None:
+            when.insert(0, "current_trigger")
         fieldsets: list[Any] = [
-            (None, {"fields": (["name"] if obj is not None else []) + top}),
+            (None, {"fields": top}),
+            (
+                "When",
+                {
+                    "fields": when,
+                    "description": "Saving keeps a trigger whose fields you did not change "
+                    "exactly as stored (an interval keeps its anchor, so its phase).",
+                },
+            ),
             (
                 "Misfires",
                 {
@@ -252,18 +344,43 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             return ()
         if self.is_code(obj):
             return (*self._code_fields, *self._state_fields)
-        return ("name", *self._state_fields)
+        return ("name", "current_trigger", *self._state_fields)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # A code schedule would come back on the next publish: disable it instead.
-        if self.is_code(obj):
+        # A code schedule the code still declares would come back on the next publish:
+        # disable it instead. An orphaned one is the operator's to delete.
+        if self.is_code(obj) and not self.is_orphaned(obj):
             return False
         return bool(super().has_delete_permission(request, obj))
+
+    @admin.action(  # type: ignore[untyped-decorator]
+        description=delete_selected.short_description, permissions=["delete"]
+    )
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        """Django's bulk delete, refusing code schedules the code still declares (by name,
+        rather than Django's "you lack permission", which is not the reason)."""
+        declared = sorted(
+            queryset.filter(source=Source.CODE.value, name__in=_declared()).values_list(
+                "name", flat=True
+            )
+        )
+        if declared:
+            self.message_user(
+                request,
+                f"Not deleted: {', '.join(declared)} "
+                f"{'is' if len(declared) == 1 else 'are'} declared in code, and the next "
+                "publication would recreate them. Disable them, or remove their declaration "
+                "first.",
+                level=messages.ERROR,
+            )
+            return None
+        return delete_selected(self, request, queryset)
 
     # -- writing (always through the store) -----------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: ScheduleRow, form: Any, change: bool) -> None:
         store = _store()
+        before = store.get(obj.name) if change else None
         if self.is_code(obj) or getattr(form, "schedule", None) is None:
             stored: Schedule | DamagedSchedule = store.set_enabled(
                 obj.name, bool(form.cleaned_data["enabled"])
@@ -275,6 +392,17 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         obj.pk = stored.id
         obj.name = stored.name
         obj.enabled = stored.enabled
+        form.goatbeat_changes = _changes(before, stored)
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        """An edit's History entry names each changed field, old -> new (the trigger in
+        words), read from the store before and after the write."""
+        changes: list[FieldChange] | None = getattr(form, "goatbeat_changes", None)
+        if add or changes is None:
+            return super().construct_change_message(request, form, formsets, add)
+        return _history(changes) if changes else "No fields changed."
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         # Executions are history: the read-only inline never writes (commit=False only fills
@@ -309,22 +437,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self._require_change(request)
         store = _store()
         names = []
-        for name in queryset.values_list("name", flat=True):
+        verb = "Enabled" if enabled else "Disabled"
+        for row in queryset:
             try:
-                store.set_enabled(name, enabled)
+                before = store.get(row.name)
+                store.set_enabled(row.name, enabled)
             except GoatbeatError as exc:  # a damaged row cannot be enabled until repaired
-                self.message_user(request, f"{name}: {exc}", level=messages.ERROR)
+                self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
                 continue
-            names.append(name)
-        verb = "enabled" if enabled else "disabled"
-        self.message_user(request, f"{len(names)} schedule(s) {verb}: {', '.join(names)}")
+            names.append(row.name)
+            if before.enabled != enabled:
+                self.log_change(request, row, f"{verb} (admin action).")
+        self.message_user(request, f"{len(names)} schedule(s) {verb.lower()}: {', '.join(names)}")
 
     @admin.action(description="Run selected schedules now", permissions=["change"])  # type: ignore[untyped-decorator]
     def run_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         self._require_change(request)
-        requested = [
-            self._request_run(request, name) for name in queryset.values_list("name", flat=True)
-        ]
+        requested = [self._request_run(request, row) for row in queryset]
         done = [name for name in requested if name]
         if done:
             self.message_user(
@@ -333,13 +462,14 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 "on its next iteration.",
             )
 
-    def _request_run(self, request: HttpRequest, name: str) -> str | None:
+    def _request_run(self, request: HttpRequest, row: ScheduleRow) -> str | None:
         try:
-            _store().request_run(name)
+            execution = _store().request_run(row.name)
         except GoatbeatError as exc:
-            self.message_user(request, f"{name}: {exc}", level=messages.ERROR)
+            self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
             return None
-        return name
+        self.log_change(request, row, f"Run requested now ({execution.idempotency_key}).")
+        return str(row.name)
 
     # -- "run now" button on the schedule page -------------------------------------------------------
 
@@ -360,7 +490,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         obj = get_object_or_404(self.get_queryset(request), pk=object_id)
         if not self.has_change_permission(request, obj):
             raise PermissionDenied
-        if self._request_run(request, obj.name):
+        if self._request_run(request, obj):
             self.message_user(request, f"Run of {obj.name} requested.")
         url = reverse(
             f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
@@ -375,6 +505,20 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         obj = kwargs.get("obj")
         context["goatbeat_can_run"] = obj is not None and self.has_change_permission(request, obj)
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def _changes(
+    before: Schedule | DamagedSchedule | None, after: Schedule | DamagedSchedule
+) -> list[FieldChange] | None:
+    """What an edit changed, old -> new; None when it cannot be told (a damaged row)."""
+    if not isinstance(before, Schedule) or not isinstance(after, Schedule):
+        return None
+    from goatbeat.stores import schedule_changes
+
+    changes = schedule_changes(before, after)
+    if before.enabled != after.enabled:
+        changes.append(FieldChange(field="enabled", old=before.enabled, new=after.enabled))
+    return changes
 
 
 @admin.register(ExecutionRow)

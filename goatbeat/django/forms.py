@@ -4,11 +4,18 @@
 does (same trigger builder, same Routing, same submitter validation) and shows each
 :class:`~goatbeat.core.errors.InvalidValue` on the field it names. The admin then saves the
 built schedule through the store, never with ``Model.save()``.
+
+Every trigger kind has its fields: cron (expression + time zone), interval (every + anchor),
+one-off (instant), solar (event + latitude + longitude), and celery's AND-of-days crontab for
+the imported schedules that carry it. Editing keeps what was not edited: a field the user did
+not change keeps the stored value exactly (an interval's anchor to the microsecond, a grace of
+90.5 s), so saving a new description never moves a schedule off its phase.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -18,18 +25,60 @@ from goatbeat.beat import build_trigger
 from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Routing, Schedule, Source
-from goatbeat.core.triggers import trigger_from_spec
+from goatbeat.core.solar import SOLAR_EVENTS
+from goatbeat.core.timeutil import get_zone
+from goatbeat.core.triggers import (
+    CeleryCrontabTrigger,
+    IntervalTrigger,
+    OnceTrigger,
+    SolarTrigger,
+    Trigger,
+    trigger_from_spec,
+)
 from goatbeat.django.models import Schedule as ScheduleRow
 
-__all__ = ["ScheduleForm", "EnabledOnlyForm", "FIELD_FOR", "ROUTING_FIELDS"]
+__all__ = [
+    "ScheduleForm",
+    "EnabledOnlyForm",
+    "FIELD_FOR",
+    "ROUTING_FIELDS",
+    "TRIGGER_FIELDS",
+    "KIND_FIELDS",
+    "describe_trigger",
+    "trigger_in_words",
+]
 
-TRIGGER_KINDS = [("cron", "cron expression"), ("interval", "interval")]
+TRIGGER_KINDS = [
+    ("cron", "cron expression"),
+    ("interval", "interval"),
+    ("once", "one-off (once, at an instant)"),
+    ("solar", "solar event (sunrise, sunset ...)"),
+]
+CELERY_CRONTAB = ("celery_crontab", "celery crontab (day-of-month AND day-of-week)")
+"""Offered only for a schedule that already has one (imported from celery)."""
+
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "cron": ("cron", "timezone"),
+    "celery_crontab": ("cron", "timezone"),
+    "interval": ("every", "anchor"),
+    "once": ("at", "timezone"),
+    "solar": ("solar_event", "latitude", "longitude"),
+}
+"""The form fields each trigger kind reads (the change page shows only those)."""
+
+TRIGGER_FIELDS = frozenset({"trigger_kind"}.union(*KIND_FIELDS.values()))
+"""The form fields that make up the trigger: while none changes, the stored trigger is kept."""
 
 FIELD_FOR = {
     "cron": "cron",
     "expression": "cron",
     "every": "every",
     "interval": "every",
+    "anchor": "anchor",
+    "at": "at",
+    "event": "solar_event",
+    "latitude": "latitude",
+    "longitude": "longitude",
     "timezone": "timezone",
     "misfire": "misfire_policy",
     "misfire_policy": "misfire_policy",
@@ -53,6 +102,30 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
     )
     every = forms.CharField(
         required=False, label="Every", help_text="An interval such as 30s, 5m, 1h30m, 2d."
+    )
+    anchor = forms.CharField(
+        required=False,
+        label="Anchor",
+        help_text="The interval fires at anchor + k x every (ISO 8601, e.g. "
+        "2026-01-01T00:00:00+00:00; without an offset, UTC). "
+        "Empty: aligned on the Unix epoch.",
+    )
+    at = forms.CharField(
+        required=False,
+        label="At",
+        help_text="The one instant it fires (ISO 8601, e.g. 2027-01-01T09:00:00+01:00; "
+        "without an offset, read in the time zone).",
+    )
+    solar_event = forms.ChoiceField(
+        required=False,
+        choices=[("", "---------")] + [(e, e.replace("_", " ")) for e in SOLAR_EVENTS],
+        label="Solar event",
+    )
+    latitude = forms.FloatField(
+        required=False, label="Latitude", help_text="Degrees, -90 (south) to 90 (north)."
+    )
+    longitude = forms.FloatField(
+        required=False, label="Longitude", help_text="Degrees, -180 (west) to 180 (east)."
     )
     grace = forms.CharField(
         initial="60s",
@@ -79,7 +152,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         ]
         help_texts = {
             "task": "The dotted path of the task (a Django Task, Celery task, actor or function).",
-            "timezone": "The IANA zone a cron expression reads wall-clock time in.",
+            "timezone": "The IANA zone a cron expression reads wall-clock time in (for a "
+            "one-off, the zone an instant without an offset is read in).",
             "args": 'A JSON array, e.g. [42, "x"].',
             "kwargs": 'A JSON object, e.g. {"user_id": 42}.',
             "expires": (
@@ -99,19 +173,22 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         instance = self.instance
         from goatbeat.django import conf
 
+        self.stored: Schedule | None = None
+        """The stored schedule being edited (None when adding, or for a damaged row)."""
         if instance.pk is None:
             self.fields["timezone"].initial = conf.get().core.timezone
             self.fields["misfire_policy"].initial = MisfirePolicy.RUN_ONCE.value
         else:
+            stored = instance.read()
+            self.stored = stored if isinstance(stored, Schedule) else None
             # The stored row may be damaged: show what can be shown, so it can be repaired.
             spec = instance.trigger if isinstance(instance.trigger, dict) else {}
-            kind = spec.get("kind")
-            if kind == "cron":
-                self.initial.update(trigger_kind="cron", cron=str(spec.get("expression", "")))
-            elif kind == "interval":
-                every = _duration_text(spec.get("every"))
-                self.initial.update(trigger_kind="interval", every=every)
+            self.initial.update(trigger_initial(spec))
+            if spec.get("kind") == CELERY_CRONTAB[0]:
+                field = self.fields["trigger_kind"]
+                field.choices = [*TRIGGER_KINDS, CELERY_CRONTAB]
             self.initial["grace"] = _duration_text(instance.misfire_grace)
+        self.fields["trigger_kind"].widget.attrs["data-kind-fields"] = json.dumps(KIND_FIELDS)
         for name in ("args", "kwargs", "headers"):
             if name in self.fields:
                 self.fields[name].required = False
@@ -155,49 +232,123 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         raise InvalidValue("name", name, f"a schedule named {name!r} already exists")
 
     def build(self, data: dict[str, Any]) -> Schedule:
-        """The core Schedule the form describes (raises InvalidValue naming the field)."""
+        """The core Schedule the form describes (raises InvalidValue naming the field).
+
+        Editing a stored schedule, a field the user did not change keeps its stored value,
+        and a trigger none of whose fields changed is the stored trigger, unchanged."""
         instance = self.instance
+        stored = self.stored
+        changed = set(self.changed_data)
+
+        def kept(*fields: str) -> bool:
+            return stored is not None and not changed.intersection(fields)
+
         name = data.get("name") if "name" in self.fields else instance.name
-        kind = data.get("trigger_kind") or "cron"
-        zone = data.get("timezone") or "UTC"
-        cron = (data.get("cron") or "").strip()
-        every = (data.get("every") or "").strip()
-        if kind == "cron":
-            if not cron:
-                raise InvalidValue("cron", cron, "enter a cron expression")
-            trigger = build_trigger(cron=cron, timezone=zone)
+        if stored is not None and not changed & TRIGGER_FIELDS:
+            trigger = stored.trigger
         else:
-            if not every:
-                raise InvalidValue("every", every, "enter an interval such as 5m")
-            trigger = build_trigger(every=every)
+            trigger = self.build_trigger(data)
         args = data.get("args")
         kwargs = data.get("kwargs")
         headers = data.get("headers")
         source = Source.ADMIN if instance.pk is None else Source(instance.source)
+        routing = Routing(
+            queue=data.get("queue") or None,
+            exchange=data.get("exchange") or None,
+            routing_key=data.get("routing_key") or None,
+            priority=data.get("priority"),
+            expires=data.get("expires"),
+            headers={} if headers is None else headers,
+        )
+        values: dict[str, Any] = {
+            "task": (data.get("task") or "").strip(),
+            "args": [] if args is None else args,
+            "kwargs": {} if kwargs is None else kwargs,
+            "misfire": data.get("misfire_policy") or MisfirePolicy.RUN_ONCE.value,
+            "catch_up_limit": 100 if data.get("catch_up_limit") is None else data["catch_up_limit"],
+            "start_at": data.get("start_at"),
+            "end_at": data.get("end_at"),
+            "one_off": bool(data.get("one_off")),
+            "description": data.get("description") or "",
+        }
+        if stored is not None:
+            for field, attr in _SAME_FIELDS.items():
+                if kept(field):
+                    values[attr] = getattr(stored, attr)
+            routing = Routing(
+                **{
+                    key: getattr(stored.routing if kept(key) else routing, key)
+                    for key in ROUTING_FIELDS
+                }
+            )
+        if kept("grace"):
+            assert stored is not None
+            grace = stored.misfire_grace
+        else:
+            grace = parse_duration(data.get("grace") or "60s", field="misfire_grace")
         return Schedule(
             name=name or "",
-            task=(data.get("task") or "").strip(),
             trigger=trigger,
-            args=[] if args is None else args,
-            kwargs={} if kwargs is None else kwargs,
-            routing=Routing(
-                queue=data.get("queue") or None,
-                exchange=data.get("exchange") or None,
-                routing_key=data.get("routing_key") or None,
-                priority=data.get("priority"),
-                expires=data.get("expires"),
-                headers={} if headers is None else headers,
-            ),
-            misfire=data.get("misfire_policy") or MisfirePolicy.RUN_ONCE.value,  # type: ignore[arg-type]
-            misfire_grace=parse_duration(data.get("grace") or "60s", field="misfire_grace"),
-            catch_up_limit=100 if data.get("catch_up_limit") is None else data["catch_up_limit"],
-            start_at=data.get("start_at"),
-            end_at=data.get("end_at"),
-            one_off=bool(data.get("one_off")),
-            description=data.get("description") or "",
+            routing=routing,
+            misfire_grace=grace,
             source=source,
             enabled=bool(data.get("enabled")),
+            **values,
         )
+
+    def build_trigger(self, data: dict[str, Any]) -> Trigger:
+        """The trigger the kind's fields describe (InvalidValue naming the field)."""
+        kind = data.get("trigger_kind") or "cron"
+        zone = data.get("timezone") or "UTC"
+        stored = self.stored.trigger if self.stored is not None else None
+        if kind in ("cron", CELERY_CRONTAB[0]):
+            cron = (data.get("cron") or "").strip()
+            if not cron:
+                raise InvalidValue("cron", cron, "enter a cron expression")
+            if kind == "cron":
+                return build_trigger(cron=cron, timezone=zone)
+            get_zone(zone, "timezone")
+            return CeleryCrontabTrigger(cron, timezone=zone)
+        if kind == "interval":
+            every = (data.get("every") or "").strip()
+            if not every:
+                raise InvalidValue("every", every, "enter an interval such as 5m")
+            anchor_text = (data.get("anchor") or "").strip()
+            # Elapsed time knows no zone: an anchor without an offset is UTC.
+            anchor = _instant("anchor", anchor_text, "UTC") if anchor_text else None
+            subsecond = isinstance(stored, IntervalTrigger) and stored.allow_subsecond
+            return IntervalTrigger(every, anchor=anchor, allow_subsecond=subsecond)
+        if kind == "once":
+            at = (data.get("at") or "").strip()
+            if not at:
+                raise InvalidValue("at", at, "enter the instant it fires")
+            once = OnceTrigger(_instant("at", at, zone))
+            from django.utils import timezone
+
+            if once.at <= timezone.now():
+                # It would never fire: say so rather than save a schedule that does nothing.
+                raise InvalidValue("at", at, f"{at!r} is already past; enter a future instant")
+            return once
+        if kind == "solar":
+            missing = [
+                field
+                for field, key in (
+                    ("solar_event", "event"),
+                    ("latitude", "latitude"),
+                    ("longitude", "longitude"),
+                )
+                if data.get(field) in (None, "")
+            ]
+            if missing:
+                raise InvalidValue(
+                    {"solar_event": "event"}.get(missing[0], missing[0]),
+                    None,
+                    "required for a solar trigger",
+                )
+            return SolarTrigger(
+                event=data["solar_event"], latitude=data["latitude"], longitude=data["longitude"]
+            )
+        raise InvalidValue("trigger_kind", kind, f"{kind!r} is not a trigger kind")
 
     def save(self, commit: bool = True) -> ScheduleRow:
         # The admin saves through the store (GoatbeatScheduleAdmin.save_model), never the ORM.
@@ -233,6 +384,59 @@ class EnabledOnlyForm(forms.ModelForm):  # type: ignore[misc]
         return instance
 
 
+_SAME_FIELDS = {
+    "task": "task",
+    "args": "args",
+    "kwargs": "kwargs",
+    "misfire_policy": "misfire",
+    "catch_up_limit": "catch_up_limit",
+    "start_at": "start_at",
+    "end_at": "end_at",
+    "one_off": "one_off",
+    "description": "description",
+}
+"""Form field -> Schedule attribute, for the fields kept as stored while unchanged."""
+
+
+def trigger_initial(spec: Any) -> dict[str, Any]:
+    """The form's trigger fields for a stored trigger spec (as far as a damaged one allows)."""
+    if not isinstance(spec, dict):
+        return {}
+    kind = spec.get("kind")
+    if kind in ("cron", CELERY_CRONTAB[0]):
+        return {"trigger_kind": kind, "cron": str(spec.get("expression", ""))}
+    if kind == "interval":
+        anchor = spec.get("anchor")
+        return {
+            "trigger_kind": "interval",
+            "every": _duration_text(spec.get("every")),
+            "anchor": "" if anchor is None else str(anchor),
+        }
+    if kind == "once":
+        return {"trigger_kind": "once", "at": str(spec.get("at", ""))}
+    if kind == "solar":
+        return {
+            "trigger_kind": "solar",
+            "solar_event": spec.get("event"),
+            "latitude": spec.get("latitude"),
+            "longitude": spec.get("longitude"),
+        }
+    return {}
+
+
+def _instant(field: str, text: str, zone: str) -> datetime:
+    """An ISO-8601 instant; one without an offset is read in ``zone``."""
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidValue(
+            field, text, f"{text!r} is not an ISO-8601 instant such as 2027-01-01T09:00:00+01:00"
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=get_zone(zone, "timezone"))
+    return parsed
+
+
 def _duration_text(seconds: Any) -> str:
     try:
         return format_duration(timedelta(seconds=float(seconds)))
@@ -241,7 +445,26 @@ def _duration_text(seconds: Any) -> str:
 
 
 def describe_trigger(spec: Any, timezone: str | None = None) -> str:
+    """A stored trigger, short (the stored spec itself when it cannot be read)."""
     try:
         return trigger_from_spec(spec).describe()
     except (InvalidValue, TypeError, ValueError):
         return str(spec)
+
+
+def trigger_in_words(spec: Any) -> str:
+    """A stored trigger in words for its page: an interval says what it is anchored on, a
+    solar event its latitude and longitude."""
+    try:
+        trigger = trigger_from_spec(spec)
+    except (InvalidValue, TypeError, ValueError):
+        return f"{spec} (cannot be read)"
+    if isinstance(trigger, IntervalTrigger) and trigger.anchor is None:
+        return f"{trigger.describe()}, aligned on the Unix epoch"
+    if isinstance(trigger, IntervalTrigger):
+        return f"{trigger.describe()}: fires at the anchor plus whole multiples of the period"
+    if isinstance(trigger, SolarTrigger):
+        return (
+            f"{trigger.describe()} (latitude {trigger.latitude:g}, longitude {trigger.longitude:g})"
+        )
+    return trigger.describe()

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.store import ScheduleStore
-from goatbeat.stores._common import read_schedule
+from goatbeat.stores._common import read_schedule, schedule_changes
 from goatbeat.stores.memory import MemoryStore
 from goatbeat.stores.sqlite import SQLiteStore
 
@@ -28,6 +28,7 @@ __all__ = [
     "open_store",
     "read_schedule",
     "redact_url",
+    "schedule_changes",
     "MemoryStore",
     "SQLiteStore",
     "PostgresStore",

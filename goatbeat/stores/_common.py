@@ -16,7 +16,7 @@ import operator
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -39,6 +39,7 @@ from goatbeat.core.model import (
     StoredSchedule,
     idempotency_key,
 )
+from goatbeat.core.store import FieldChange, PublishResult, definition_changes
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
@@ -51,6 +52,8 @@ __all__ = [
     "schedule_to_row",
     "definition_of",
     "row_definition",
+    "schedule_changes",
+    "orphans",
     "schedule_from_row",
     "read_schedule",
     "damaged_schedule",
@@ -245,6 +248,11 @@ def row_definition(row: Mapping[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError, AttributeError, OverflowError):
         pass  # a damaged row: its raw value differs from any valid definition's
     return out
+
+
+def schedule_changes(old: Schedule, new: Schedule) -> list[FieldChange]:
+    """The stored columns of ``old``'s definition that ``new`` changes, old -> new."""
+    return definition_changes(definition_of(old), definition_of(new))
 
 
 def schedule_to_row(
@@ -904,10 +912,33 @@ class PublishActions:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     refreshed: list[str] = field(default_factory=list)
+    changes: dict[str, list[FieldChange]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
         return bool(self.inserts or self.replaces)
+
+    def result(self, *, orphaned: Sequence[str] = (), dry_run: bool = False) -> PublishResult:
+        return PublishResult(
+            created=self.created,
+            updated=self.updated,
+            unchanged=self.unchanged,
+            changes=self.changes,
+            orphaned=list(orphaned),
+            dry_run=dry_run,
+            refreshed=self.refreshed,
+        )
+
+
+def orphans(
+    enabled_names: Iterable[str], schedules: Sequence[Schedule], *, source: Source
+) -> list[str]:
+    """The orphans a publication of ``schedules`` reports, given the names of the enabled rows
+    of its source: for a code publication, those it does not declare, sorted; else none."""
+    if Source(source) is not Source.CODE:
+        return []
+    declared = {s.name for s in schedules}
+    return sorted(name for name in enabled_names if name not in declared)
 
 
 def plan_publish(
@@ -953,6 +984,7 @@ def plan_publish(
                 f"not {source.value!r}",
             )
         quarantined = row["last_status"] == SCHEDULE_INVALID
+        stored = row_definition(row)
         enabled = bool(row["enabled"])
         stored_last: datetime | None = utc(row["last_run_at"])
         later: datetime | None = None
@@ -961,7 +993,7 @@ def plan_publish(
             assert theirs is not None
             later = theirs if stored_last is None or theirs > stored_last else stored_last
         printed = fingerprint(wanted)
-        if wanted == row_definition(row) and not quarantined:
+        if wanted == stored and not quarantined:
             if later is None or later == stored_last:
                 actions.unchanged.append(schedule.name)
                 if row.get("published_fingerprint") is None:
@@ -985,6 +1017,10 @@ def plan_publish(
             )
             actions.refreshed.append(schedule.name)
             continue
+        changes = definition_changes(stored, wanted)
+        if quarantined:
+            changes.append(FieldChange(field="last_status", old=SCHEDULE_INVALID, new=None))
+        actions.changes[schedule.name] = changes
         values = dict(wanted)
         values["enabled"] = enabled
         # A changed definition, or a quarantined row (repaired by this publish).

@@ -100,6 +100,7 @@ class MemoryStore:
         *,
         source: Source = Source.CODE,
         follow_last_run: bool = False,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -118,6 +119,17 @@ class MemoryStore:
                 definitions=definitions,
                 follow_last_run=follow_last_run,
             )
+            orphaned = common.orphans(
+                (
+                    row["name"]
+                    for row in self._schedules.values()
+                    if row["source"] == Source(source).value and row["enabled"]
+                ),
+                schedules,
+                source=source,
+            )
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             for row in actions.inserts:
                 self._insert(row, now)
             for rep in actions.replaces:
@@ -129,12 +141,7 @@ class MemoryStore:
                 self._schedules[sid]["published_fingerprint"] = printed
         if actions.changed:
             self.notify("schedule:0")
-        return PublishResult(
-            created=actions.created,
-            updated=actions.updated,
-            unchanged=actions.unchanged,
-            refreshed=actions.refreshed,
-        )
+        return actions.result(orphaned=orphaned)
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         wanted = set(names)
@@ -492,6 +499,34 @@ class MemoryStore:
             for sid, e in latest.items():
                 if sid in self._schedules:
                     self._schedules[sid]["last_status"] = e["status"]
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        claimed: list[int] = []
+        with self._lock:
+            if not self._lease_valid(lease):
+                return claimed
+            for execution_id in wanted:
+                e = self._executions.get(execution_id)
+                if (
+                    e is None
+                    or e["kind"] != ExecutionKind.MANUAL.value
+                    or e["status"] != ExecutionStatus.CLAIMED.value
+                    or e["fencing_token"] is not None
+                ):
+                    continue
+                e.update(scheduler_id=scheduler_id, fencing_token=lease.token)
+                claimed.append(execution_id)
+                schedule = self._schedules.get(e["schedule_id"])
+                if schedule is None:
+                    continue
+                if schedule["last_run_at"] is None or schedule["last_run_at"] < e["scheduled_at"]:
+                    schedule["last_run_at"] = e["scheduled_at"]
+                schedule["total_run_count"] += 1
+                schedule["last_status"] = ExecutionStatus.CLAIMED.value
+        return claimed
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -289,6 +289,7 @@ class PostgresStore:
         *,
         source: Source = Source.CODE,
         follow_last_run: bool = False,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -309,6 +310,16 @@ class PostgresStore:
                 definitions=definitions,
                 follow_last_run=follow_last_run,
             )
+            orphaned: list[str] = []
+            if Source(source) is Source.CODE:
+                rows = self._fetch(
+                    conn,
+                    "orphans",
+                    {"source": Source.CODE.value, "names": [s.name for s in schedules]},
+                )
+                orphaned = [r["name"] for r in rows]
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
                     cur.executemany(
@@ -333,12 +344,7 @@ class PostgresStore:
                     )
             if actions.changed:
                 self._notify(conn, "schedule:0")
-        return PublishResult(
-            created=actions.created,
-            updated=actions.updated,
-            unchanged=actions.unchanged,
-            refreshed=actions.refreshed,
-        )
+        return actions.result(orphaned=orphaned)
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         with self._session() as conn, conn.transaction():
@@ -650,6 +656,26 @@ class PostgresStore:
                     "errors": [o.error for o in outcomes],
                 },
             )
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        if not wanted:
+            return []
+        with self._session() as conn, conn.transaction():
+            rows = self._fetch(
+                conn,
+                "claim_manual_runs",
+                {
+                    "name": lease.name,
+                    "holder": lease.holder,
+                    "token": lease.token,
+                    "scheduler_id": scheduler_id,
+                    "ids": wanted,
+                },
+            )
+        return sorted(int(r["id"]) for r in rows)
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -257,6 +257,7 @@ class SQLiteStore:
         *,
         source: Source = Source.CODE,
         follow_last_run: bool = False,
+        dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
@@ -284,6 +285,14 @@ class SQLiteStore:
                 definitions=definitions,
                 follow_last_run=follow_last_run,
             )
+            orphaned: list[str] = []
+            if Source(source) is Source.CODE:
+                candidates = conn.execute(
+                    self._q["prune_candidates"], {"source": Source.CODE.value}
+                )
+                orphaned = common.orphans((r["name"] for r in candidates), schedules, source=source)
+            if dry_run:
+                return actions.result(orphaned=orphaned, dry_run=True)
             for new in actions.inserts:
                 self._insert(conn, new, now_text)
             for rep in actions.replaces:
@@ -300,12 +309,7 @@ class SQLiteStore:
                 self._bump(conn, "schedule:0")
         if actions.changed:
             self._wake_local()
-        return PublishResult(
-            created=actions.created,
-            updated=actions.updated,
-            unchanged=actions.unchanged,
-            refreshed=actions.refreshed,
-        )
+        return actions.result(orphaned=orphaned)
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         found: set[str] = set()
@@ -613,6 +617,31 @@ class SQLiteStore:
                     latest[sid] = (row["scheduled_at"], row["status"])
             for sid, (_, status) in latest.items():
                 conn.execute(self._q["schedule_last_status"], {"id": sid, "status": status})
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
+    ) -> list[int]:
+        wanted = common.execution_ids("execution_ids", execution_ids)
+        claimed: list[int] = []
+        if not wanted:
+            return claimed
+        with self._write() as conn:
+            if not self._lease_ok(conn, lease):
+                return claimed
+            for execution_id in wanted:
+                row = conn.execute(
+                    self._q["claim_manual_run"],
+                    {"id": execution_id, "scheduler_id": scheduler_id, "token": lease.token},
+                ).fetchone()
+                if row is None:
+                    continue
+                claimed.append(execution_id)
+                if row["schedule_id"] is not None:
+                    conn.execute(
+                        self._q["manual_run"],
+                        {"schedule_id": row["schedule_id"], "at": row["scheduled_at"]},
+                    )
+        return claimed
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,75 @@ def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     shot.parent.mkdir(exist_ok=True)
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
+
+
+SOLAR_SCREENSHOT = ROOT / "docs" / "admin-solar-schedule.png"
+
+
+def test_a_solar_schedule_page_and_an_add_form_for_each_trigger_kind(
+    page: Any, live_server: Any, store: Any, tmp_path: Path
+) -> None:
+    from goatbeat.core.model import Schedule, Source
+    from goatbeat.core.triggers import CronTrigger, IntervalTrigger, OnceTrigger, SolarTrigger
+
+    admin = f"{live_server.url}/admin/goatbeat/schedule/"
+    task = "tests.django.project.mail.tasks.send_email"
+    solar = store.create(
+        Schedule(
+            name="lights-on",
+            task=task,
+            trigger=SolarTrigger(event="sunset", latitude=48.8566, longitude=2.3522),
+            source=Source.DJANGO_CELERY_BEAT,
+        )
+    )
+    page.goto(f"{admin}{solar.id}/change/")
+    current = page.locator(".field-current_trigger").inner_text()
+    assert "sunset at 48.8566°N 2.3522°E (latitude 48.8566, longitude 2.3522)" in current
+    assert page.locator("#id_trigger_kind").input_value() == "solar"
+    assert page.locator("#id_latitude").is_visible() and not page.locator("#id_cron").is_visible()
+    shot = (
+        SOLAR_SCREENSHOT
+        if os.environ.get("GOATBEAT_UPDATE_SCREENSHOTS")
+        else tmp_path / "solar.png"
+    )
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    page.fill("#id_description", "porch lights")
+    page.click("input[name=_save]")
+    page.wait_for_url(admin)
+    after = store.get("lights-on")
+    assert after.description == "porch lights"
+    assert after.trigger == solar.trigger and after.next_run_at == solar.next_run_at
+
+    kinds = {
+        "cron": ({"#id_cron": "30 8 * * *"}, CronTrigger("30 8 * * *", timezone="Europe/Paris")),
+        "interval": (
+            {"#id_every": "15m", "#id_anchor": "2026-01-01T00:07:00Z"},
+            IntervalTrigger("15m", anchor=datetime(2026, 1, 1, 0, 7, tzinfo=UTC)),
+        ),
+        "once": (
+            {"#id_at": "2031-01-01T09:00:00+01:00"},
+            OnceTrigger(datetime(2031, 1, 1, 8, 0, tzinfo=UTC)),
+        ),
+        "solar": (
+            {"#id_latitude": "-33.9", "#id_longitude": "18.4"},
+            SolarTrigger(event="dawn_civil", latitude=-33.9, longitude=18.4),
+        ),
+    }
+    for kind, (fields, expected) in kinds.items():
+        page.goto(admin + "add/")
+        page.fill("#id_name", f"added-{kind}")
+        page.fill("#id_task", task)
+        page.select_option("#id_trigger_kind", kind)
+        # Only the chosen kind's fields show.
+        assert page.locator("#id_cron").is_visible() == (kind == "cron")
+        assert page.locator("#id_every").is_visible() == (kind == "interval")
+        assert page.locator("#id_at").is_visible() == (kind == "once")
+        assert page.locator("#id_solar_event").is_visible() == (kind == "solar")
+        if kind == "solar":
+            page.select_option("#id_solar_event", "dawn_civil")
+        for selector, value in fields.items():
+            page.fill(selector, value)
+        page.click("input[name=_save]")
+        page.wait_for_url(admin)
+        assert store.get(f"added-{kind}").trigger == expected, kind

@@ -45,6 +45,7 @@ def test_schedule_list_json_publishes_code_schedules_and_lists_every_schedule(st
 
 
 def test_schedule_run_asks_for_a_manual_run(store: Any) -> None:
+    goatbeat("publish")
     out = goatbeat("schedule", "run", "daily-report")
     assert "daily-report" in out
     (execution,) = store.executions(name="daily-report")
@@ -67,6 +68,7 @@ def test_schedule_prune_disables_code_schedules_no_longer_declared(store: Any) -
             )
         ]
     )
+    goatbeat("publish")
     out = goatbeat("schedule", "prune")
     assert "retired" in out
     assert store.get("retired").enabled is False
@@ -76,6 +78,7 @@ def test_schedule_prune_disables_code_schedules_no_longer_declared(store: Any) -
 def test_scheduler_once_submits_requested_runs_to_django_tasks(store: Any) -> None:
     from django_tasks_db.models import DBTaskResult
 
+    goatbeat("publish")
     goatbeat("schedule", "run", "ping")
     out = goatbeat("scheduler", "--once")
     assert json.loads(out.strip().splitlines()[-1])["leader"] is True
@@ -151,3 +154,34 @@ def test_the_real_command_line_gives_click_the_arguments_and_the_exit_status(sto
     unknown = manage("goatbeat", "schedule", "run", "nope")
     assert unknown.returncode == 2
     assert "goatbeat: error: schedule: no schedule named 'nope'" in unknown.stderr
+
+
+def test_manage_py_goatbeat_publish_says_what_it_did_and_logs_the_events(
+    store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.publish(
+        [
+            Schedule(
+                name="retired",
+                task="tests.django.project.mail.tasks.send_email",
+                trigger=IntervalTrigger("1h"),
+            )
+        ]
+    )
+    err = StringIO()
+    call_command("goatbeat", "publish", "--dry-run", stdout=StringIO(), stderr=err)
+    assert "publish --dry-run" in err.getvalue() and "nothing written" in err.getvalue()
+    assert [s.name for s in store.list_schedules()] == ["retired"]
+
+    err = StringIO()
+    with caplog.at_level("INFO", logger="goatbeat"):
+        call_command("goatbeat", "publish", stdout=StringIO(), stderr=err)
+
+    report = err.getvalue()
+    assert "  create  daily-report" in report.splitlines()
+    assert "  orphaned  retired: enabled, no longer declared" in report
+    assert store.get("daily-report").source is Source.CODE
+    # Django's LOGGING gets the events even though the command printed them in words.
+    orphaned = [r for r in caplog.records if r.getMessage() == "schedule.orphaned"]
+    assert [r.goatbeat["schedule"] for r in orphaned] == ["retired"]  # type: ignore[attr-defined]
+    assert orphaned[0].levelname == "WARNING"

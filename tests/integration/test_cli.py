@@ -128,6 +128,7 @@ def test_schedule_list_json_has_every_field(app_dir, db):
 
 def test_schedule_show_prints_definition_next_fires_and_executions(app_dir, db):
     spec = write_app(app_dir, APP)
+    assert invoke("--app", spec, "--database", db, "publish").exit_code == 0
     assert invoke("--app", spec, "--database", db, "schedule", "run", "often").exit_code == 0
     assert invoke("--app", spec, "--database", db, "scheduler", "--once").exit_code == 0
     result = invoke("--app", spec, "--database", db, "schedule", "show", "often", "--count", "3")
@@ -147,6 +148,7 @@ def test_schedule_show_prints_definition_next_fires_and_executions(app_dir, db):
 
 def test_schedule_run_is_submitted_by_the_next_scheduler_iteration(app_dir, db):
     spec = write_app(app_dir, APP)
+    assert invoke("--app", spec, "--database", db, "publish").exit_code == 0
     result = invoke("--app", spec, "--database", db, "schedule", "run", "hourly")
     assert result.exit_code == 0 and "hourly:manual:" in result.output
     once = invoke("--app", spec, "--database", db, "scheduler", "--once")

@@ -186,7 +186,7 @@ def test_the_goatbeat_command_survives_damaged_rows_and_lists_them(
         assert f"  {name}: {column} column holds " in listed.output
     as_json = runner.invoke(cli, ["--app", spec, "schedule", "list", "--json"])
     assert as_json.exit_code == 0, as_json.output
-    by_name = {d["name"]: d for d in json.loads(as_json.output)}
+    by_name = {d["name"]: d for d in json.loads(as_json.stdout)}
     assert by_name["good"]["damaged"] is None and by_name["good"]["total_run_count"] >= 4
     for name, column in damaged.items():
         assert by_name[name]["damaged"]["column"] == column

@@ -219,3 +219,11 @@ def test_default_scheduler_id_is_host_pid_random_and_unique() -> None:
     assert first != second
     assert re.fullmatch(rf".+:{os.getpid()}:[0-9a-f]{{6}}", first)
     assert parse_settings({}).scheduler_id != parse_settings({}).scheduler_id
+
+
+def test_prune_on_publish_is_off_by_default_and_only_a_boolean() -> None:
+    assert parse_settings({}).prune_on_publish is False
+    assert parse_settings({"prune_on_publish": True}).prune_on_publish is True
+    with pytest.raises(ConfigError) as exc:
+        parse_settings({"prune_on_publish": "yes"})
+    assert str(exc.value.problems[0]) == "prune_on_publish: 'yes' is not True or False"

@@ -2,8 +2,9 @@
 
 One implementation: the arguments go, untouched, to the click group :data:`goatbeat.cli.cli`
 with the project's registry (:func:`goatbeat.django.cli_app`) as the app, so every subcommand
-(``scheduler [--once]``, ``schedule list --json``, ``schedule run NAME``, ``schedule prune``,
-``migrate``, ``import_celery_beat``, ``diff`` ...) behaves exactly as ``goatbeat`` does.
+(``scheduler [--once]``, ``publish [--dry-run]``, ``schedule list --json``, ``schedule run
+NAME``, ``schedule prune``, ``schedule delete NAME``, ``migrate``, ``import_celery_beat``,
+``diff`` ...) behaves exactly as ``goatbeat`` does.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 class Command(BaseCommand):  # type: ignore[misc]
     help = (
-        "goatbeat on this project: scheduler [--once] | schedule list [--json] | "
-        "schedule run NAME | schedule prune | import_celery_beat | migrate "
+        "goatbeat on this project: scheduler [--once] | publish [--dry-run] | "
+        "schedule list [--json] | schedule run NAME | schedule prune | schedule delete NAME | "
+        "import_celery_beat | migrate "
         "(`manage.py goatbeat --help` lists every command)"
     )
     # The arguments belong to the click group, which prints its own help.

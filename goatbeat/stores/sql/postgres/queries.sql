@@ -99,6 +99,12 @@ WHERE schedule_id = (SELECT id FROM goatbeat_schedule WHERE name = %(name)s)
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
 
+-- name: orphans
+-- Enabled rows of a source that a publication of these names does not declare.
+SELECT name FROM goatbeat_schedule
+WHERE source = %(source)s AND enabled AND NOT (name = ANY(%(names)s::text[]))
+ORDER BY name;
+
 -- name: prune
 UPDATE goatbeat_schedule SET
     enabled = false, next_run_at = NULL, version = version + 1, updated_at = now()
@@ -245,6 +251,35 @@ FROM (SELECT DISTINCT ON (schedule_id) schedule_id, status
       FROM changed WHERE schedule_id IS NOT NULL
       ORDER BY schedule_id, scheduled_at DESC) AS latest
 WHERE s.id = latest.schedule_id;
+
+-- name: claim_manual_runs
+-- Run-now executions not yet claimed by a scheduler, claimed by the lease holder (its id and
+-- fencing token; the lease checked and row-locked as a claim does), each counting as a run of
+-- its schedule (last_run_at only moves forward). One statement: nothing if the lease is stale.
+WITH lease AS (
+    SELECT 1 FROM goatbeat_lease AS l
+    WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.token = %(token)s
+      AND l.expires_at > now()
+    FOR SHARE OF l
+), claimed AS (
+    UPDATE goatbeat_execution AS e SET
+        scheduler_id = %(scheduler_id)s, fencing_token = %(token)s
+    WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind = 'manual' AND e.status = 'claimed'
+      AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)
+    RETURNING e.id, e.schedule_id, e.scheduled_at
+), runs AS (
+    SELECT schedule_id, max(scheduled_at) AS at, count(*) AS n
+    FROM claimed WHERE schedule_id IS NOT NULL GROUP BY schedule_id
+), counted AS (
+    UPDATE goatbeat_schedule AS s SET
+        last_run_at = CASE WHEN s.last_run_at IS NULL OR s.last_run_at < runs.at THEN runs.at
+                           ELSE s.last_run_at END,
+        total_run_count = s.total_run_count + runs.n,
+        last_status = 'claimed'
+    FROM runs WHERE s.id = runs.schedule_id
+    RETURNING s.id
+)
+SELECT id FROM claimed;
 
 -- name: record_finished
 WITH changed AS (

@@ -170,6 +170,22 @@ UPDATE goatbeat_execution SET
 WHERE id = :id AND status = 'claimed'
 RETURNING schedule_id, scheduled_at, status;
 
+-- name: claim_manual_run
+-- A run-now execution is claimed by the leader that submits it (its id and fencing token),
+-- once: a resubmission carries the same token, as for a claimed occurrence.
+UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token
+WHERE id = :id AND kind = 'manual' AND status = 'claimed' AND fencing_token IS NULL
+RETURNING schedule_id, scheduled_at;
+
+-- name: manual_run
+-- ... and counts as a run of its schedule (last_run_at only moves forward).
+UPDATE goatbeat_schedule SET
+    last_run_at = CASE WHEN last_run_at IS NULL OR last_run_at < :at THEN :at
+                       ELSE last_run_at END,
+    total_run_count = total_run_count + 1,
+    last_status = 'claimed'
+WHERE id = :schedule_id;
+
 -- name: schedule_last_status
 UPDATE goatbeat_schedule SET last_status = :status WHERE id = :id;
 
