@@ -60,7 +60,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +192,7 @@ class ScheduleStore(Protocol):
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         """Those of ``names`` whose definition is no longer the one :meth:`publish` last wrote:
         an :meth:`update` (the admin, the API) changed it since. Rows :meth:`create` made, and
-        rows not published since schema version 4 (no fingerprint yet), are never reported.
+        rows not published since schema version 3 (no fingerprint yet), are never reported.
         Read-only."""
         ...
 

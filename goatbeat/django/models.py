@@ -60,7 +60,7 @@ class Schedule(models.Model):  # type: ignore[misc]
     description = models.TextField(default="", blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
-    # Schema version 4: what the last publish wrote (see ScheduleStore.edited_since_publish).
+    # Schema version 3: what the last publish wrote (see ScheduleStore.edited_since_publish).
     published_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
 
     class Meta:

@@ -32,9 +32,9 @@ _REVERSE = {
         "DROP TABLE IF EXISTS goatbeat_delivery;"
         "DELETE FROM goatbeat_schema_version WHERE version = 2;"
     ),
-    4: (
+    3: (
         "ALTER TABLE goatbeat_schedule DROP COLUMN IF EXISTS published_fingerprint;"
-        "DELETE FROM goatbeat_schema_version WHERE version = 4;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 3;"
     ),
 }
 

@@ -300,7 +300,7 @@ def _instant_text(value: Any) -> str:
 
 def edited(row: Mapping[str, Any]) -> bool:
     """Whether a stored row's definition changed since the publish that recorded its
-    fingerprint (rows without one, created in the admin or before schema 4: never)."""
+    fingerprint (rows without one, created in the admin or before schema 3: never)."""
     recorded = row.get("published_fingerprint")
     return recorded is not None and recorded != fingerprint(row_definition(row))
 
@@ -907,7 +907,7 @@ class PublishActions:
     inserts: list[dict[str, Any]] = field(default_factory=list)
     replaces: list[Replace] = field(default_factory=list)
     fingerprints: list[tuple[int, str]] = field(default_factory=list)
-    """(id, fingerprint) of unchanged rows that had none (published before schema 4)."""
+    """(id, fingerprint) of unchanged rows that had none (published before schema 3)."""
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)

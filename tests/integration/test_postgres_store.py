@@ -254,8 +254,8 @@ def test_migrate_twice_is_a_no_op_and_records_the_version(pg_dsn: str) -> None:
 
         assert _schema(pg_dsn) == schema
         assert _rows(pg_dsn, "SELECT version, applied_at FROM goatbeat_schema_version") == versions
-        assert [v for v, _ in versions] == [1, 2, 4]
-        assert store.info()["schema_version"] == 4
+        assert [v for v, _ in versions] == [1, 2, 3]
+        assert store.info()["schema_version"] == 3
         assert {r[0] for r in schema} >= {
             "goatbeat_schedule",
             "goatbeat_execution",
@@ -275,7 +275,7 @@ def test_migration_sql_run_by_hand_builds_what_migrate_builds(
 
     by_hand = create_database(postgres_server)
     try:
-        for version in (1, 2, 4):
+        for version in (1, 2, 3):
             with psycopg.connect(by_hand) as conn:  # a transaction, as Django's migration has
                 conn.execute(postgres_migration_sql(version))
         store = PostgresStore(pg_dsn)
@@ -283,10 +283,10 @@ def test_migration_sql_run_by_hand_builds_what_migrate_builds(
         store.close()
 
         assert _schema(by_hand) == _schema(pg_dsn)
-        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (4,)]
+        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (3,)]
         again = PostgresStore(by_hand)
         again.migrate()  # recorded: nothing to do, and no error from re-creating tables
-        assert again.info()["schema_version"] == 4
+        assert again.info()["schema_version"] == 3
         again.close()
     finally:
         drop_database(postgres_server, by_hand)
@@ -310,7 +310,7 @@ def test_concurrent_migrations_serialise(pg_dsn: str) -> None:
     for t in threads:
         t.join(60)
     assert errors == []
-    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (4,)]
+    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (3,)]
 
 
 def test_due_query_can_walk_the_partial_index(pg_dsn: str, stores: list[PostgresStore]) -> None:

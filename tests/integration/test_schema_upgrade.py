@@ -32,9 +32,9 @@ T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
 # The reverse of each version after 1, newest first (the Django app's reverse SQL says the same).
 _REVERSE = {
-    4: [
+    3: [
         "ALTER TABLE goatbeat_schedule DROP COLUMN published_fingerprint",
-        "DELETE FROM goatbeat_schema_version WHERE version = 4",
+        "DELETE FROM goatbeat_schema_version WHERE version = 3",
     ],
     2: [
         "DROP TABLE goatbeat_task_key",
@@ -119,11 +119,11 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.info()["schema_version"] == previous
         store.migrate()
 
-        assert store.info()["schema_version"] == 4
+        assert store.info()["schema_version"] == 3
         assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
         assert "published_fingerprint" in _columns(database)
         assert _everything(store) == before
-        # Rows published before version 4 carry no fingerprint: no edit can be claimed yet.
+        # Rows published before version 3 carry no fingerprint: no edit can be claimed yet.
         assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == set()
         grant = store.acquire_lease("scheduler", "new", timedelta(minutes=5))
         assert grant is not None

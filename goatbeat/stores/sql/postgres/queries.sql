@@ -74,7 +74,7 @@ RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchan
           missed_count, version, description, created_at, updated_at;
 
 -- name: schedule_set_fingerprint
--- A row published before schema version 4 whose definition is what is published again: record
+-- A row published before schema version 3 whose definition is what is published again: record
 -- it, without a version bump (nothing a scheduler reads changes).
 UPDATE goatbeat_schedule SET published_fingerprint = %(published_fingerprint)s
 WHERE id = %(id)s AND published_fingerprint IS NULL;

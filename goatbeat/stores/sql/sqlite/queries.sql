@@ -62,7 +62,7 @@ UPDATE goatbeat_schedule SET
 WHERE id = :id AND version = :version;
 
 -- name: schedule_set_fingerprint
--- A row published before schema version 4 whose definition is what is published again: record
+-- A row published before schema version 3 whose definition is what is published again: record
 -- it, without a version bump (nothing a scheduler reads changes).
 UPDATE goatbeat_schedule SET published_fingerprint = :published_fingerprint
 WHERE id = :id AND published_fingerprint IS NULL;

@@ -1,10 +1,9 @@
-"""goatbeat schema version 4: ``goatbeat_schedule.published_fingerprint``, the fingerprint of
+"""goatbeat schema version 3: ``goatbeat_schedule.published_fingerprint``, the fingerprint of
 the definition the last publish wrote, so ``import_celery_beat`` can tell an operator's edit
 from its own earlier import.
 
 Like 0001 and 0002, the database side runs the very SQL ``goatbeat migrate`` runs
-(``sql/postgres/0004_published_fingerprint.sql``); the state side adds the field.
-(Version 3 is another change; the chain is 0002 -> 0004 on this branch.)
+(``sql/postgres/0003_published_fingerprint.sql``); the state side adds the field.
 """
 
 from django.db import migrations, models
@@ -17,7 +16,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.SeparateDatabaseAndState(
-            database_operations=[RunGoatbeatSQL(version=4)],
+            database_operations=[RunGoatbeatSQL(version=3)],
             state_operations=[
                 migrations.AddField(
                     model_name="schedule",

@@ -1,6 +1,6 @@
--- goatbeat schema, version 4 (PostgreSQL): the fingerprint of each schedule's published
+-- goatbeat schema, version 3 (PostgreSQL): the fingerprint of each schedule's published
 -- definition. (Version 3 is another change; the versions are applied by number, each once.)
--- Like 0001, `goatbeat migrate` and the Django app's migration 0004 run this very file.
+-- Like 0001, `goatbeat migrate` and the Django app's migration 0003 run this very file.
 
 -- What the last publish (code, `celery beat -S goatbeat`, `import_celery_beat`) wrote: a hash
 -- of the definition. An edit made since (admin, API) changes the definition but not this, so

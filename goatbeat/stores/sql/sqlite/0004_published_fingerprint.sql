@@ -1,3 +1,0 @@
--- goatbeat schema, version 4 (SQLite): the fingerprint of each schedule's published
--- definition; see ../postgres/0004_published_fingerprint.sql for why.
-ALTER TABLE goatbeat_schedule ADD COLUMN published_fingerprint TEXT NULL;
