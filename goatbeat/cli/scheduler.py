@@ -51,6 +51,14 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     "0 to claim only what is due).",
 )
 @click.option("--batch-size", type=int, default=None, help="Claims per transaction (500).")
+@click.option(
+    "--max-submit-retries",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Retries a failed submission gets even when its misfire grace is shorter (default 5); "
+    "within the grace it is retried until the grace runs out.",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -61,6 +69,7 @@ def scheduler(
     max_sleep: str | None,
     claim_ahead: str | None,
     batch_size: int | None,
+    max_submit_retries: int | None,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -72,6 +81,7 @@ def scheduler(
             ("max_sleep", max_sleep),
             ("claim_ahead", claim_ahead),
             ("batch_size", batch_size),
+            ("max_submit_retries", max_submit_retries),
         )
         if value is not None
     }

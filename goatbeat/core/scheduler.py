@@ -6,14 +6,16 @@ One :meth:`Scheduler.run_once` is one iteration:
    (``scheduler.error``), the lease is dropped locally and the loop backs off; it never crashes.
 2. Not the holder (or past the local deadline): dispatch nothing; sleep until the lease could
    expire or a release NOTIFY arrives.
-3. On becoming leader (a new fencing token), resubmit every ``claimed`` execution the store
-   holds (``pending()``): a crash between submission and bookkeeping left them; their key is
-   unchanged, so dispatch is at least once. Every iteration also submits pending rows that are
-   not waiting for a retry: manual run requests arrive that way.
+3. Resubmit the ``claimed`` executions the store holds (``pending()``): a crash between
+   submission and bookkeeping left them (their key is unchanged, so dispatch is at least
+   once), manual run requests arrive that way, and failed submissions come back when their
+   retry is due. The backoff is in the rows, so a new leader keeps the old one's.
 4. Claim due occurrences in batches of ``batch_size`` while full batches come back and the local
    deadline still holds, submit them, and record the outcomes of each batch in one call.
 5. Sleep (``store.wait``, so a NOTIFY ends it early) until the earliest of the next
-   ``next_run_at`` (less ``claim_ahead``), the lease renewal, a submit retry, and ``max_sleep``.
+   ``next_run_at`` (less ``claim_ahead``), the lease renewal, the next submit retry
+   (``next_retry_at()``, asked only after becoming leader or a failed submission), and
+   ``max_sleep``.
 
 Claiming ahead. When the earliest ``next_run_at`` is less than ``claim_ahead`` (250 ms by
 default) away by the store's clock, the iteration claims the schedules due at that instant
@@ -86,8 +88,10 @@ class IterationResult:
     retrying: int = 0
     """Failed submissions that will be retried."""
     failed: int = 0
-    """Failed submissions marked ``submit_failed``."""
+    """Failed submissions marked ``submit_failed`` (missed ones included)."""
     missed: int = 0
+    """Occurrences dropped by misfire policies, and those whose grace ran out while their
+    submission was being retried."""
     conflicts: int = 0
     refused: bool = False
     error: str | None = None
@@ -121,6 +125,7 @@ class _Tally:
         self.resubmitted += batch.resubmitted
         self.retrying += batch.retrying
         self.failed += batch.failed
+        self.missed += batch.missed
 
     def result(self, **fields: Any) -> IterationResult:
         """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
@@ -162,6 +167,8 @@ class Scheduler:
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
         self._due_read: tuple[datetime | None] | None = None
         self._error_streak = 0
+        # Whether a claimed row may be backing off, so the sleep must ask for the next retry.
+        self._retries_possible = True
         self.submission = Submission(
             store,
             submitter,
@@ -305,8 +312,8 @@ class Scheduler:
                     became_leader = True
                     self._leader_token = grant.token
                     self._standby_logged = False
-                    # Backoff state belongs to the previous reign; pending rows go out now.
-                    self.submission.backoff.clear()
+                    # Rows another reign left backing off: wake for their retries.
+                    self._retries_possible = True
                 else:
                     log_event(
                         "lease.renewed",
@@ -321,7 +328,7 @@ class Scheduler:
             grant = self.lease.grant
             assert grant is not None
             stage = "pending"
-            self._submit_pending(grant, tally, force=became_leader)
+            self._submit_pending(grant, tally)
             stage = "claim"
             self._claim_and_submit(grant, tally)
             stage = "sleep"
@@ -370,22 +377,20 @@ class Scheduler:
 
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
 
-    def _submit_pending(self, grant: LeaseGrant, tally: _Tally, *, force: bool) -> None:
+    def _submit_pending(self, grant: LeaseGrant, tally: _Tally) -> None:
         """Submit ``claimed`` rows page by page while pages come back full. Rows backing off
-        from a failed submission are left out of the query, so every page is ready however
-        many wait, and this always ends: a row leaves the next page by being submitted, by
-        failing for good, or by failing again (it then backs off)."""
+        from a failed submission are left out by the store (their ``retry_at``), so every
+        page is ready however many wait, and this always ends: a row leaves the next page by
+        being submitted, by failing for good, or by failing again (it then backs off)."""
         limit = self.settings.batch_size
         while self.lease.is_held() and not self._stop.is_set():
-            waiting = [] if force else self.submission.backoff.waiting()
-            rows = self.store.pending(limit=limit, exclude=waiting)
+            rows = self.store.pending(limit=limit)
             if not rows:
                 return
             if self._store_ref is None:
                 # Another scheduler may have claimed some ahead of their instant.
                 self._store_reference()
             self._submit_batch(rows, grant, tally, pending=True)
-            force = False
             if len(rows) < limit:
                 return
 
@@ -520,7 +525,10 @@ class Scheduler:
         pending: bool,
         sent: list[Sent | None] | None = None,
     ) -> None:
-        tally.add(self.submission.submit(occurrences, grant, pending=pending, sent=sent))
+        counts = self.submission.submit(occurrences, grant, pending=pending, sent=sent)
+        if counts.retrying:
+            self._retries_possible = True
+        tally.add(counts)
 
     # -- sleeping -------------------------------------------------------------------------------
 
@@ -540,9 +548,12 @@ class Scheduler:
             # enough to claim ahead of the instant.
             until = nxt - self._store_now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
-        retry_in = self.submission.backoff.next_retry_in()
-        if retry_in is not None:
-            candidates.append(retry_in)
+        if self._retries_possible:
+            retry_at = self.store.next_retry_at()
+            if retry_at is None:
+                self._retries_possible = False
+            else:
+                candidates.append((retry_at - self._store_now()).total_seconds())
         sleep = max(0.0, min(candidates))
         if sleep < MIN_IDLE_SLEEP and not (tally.claimed or tally.submitted or tally.failed):
             sleep = MIN_IDLE_SLEEP

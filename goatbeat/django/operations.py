@@ -32,6 +32,10 @@ _REVERSE = {
         "DROP TABLE IF EXISTS goatbeat_delivery;"
         "DELETE FROM goatbeat_schema_version WHERE version = 2;"
     ),
+    5: (
+        "ALTER TABLE goatbeat_execution DROP COLUMN IF EXISTS retry_at;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 5;"
+    ),
 }
 
 

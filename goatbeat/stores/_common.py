@@ -459,7 +459,17 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
         kind=ExecutionKind(row["kind"]),
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
+        misfire_grace=_grace(row.get("misfire_grace")),
     )
+
+
+def _grace(value: Any) -> timedelta | None:
+    """A pending row's schedule grace; None when absent or unreadable (retries by count)."""
+    try:
+        seconds = float(value)
+        return timedelta(seconds=seconds) if seconds >= 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 _DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
@@ -609,6 +619,7 @@ def occurrence_for(
         kind=kind,
         fencing_token=token,
         attempts=0,
+        misfire_grace=schedule.misfire_grace,
     )
 
 

@@ -526,16 +526,30 @@ class SQLiteStore:
         common.check_positive("limit", limit)
         skip = json.dumps(common.execution_ids("exclude", exclude))
         with self._session() as conn:
-            rows = conn.execute(self._q["pending"], {"limit": limit, "exclude": skip}).fetchall()
+            rows = conn.execute(
+                self._q["pending"], {"limit": limit, "exclude": skip, "now": self._now_text()}
+            ).fetchall()
         return [common.occurrence_from_row(_decode(r)) for r in rows]
+
+    def next_retry_at(self) -> datetime | None:
+        with self._session() as conn:
+            row = conn.execute(self._q["next_retry_at"]).fetchone()
+        return None if row is None else decode_time(row["at"])
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
         with self._write() as conn:
-            now = self._now_text()
+            at = self.now()
+            now = encode_time(at)
             latest: dict[int, tuple[str, str]] = {}
+            missed: dict[int, int] = {}
             for outcome in outcomes:
+                retry_at = None
+                if outcome.retry_in is not None:
+                    retry_at = encode_time(
+                        at + timedelta(seconds=max(0.0, float(outcome.retry_in)))
+                    )
                 row = conn.execute(
                     self._q["record_outcome"],
                     {
@@ -545,15 +559,23 @@ class SQLiteStore:
                         "backend_task_id": outcome.backend_task_id,
                         "error": outcome.error,
                         "now": now,
+                        "retry_at": retry_at,
                     },
                 ).fetchone()
                 if row is None or row["schedule_id"] is None:
                     continue
                 sid = int(row["schedule_id"])
+                status = row["status"]
+                if not outcome.ok and outcome.final and outcome.missed:
+                    missed[sid] = missed.get(sid, 0) + 1
+                    status = "missed"
                 if sid not in latest or latest[sid][0] <= row["scheduled_at"]:
-                    latest[sid] = (row["scheduled_at"], row["status"])
+                    latest[sid] = (row["scheduled_at"], status)
             for sid, (_, status) in latest.items():
-                conn.execute(self._q["schedule_last_status"], {"id": sid, "status": status})
+                conn.execute(
+                    self._q["schedule_last_status"],
+                    {"id": sid, "status": status, "missed": missed.get(sid, 0)},
+                )
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
@@ -573,7 +595,7 @@ class SQLiteStore:
             if row["schedule_id"] is not None:
                 conn.execute(
                     self._q["schedule_last_status"],
-                    {"id": row["schedule_id"], "status": row["status"]},
+                    {"id": row["schedule_id"], "status": row["status"], "missed": 0},
                 )
             return True
 

@@ -224,3 +224,27 @@ def test_executions_are_read_only_history_filterable_by_status(
     superuser_client.post(change, {"status": "succeeded"})
     (again,) = store.executions(name="daily-report")
     assert again.status is ExecutionStatus.FAILED
+
+
+def test_failed_and_missed_runs_show_in_the_list_and_the_history(
+    superuser_client: Client, store: Any
+) -> None:
+    from goatbeat.core.model import SubmitOutcome
+
+    store.request_run("ping")
+    (occurrence,) = store.pending(limit=10)
+    error = "missed: not accepted within its misfire grace (60s) after 7 attempts; last error: x"
+    store.record_outcomes(
+        [
+            SubmitOutcome(
+                execution_id=occurrence.execution_id, ok=False, final=True, missed=True, error=error
+            )
+        ]
+    )
+    schedules = reverse(CHANGELIST)
+    missed = superuser_client.get(schedules, {"last_status": "missed"}).content.decode()
+    assert "ping" in missed and "daily-report" not in missed
+    assert ScheduleRow.objects.get(name="ping").missed_count == 1
+    history = reverse("admin:goatbeat_execution_changelist")
+    failed = superuser_client.get(history, {"status__exact": "submit_failed"}).content.decode()
+    assert "ping" in failed and "missed: not accepted within its misfire grace" in failed

@@ -1,9 +1,12 @@
-"""Upgrading a populated version-1 database to version 2 keeps every schedule on its phase.
+"""Upgrading a populated database keeps every schedule on its phase.
 
-The database is built with version 1's SQL only (as a goatbeat release before 0002 left it),
-filled through the store (interval, cron and manual runs, executions in every state), then
-``migrate()`` applies version 2. Nothing of version 1 changes, and claims afterwards land on
-the instants the schedules' phases give, with no repeat and no gap.
+The database is left as an older goatbeat release leaves it: filled through the store
+(interval, cron and manual runs, executions in every state, one left ``claimed`` after a
+failed submission), then the DDL of every version that release did not ship is undone
+(version 5's ``retry_at``; and version 2's tables for a version-1 release). ``migrate()`` then
+applies them again. Nothing already there changes (a row that failed before version 5 has no
+``retry_at``: it is due at once), and claims afterwards land on the instants the schedules'
+phases give, with no repeat and no gap.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from goatbeat.core.model import SubmitOutcome
 from goatbeat.core.store import ScheduleStore
@@ -26,14 +30,30 @@ from tests.conformance.helpers import claim_all, hourly, keys
 T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def _version_1(url: str) -> None:
+_UNDO = {
+    5: [
+        "ALTER TABLE goatbeat_execution DROP COLUMN retry_at",
+        "DELETE FROM goatbeat_schema_version WHERE version = 5",
+    ],
+    2: [
+        "DROP TABLE goatbeat_task_key",
+        "DROP TABLE goatbeat_delivery",
+        "DELETE FROM goatbeat_schema_version WHERE version = 2",
+    ],
+}
+
+
+def _downgrade(url: str, keep: tuple[int, ...]) -> None:
+    """Undo the DDL of every version after ``keep`` (what an older release never ran)."""
+    statements = [sql for version, undo in _UNDO.items() if version not in keep for sql in undo]
     if url.startswith("sqlite:///"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
-            for statement in schema.split_statements(schema.sqlite_migration_sql(1)):
+            for statement in statements:
                 conn.execute(statement)
         return
     with psycopg.connect(url) as conn:
-        conn.execute(schema.postgres_migration_sql(1))
+        for statement in statements:
+            conn.execute(statement)
 
 
 def _everything(store: ScheduleStore) -> tuple[Any, ...]:
@@ -52,11 +72,13 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-def test_a_populated_version_1_database_upgrades_and_keeps_every_phase(database: str) -> None:
-    _version_1(database)
+@pytest.mark.parametrize("old", [(1,), (1, 2)], ids=["from-1", "from-2"])
+def test_a_populated_older_database_upgrades_and_keeps_every_phase(
+    database: str, old: tuple[int, ...]
+) -> None:
     store = open_store(database)
     try:
-        assert store.info()["schema_version"] == 1
+        store.migrate()
         store.publish(
             [
                 hourly("hourly"),
@@ -69,18 +91,26 @@ def test_a_populated_version_1_database_upgrades_and_keeps_every_phase(database:
         first = _claim_minute_by_minute(store, grant, T0, T0 + timedelta(hours=1))
         assert first  # executions exist: some submitted, one failed for good, one left claimed
         store.record_outcomes(
-            [SubmitOutcome(execution_id=o.execution_id, ok=True) for o in first[:-2]]
+            [SubmitOutcome(execution_id=o.execution_id, ok=True) for o in first[:-3]]
+            + [SubmitOutcome(execution_id=first[-3].execution_id, ok=False, error="down")]
             + [SubmitOutcome(execution_id=first[-2].execution_id, ok=False, error="x", final=True)]
         )
         store.request_run("hourly", now=T0 + timedelta(minutes=61))
         before = _everything(store)
         assert store.release_lease("scheduler", "old", grant.token)
+        store.close()
+        _downgrade(database, old)
+        store = open_store(database)
+        assert store.info()["schema_version"] == old[-1]
 
         store.migrate()
 
-        assert store.info()["schema_version"] == 2
+        assert store.info()["schema_version"] == schema.latest_version("postgres")
         assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
         assert _everything(store) == before
+        # The row that failed before the upgrade is due at once; nothing is backing off.
+        assert first[-3].execution_id in {p.execution_id for p in store.pending(limit=100)}
+        assert store.next_retry_at() is None
         grant = store.acquire_lease("scheduler", "new", timedelta(minutes=5))
         assert grant is not None
         later = _claim_minute_by_minute(
