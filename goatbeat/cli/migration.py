@@ -226,13 +226,19 @@ def import_celery_beat(
         raise
     except (GoatbeatError, ImportError) as exc:
         raise UserError(f"cannot read the source: {exc}") from None
+    check_task = _allow_list_check(ctx)
+    if check_task is None:
+        lines.append(
+            "tasks not checked against an allow-list (no --app): the scheduler refuses those "
+            "outside its own (allowed_tasks) when it runs them"
+        )
     with open_target_store(ctx, database) as store:
         if not dry_run:
             store.migrate()  # idempotent; a dry run must not even create tables
         elif not _has_tables(store):
             lines.append("the goatbeat database has no tables yet: everything would be created")
             store = MemoryStore()
-        report = _run(store, entries, dry_run=dry_run, quiet=as_json)
+        report = _run(store, entries, dry_run=dry_run, quiet=as_json, check_task=check_task)
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, sort_keys=True))
     else:
@@ -249,16 +255,42 @@ def _has_tables(store: ScheduleStore) -> bool:
     return True
 
 
+def _allow_list_check(ctx: click.Context) -> Callable[[str], None] | None:
+    """The app's allow-list check (``Beat.check_task``: the Django project's, or ``--app``'s),
+    so an imported task outside it is a FAILED line; None without an app."""
+    obj = ctx.find_object(CliContext)
+    if obj is None or not (obj.app_spec or os.environ.get("GOATBEAT_APP") or _django()):
+        return None
+    try:
+        app = obj.app()
+    except click.ClickException:
+        return None
+    ctx.call_on_close(obj.close)
+    check = getattr(app, "check_task", None)
+    return check if callable(check) else None
+
+
+def _django() -> bool:
+    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+
 def _run(
-    store: ScheduleStore, entries: list[SourceEntry], *, dry_run: bool, quiet: bool
+    store: ScheduleStore,
+    entries: list[SourceEntry],
+    *,
+    dry_run: bool,
+    quiet: bool,
+    check_task: Callable[[str], None] | None = None,
 ) -> ImportReport:
     if len(entries) < _PROGRESS_THRESHOLD or quiet:
-        return import_entries(store, entries, dry_run=dry_run)
+        return import_entries(store, entries, dry_run=dry_run, check_task=check_task)
     total = len(entries)
     stream = sys.stderr
     bar: Any = click.progressbar(length=total, label="importing", file=stream)
     with bar:
-        return import_entries(store, entries, dry_run=dry_run, progress=bar.update)
+        return import_entries(
+            store, entries, dry_run=dry_run, progress=bar.update, check_task=check_task
+        )
 
 
 def _print(report: ImportReport, lines: list[str]) -> None:

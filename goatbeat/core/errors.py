@@ -10,7 +10,8 @@ also inherits the builtin a caller would naturally catch::
     │   ├── InvalidDuration                 "30s", "1h30m", ...
     │   ├── InvalidCoordinate               latitude / longitude / solar event
     │   └── InvalidSchedule                 any other schedule field (args, name, misfire...)
-    │       └── UnsupportedOption           a routing option the submitter cannot honour
+    │       ├── UnsupportedOption           a routing option the submitter cannot honour
+    │       └── TaskNotAllowed              a task outside the allow-list (allowed_tasks)
     ├── ConfigError (ValueError)            settings; carries every problem at once
     ├── NotFound (LookupError)
     │   └── ScheduleNotFound
@@ -83,6 +84,11 @@ class InvalidSchedule(InvalidValue):
 
 class UnsupportedOption(InvalidSchedule):
     """A schedule option (priority, exchange, ...) the configured submitter cannot honour."""
+
+
+class TaskNotAllowed(InvalidSchedule):
+    """A schedule stored outside code names a task that is not a known task: neither declared
+    in code, nor registered with a backend, nor matching ``allowed_tasks``."""
 
 
 class ConfigError(GoatbeatError, ValueError):

@@ -45,6 +45,8 @@ EVENTS = frozenset(
         "schedule.published",
         "schedule.pruned",
         "schedule.run_requested",
+        "schedule.refused",
+        "submitter.unchecked",
         "store.frozen",
         "delivery.skipped",
         "delivery.error",

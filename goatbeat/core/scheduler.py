@@ -27,6 +27,13 @@ Rows another scheduler claimed ahead and left ``claimed`` wait for their instant
 A schedule disabled or edited inside that window keeps the occurrence already claimed, as it
 would a moment later.
 
+Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
+``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
+sent. A stored schedule whose task is outside it (an admin row, an import, a row written with
+SQL) is taken out of scheduling by the store (``refuse``: ``last_status='refused'``,
+``next_run_at`` NULL, its claimed executions ``submit_failed`` with the reason), logged once
+(``schedule.refused``), and nothing of it reaches the backend.
+
 Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
 the retries with backoff after a failed submission, the bookkeeping of every outcome in one
 store call and the per-occurrence log records are :mod:`goatbeat.core.submission`'s; this loop
@@ -44,9 +51,10 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
+from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
-from goatbeat.core.errors import StoreError
+from goatbeat.core.errors import StoreError, short_repr
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import ClaimResult, LeaseGrant, Occurrence
 from goatbeat.core.observability import log_event, logger
@@ -94,6 +102,9 @@ class IterationResult:
     submission was being retried."""
     conflicts: int = 0
     refused: bool = False
+    """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
+    refused_schedules: int = 0
+    """Stored schedules taken out of scheduling because their task is not allowed."""
     error: str | None = None
     sleep: float = 0.0
 
@@ -107,6 +118,7 @@ class _Tally:
         "failed",
         "missed",
         "conflicts",
+        "refused_schedules",
         "refused",
     )
 
@@ -118,6 +130,7 @@ class _Tally:
         self.failed = 0
         self.missed = 0
         self.conflicts = 0
+        self.refused_schedules = 0
         self.refused = False
 
     def add(self, batch: BatchCounts) -> None:
@@ -145,8 +158,11 @@ class Scheduler:
         settings: Settings,
         clock: Clock | None = None,
         lease_name: str = "scheduler",
+        allowed: TaskAllowList | None = None,
     ) -> None:
         self.store = store
+        self.allowed = allowed
+        """The tasks stored schedules may name; None: every task (no check)."""
         self.submitter = submitter
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -390,7 +406,9 @@ class Scheduler:
             if self._store_ref is None:
                 # Another scheduler may have claimed some ahead of their instant.
                 self._store_reference()
-            self._submit_batch(rows, grant, tally, pending=True)
+            allowed = self._screen(rows, grant, tally)
+            if allowed:
+                self._submit_batch(allowed, grant, tally, pending=True)
             if len(rows) < limit:
                 return
 
@@ -418,8 +436,8 @@ class Scheduler:
                 )
                 self._drop_lease()
                 return
-            occurrences = result.occurrences
             self._log_claim(result, grant, tally)
+            occurrences = self._screen(result.occurrences, grant, tally)
             more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
             if not (occurrences and more and self.submission.threaded):
                 if occurrences:
@@ -434,6 +452,38 @@ class Scheduler:
             finally:
                 # Even when that claim failed: what was sent must be recorded.
                 self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
+
+    def _screen(
+        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally
+    ) -> Sequence[Occurrence]:
+        """``occurrences`` whose task is allowed; the schedules of the others are refused by
+        the store (once each), so nothing of theirs is ever submitted."""
+        allow = self.allowed
+        if allow is None or all(allow.allows(occ.task) for occ in occurrences):
+            return occurrences
+        kept: list[Occurrence] = []
+        refused: dict[int, Occurrence] = {}
+        for occ in occurrences:
+            if allow.allows(occ.task):
+                kept.append(occ)
+            else:
+                refused.setdefault(occ.schedule_id, occ)
+        for occ in refused.values():
+            reason = f"refused: {allow.reason(occ.task)}"
+            if self.store.refuse(occ.schedule_id, occ.task, reason=reason):
+                tally.refused_schedules += 1
+                log_event(
+                    "schedule.refused",
+                    level=logging.ERROR,
+                    scheduler_id=self.scheduler_id,
+                    fencing_token=grant.token,
+                    schedule=occ.schedule_name,
+                    task=short_repr(occ.task),
+                    error=reason,
+                )
+            # Otherwise an edit named another task meanwhile (its claimed rows go out with it
+            # on the next pass), or the schedule is gone (its rows ended with it).
+        return kept
 
     def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:
         return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit, now=target)

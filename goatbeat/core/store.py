@@ -207,6 +207,18 @@ class ScheduleStore(Protocol):
         ``missed_count``."""
         ...
 
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        """The scheduler will not run ``task`` (outside the allow-list). If schedule
+        ``schedule_id`` still names ``task``: its ``claimed`` executions end as
+        ``submit_failed`` with ``reason``, and, unless it already is, it is taken out of
+        scheduling (``next_run_at`` NULL, ``last_status='refused'``, ``version+1``;
+        ``enabled`` unchanged). Returns whether it was taken out now (so the caller reports
+        each refusal once). Nothing happens when the row is gone or names another task (an
+        edit fixed it meanwhile: its claimed executions then go out with the new task). An
+        edit of the definition, or disabling and enabling it, schedules it again.
+        Touches: that schedule row and its claimed executions."""
+        ...
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, submit_all
+from goatbeat.core.submit import TaskSubmitter, known_tasks, submit_all
 from goatbeat.submitters.dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "backend_of", "import_task"]
@@ -155,6 +155,25 @@ class DjangoRoutingSubmitter:
             self._submitters[backend] = found
         return found
 
+    def known_tasks(self) -> frozenset[str]:
+        """What the project's backends registered: the Celery app's tasks, the configured
+        Dramatiq broker's actors, the installed apps' Django ``Task`` objects (only the pinned
+        backend's with ``GOATBEAT['submitter']``). RQ keeps no registry. Nothing a schedule
+        names is imported, and no backend is invented (no Dramatiq broker unless configured)."""
+        backends = [self.pinned] if self.pinned else ["celery", "dramatiq", "django_tasks"]
+        names: set[str] = set()
+        for backend in backends:
+            if backend == "dramatiq" and not self._dramatiq_configured():
+                continue
+            if backend == "celery" and "celery" not in self.options and not _celery_installed():
+                continue
+            try:
+                submitter = self.submitter_for(backend)
+            except (LookupError, InvalidValue, ImportError):
+                continue
+            names.update(known_tasks(submitter) or ())
+        return frozenset(names)
+
     # -- TaskSubmitter --------------------------------------------------------------------------------
 
     def validate(self, schedule: Schedule) -> None:
@@ -216,6 +235,12 @@ class DjangoRoutingSubmitter:
         submitters, self._submitters = self._submitters, {}
         for submitter in submitters.values():
             submitter.close()
+
+
+def _celery_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("celery") is not None
 
 
 def _current_celery_app() -> Any:

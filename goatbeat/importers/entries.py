@@ -141,8 +141,15 @@ class _Plan:
     failed: list[tuple[str, str]]
 
 
-def plan_import(store: ScheduleStore, entries: Sequence[SourceEntry]) -> _Plan:
-    """Decide, without writing, what importing ``entries`` changes in ``store``."""
+def plan_import(
+    store: ScheduleStore,
+    entries: Sequence[SourceEntry],
+    *,
+    check_task: Callable[[str], None] | None = None,
+) -> _Plan:
+    """Decide, without writing, what importing ``entries`` changes in ``store``.
+    ``check_task`` (the app's allow-list, ``Beat.check_task``) fails an entry whose task a
+    schedule stored outside code may not name."""
     existing = {s.name: s for s in store.list_schedules()}
     create: list[Schedule] = []
     update: list[Schedule] = []
@@ -159,6 +166,12 @@ def plan_import(store: ScheduleStore, entries: Sequence[SourceEntry]) -> _Plan:
             failed.append((entry.name, entry.problem or "could not be converted"))
             continue
         sched = entry.schedule
+        if check_task is not None:
+            try:
+                check_task(sched.task)
+            except InvalidValue as exc:
+                failed.append((sched.name, str(exc)))
+                continue
         row = existing.get(sched.name)
         if row is None:
             create.append(sched)
@@ -196,17 +209,19 @@ def import_entries(
     dry_run: bool = False,
     chunk_size: int = 500,
     progress: Callable[[int], None] | None = None,
+    check_task: Callable[[str], None] | None = None,
 ) -> ImportReport:
     """Publish the convertible ``entries`` into ``store``; report everything else.
 
     Upsert by name (:meth:`ScheduleStore.publish`): re-running with the same sources changes
     nothing. An operator's ``enabled`` toggle on an existing row survives. ``dry_run`` reads
-    the store and writes nothing. ``progress(n)`` is called as ``n`` more entries are done."""
+    the store and writes nothing. ``progress(n)`` is called as ``n`` more entries are done.
+    ``check_task``: see :func:`plan_import` (an entry outside the allow-list fails)."""
     report = ImportReport(dry_run=dry_run)
     for entry in entries:
         for note in entry.notes:
             report.notes.append((entry.name, note))
-    plan = plan_import(store, entries)
+    plan = plan_import(store, entries, check_task=check_task)
     report.failed.extend(plan.failed)
     report.unchanged.extend(plan.unchanged)
     if progress is not None and (plan.failed or plan.unchanged):

@@ -466,6 +466,26 @@ class MemoryStore:
                     self._schedules[sid]["last_status"] = shown
                     self._schedules[sid]["missed_count"] += missed.get(sid, 0)
 
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._lock:
+            row = self._schedules.get(int(schedule_id))
+            if row is None or row["task"] != task:
+                return False
+            for e in self._executions.values():
+                if e["schedule_id"] == row["id"] and e["status"] == ExecutionStatus.CLAIMED.value:
+                    e.update(
+                        status=ExecutionStatus.SUBMIT_FAILED.value, error=reason, retry_at=None
+                    )
+            if row["last_status"] == "refused" and row["next_run_at"] is None:
+                return False
+            row.update(
+                next_run_at=None,
+                last_status="refused",
+                version=row["version"] + 1,
+                updated_at=self.now(),
+            )
+        return True
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:

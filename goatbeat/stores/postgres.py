@@ -608,6 +608,13 @@ class PostgresStore:
                 },
             )
 
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._session() as conn:
+            row = self._fetch_one(
+                conn, "refuse", {"id": int(schedule_id), "task": task, "reason": reason}
+            )
+        return row is not None and int(row["refused"]) > 0
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:

@@ -577,6 +577,19 @@ class SQLiteStore:
                     {"id": sid, "status": status, "missed": missed.get(sid, 0)},
                 )
 
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._write() as conn:
+            target = conn.execute(
+                self._q["refuse_target"], {"id": int(schedule_id), "task": task}
+            ).fetchone()
+            if target is None:
+                return False
+            conn.execute(self._q["refuse_executions"], {"id": int(schedule_id), "reason": reason})
+            if not target["fresh"]:
+                return False
+            conn.execute(self._q["refuse"], {"id": int(schedule_id), "now": self._now_text()})
+        return True
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:

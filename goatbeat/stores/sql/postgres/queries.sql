@@ -255,6 +255,24 @@ UPDATE goatbeat_schedule AS s SET
 FROM latest JOIN counts USING (schedule_id)
 WHERE s.id = latest.schedule_id;
 
+-- name: refuse
+-- Only while the row still names the refused task: an edit that fixed it wins.
+WITH target AS (
+    SELECT id, (last_status IS DISTINCT FROM 'refused' OR next_run_at IS NOT NULL) AS fresh
+    FROM goatbeat_schedule WHERE id = %(id)s AND task = %(task)s
+    FOR UPDATE
+), refused AS (
+    UPDATE goatbeat_schedule AS s SET
+        next_run_at = NULL, last_status = 'refused', version = s.version + 1, updated_at = now()
+    FROM target WHERE s.id = target.id AND target.fresh
+    RETURNING s.id
+), ended AS (
+    UPDATE goatbeat_execution AS e SET status = 'submit_failed', error = %(reason)s,
+        retry_at = NULL
+    FROM target WHERE e.schedule_id = target.id AND e.status = 'claimed'
+)
+SELECT count(*) AS refused FROM refused;
+
 -- name: record_finished
 WITH changed AS (
     UPDATE goatbeat_execution SET

@@ -169,6 +169,19 @@ RETURNING schedule_id, scheduled_at, status;
 UPDATE goatbeat_schedule SET last_status = :status, missed_count = missed_count + :missed
 WHERE id = :id;
 
+-- name: refuse_target
+SELECT id, (last_status IS NOT 'refused' OR next_run_at IS NOT NULL) AS fresh
+FROM goatbeat_schedule WHERE id = :id AND task = :task;
+
+-- name: refuse
+UPDATE goatbeat_schedule SET
+    next_run_at = NULL, last_status = 'refused', version = version + 1, updated_at = :now
+WHERE id = :id;
+
+-- name: refuse_executions
+UPDATE goatbeat_execution SET status = 'submit_failed', error = :reason, retry_at = NULL
+WHERE schedule_id = :id AND status = 'claimed';
+
 -- name: record_finished
 UPDATE goatbeat_execution SET
     status = CASE WHEN :succeeded THEN 'succeeded' ELSE 'failed' END,
