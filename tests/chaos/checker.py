@@ -64,6 +64,11 @@ What is asserted, and what is allowed (and why):
     How timely claims were is never asserted (no timing assertions); an outage longer than the
     grace makes occurrences late, and the policy decides what happens to them.
 
+``early``
+    No occurrence reaches the broker before its instant: every broker call of a scheduled
+    occurrence starts at or after ``scheduled_at`` (claims made ahead wait for it). The
+    records use the host's clock, which is also the database's.
+
 ``stale-claim`` / ``edit-overwritten``
     A claim whose instants are not the trigger's in force at its ``claimed_at`` (a stale claim
     acting on an old definition after an edit landed) is a violation, except a claim that
@@ -288,6 +293,7 @@ def check(ev: Evidence) -> Report:
     _check_damaged(ev, report)
     _check_duplicates(ev, report)
     _check_broker(ev, report)
+    _check_early(ev, report)
     _check_misfire(ev, report)
     _check_edits(ev, report)
     _check_tokens(ev, report)
@@ -489,6 +495,23 @@ def _check_broker(ev: Evidence, report: Report) -> None:
             found[cause] = found.get(cause, 0) + n
     report.figures["broker_messages"] = sum(ev.broker.values())
     report.figures["broker_duplicates"] = sum(n - 1 for n in ev.broker.values() if n > 1)
+
+
+def _check_early(ev: Evidence, report: Report) -> None:
+    by_key = {e.key: e for e in ev.executions if e.kind == "scheduled"}
+    early = 0
+    for r in ev.records:
+        if r["type"] not in ("submit-start", "submit"):
+            continue
+        row = by_key.get(r["key"])
+        # "submit" alone (no broker) is the accepted call; with a broker, its start counts.
+        if row is None or (r["type"] == "submit" and ev.broker is not None):
+            continue
+        ahead = row.scheduled_at.timestamp() - float(r["t"])
+        if ahead > 0.001:
+            early += 1
+            report.add("early", f"{r['key']} handed to the broker {ahead:.3f}s before its instant")
+    report.figures["early"] = early
 
 
 def _check_refused(ev: Evidence, report: Report) -> None:
@@ -739,6 +762,23 @@ def _check_broker(ev: Evidence, report: Report) -> None:
             found[cause] = found.get(cause, 0) + n
     report.figures["broker_messages"] = sum(ev.broker.values())
     report.figures["broker_duplicates"] = sum(n - 1 for n in ev.broker.values() if n > 1)
+
+
+def _check_early(ev: Evidence, report: Report) -> None:
+    by_key = {e.key: e for e in ev.executions if e.kind == "scheduled"}
+    early = 0
+    for r in ev.records:
+        if r["type"] not in ("submit-start", "submit"):
+            continue
+        row = by_key.get(r["key"])
+        # "submit" alone (no broker) is the accepted call; with a broker, its start counts.
+        if row is None or (r["type"] == "submit" and ev.broker is not None):
+            continue
+        ahead = row.scheduled_at.timestamp() - float(r["t"])
+        if ahead > 0.001:
+            early += 1
+            report.add("early", f"{r['key']} handed to the broker {ahead:.3f}s before its instant")
+    report.figures["early"] = early
 
 
 def _check_refused(ev: Evidence, report: Report) -> None:

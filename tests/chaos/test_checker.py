@@ -60,7 +60,7 @@ class History:
             )
             self.next_id += 1
             self.rows.append(row)
-            wall = at.timestamp() + 0.01
+            wall = max(at, t).timestamp() + 0.01  # claimed ahead: sent at its instant
             self.records.append(
                 {"type": "submit", "key": key, "id": row.id, "token": token, "src": sid, "t": wall}
             )
@@ -295,18 +295,19 @@ def test_a_leader_hung_inside_the_broker_call_is_case_3() -> None:
     h = History()
     nxt = steady(h)
     first = h.records[0]
-    # It started the call at t-2, a standby read the row pending at t-1 and resubmitted; the
-    # hung call returned at t (and booked after the standby's read).
+    began = first["t"]
+    # It started the call at its instant, a standby read the row pending 1 s later and
+    # resubmitted; the hung call returned after 3 s, and booked after that.
+    first["t"] = began + 3
     h.records.append({"type": "submit-start", "key": first["key"], "id": 1, "src": "a",
-                      "t": first["t"] - 2})  # fmt: skip
-    h.records.append({"type": "pending", "ids": [1], "src": "b", "t": first["t"] - 1})
-    h.records.append(dict(first, t=first["t"] - 0.9, src="b"))
+                      "t": began})  # fmt: skip
+    h.records.append({"type": "pending", "ids": [1], "src": "b", "t": began + 1})
+    h.records.append(dict(first, t=began + 1.1, src="b"))
     for r in h.records:
         if r["type"] == "booked" and r["ids"] == [1]:
-            r["t"] = first["t"] + 0.5
-    report = check(
-        h.evidence(nxt, broker=Counter({r.key: 1 for r in h.rows}) + Counter({first["key"]: 1}))
-    )
+            r["t"] = began + 3.5
+    broker = Counter({r.key: 1 for r in h.rows}) + Counter({first["key"]: 1})
+    report = check(h.evidence(nxt, broker=broker))
     assert report.ok, report.summary()
     assert report.figures["duplicates_by_cause"] == {CASES[3]: 1}
 
@@ -407,8 +408,16 @@ def test_a_broker_copy_from_a_call_its_process_died_in_is_case_1() -> None:
     key = h.rows[0].key
     broker = Counter({r.key: 1 for r in h.rows}) + Counter({key: 1})
     h.records.append({"type": "submit-start", "key": key, "id": 1, "src": "x", "attempts": 0,
-                      "t": 0.0})  # fmt: skip
+                      "t": h.rows[0].scheduled_at.timestamp() + 0.5})  # fmt: skip
     assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))  # x did not die
     report = check(h.evidence(nxt, broker=broker, died={"x"}))
     assert report.ok, report.summary()
     assert report.figures["duplicates_by_cause"] == {CASES[1]: 1}
+
+
+def test_a_submission_before_its_instant_is_early() -> None:
+    h = History()
+    nxt = steady(h)
+    assert check(h.evidence(nxt)).figures["early"] == 0
+    h.records[0]["t"] = h.rows[0].scheduled_at.timestamp() - 0.2
+    assert "early" in kinds(h.evidence(nxt))
