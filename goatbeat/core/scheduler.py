@@ -29,10 +29,11 @@ would a moment later.
 
 Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
 ``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
-sent. A stored schedule whose task is outside it (an admin row, an import, a row written with
-SQL) is taken out of scheduling by the store (``refuse``: ``last_status='refused'``,
-``next_run_at`` NULL, its claimed executions ``submit_failed`` with the reason), logged once
-(``schedule.refused``), and nothing of it reaches the backend.
+sent. An occurrence of a stored schedule whose task is outside it (an admin row, an import, a
+row written with SQL) is refused through the store (``refuse``: the claimed executions
+``submit_failed`` with the reason, ``last_status='refused'``, and a schedule not declared in
+code taken out of scheduling), ``schedule.refused`` is logged once per schedule and process,
+and nothing of it reaches the backend.
 
 Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
 the retries with backoff after a failed submission, the bookkeeping of every outcome in one
@@ -104,7 +105,8 @@ class IterationResult:
     refused: bool = False
     """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
     refused_schedules: int = 0
-    """Stored schedules taken out of scheduling because their task is not allowed."""
+    """Stored schedules refused for the first time (by this scheduler) because their task is
+    not allowed."""
     error: str | None = None
     sleep: float = 0.0
 
@@ -163,6 +165,7 @@ class Scheduler:
         self.store = store
         self.allowed = allowed
         """The tasks stored schedules may name; None: every task (no check)."""
+        self._refusals_logged: set[tuple[int, str]] = set()
         self.submitter = submitter
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -470,19 +473,23 @@ class Scheduler:
                 refused.setdefault(occ.schedule_id, occ)
         for occ in refused.values():
             reason = f"refused: {allow.reason(occ.task)}"
-            if self.store.refuse(occ.schedule_id, occ.task, reason=reason):
-                tally.refused_schedules += 1
-                log_event(
-                    "schedule.refused",
-                    level=logging.ERROR,
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                    schedule=occ.schedule_name,
-                    task=short_repr(occ.task),
-                    error=reason,
-                )
-            # Otherwise an edit named another task meanwhile (its claimed rows go out with it
-            # on the next pass), or the schedule is gone (its rows ended with it).
+            if not self.store.refuse(occ.schedule_id, occ.task, reason=reason):
+                # An edit named another task meanwhile (its claimed rows go out with it on the
+                # next pass), or the schedule is gone (its rows ended with it).
+                continue
+            if (occ.schedule_id, occ.task) in self._refusals_logged:
+                continue
+            self._refusals_logged.add((occ.schedule_id, occ.task))
+            tally.refused_schedules += 1
+            log_event(
+                "schedule.refused",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                schedule=occ.schedule_name,
+                task=short_repr(occ.task),
+                error=reason,
+            )
         return kept
 
     def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:

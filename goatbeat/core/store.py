@@ -208,14 +208,17 @@ class ScheduleStore(Protocol):
         ...
 
     def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
-        """The scheduler will not run ``task`` (outside the allow-list). If schedule
+        """The scheduler will not run ``task`` (outside its allow-list). If schedule
         ``schedule_id`` still names ``task``: its ``claimed`` executions end as
-        ``submit_failed`` with ``reason``, and, unless it already is, it is taken out of
-        scheduling (``next_run_at`` NULL, ``last_status='refused'``, ``version+1``;
-        ``enabled`` unchanged). Returns whether it was taken out now (so the caller reports
-        each refusal once). Nothing happens when the row is gone or names another task (an
-        edit fixed it meanwhile: its claimed executions then go out with the new task). An
-        edit of the definition, or disabling and enabling it, schedules it again.
+        ``submit_failed`` with ``reason`` and its ``last_status`` becomes ``'refused'``; a
+        schedule not declared in code (``source`` other than ``code``) is also taken out of
+        scheduling (``next_run_at`` NULL, ``version+1``, unless it already is; ``enabled``
+        unchanged), so it is not claimed again until an edit, or disabling and enabling it,
+        schedules it again. A ``code`` row keeps its schedule: the replica that refuses it may
+        run older code than the one that declared it, and publishing rewrites a row whose task
+        was changed behind goatbeat's back. Returns whether the row still named ``task``;
+        nothing happens when it is gone or names another task (an edit fixed it meanwhile:
+        its claimed executions then go out with the new task).
         Touches: that schedule row and its claimed executions."""
         ...
 

@@ -476,14 +476,10 @@ class MemoryStore:
                     e.update(
                         status=ExecutionStatus.SUBMIT_FAILED.value, error=reason, retry_at=None
                     )
-            if row["last_status"] == "refused" and row["next_run_at"] is None:
-                return False
-            row.update(
-                next_run_at=None,
-                last_status="refused",
-                version=row["version"] + 1,
-                updated_at=self.now(),
-            )
+            parked = row["last_status"] == "refused" and row["next_run_at"] is None
+            if row["source"] != Source.CODE.value and not parked:
+                row.update(next_run_at=None, version=row["version"] + 1, updated_at=self.now())
+            row["last_status"] = "refused"
         return True
 
     def record_finished(

@@ -613,7 +613,7 @@ class PostgresStore:
             row = self._fetch_one(
                 conn, "refuse", {"id": int(schedule_id), "task": task, "reason": reason}
             )
-        return row is not None and int(row["refused"]) > 0
+        return row is not None and int(row["matched"]) > 0
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -585,9 +585,14 @@ class SQLiteStore:
             if target is None:
                 return False
             conn.execute(self._q["refuse_executions"], {"id": int(schedule_id), "reason": reason})
-            if not target["fresh"]:
-                return False
-            conn.execute(self._q["refuse"], {"id": int(schedule_id), "now": self._now_text()})
+            conn.execute(
+                self._q["refuse"],
+                {
+                    "id": int(schedule_id),
+                    "park": int(bool(target["park"])),
+                    "now": self._now_text(),
+                },
+            )
         return True
 
     def record_finished(

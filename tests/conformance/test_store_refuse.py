@@ -1,15 +1,16 @@
-"""Conformance: ``refuse`` takes a schedule whose task is not allowed out of scheduling
-(every store), unless an edit named another task meanwhile."""
+"""Conformance: ``refuse`` ends the claimed executions of a schedule whose task is not
+allowed and marks it; one not declared in code also leaves scheduling (every store). Nothing
+happens when an edit named another task meanwhile."""
 
 from __future__ import annotations
 
-from goatbeat.core.model import ExecutionStatus
+from goatbeat.core.model import ExecutionStatus, Source
 from goatbeat.core.store import ScheduleStore
 from tests.conformance.helpers import HOUR, T0, claim_all, hourly, lease
 
 
 def test_refuse_quarantines_the_schedule_and_ends_its_claimed_rows(store: ScheduleStore) -> None:
-    store.publish([hourly("evil", task="os.system"), hourly("other")])
+    store.publish([hourly("evil", task="os.system"), hourly("other")], source=Source.ADMIN)
     grant = lease(store)
     claimed = claim_all(store, grant, T0 + HOUR)
     store.request_run("evil")
@@ -34,6 +35,24 @@ def test_refuse_quarantines_the_schedule_and_ends_its_claimed_rows(store: Schedu
     )
 
 
+def test_a_code_schedule_is_refused_occurrence_by_occurrence_and_keeps_its_next_run(
+    store: ScheduleStore,
+) -> None:
+    store.publish([hourly("code", task="os.system")])
+    grant = lease(store)
+    claim_all(store, grant, T0 + HOUR)
+    before = store.get("code")
+    assert before.id is not None
+
+    assert store.refuse(before.id, "os.system", reason="refused: not here")
+
+    after = store.get("code")
+    assert (after.last_status, after.next_run_at) == ("refused", before.next_run_at)
+    assert after.version == before.version
+    (run,) = store.executions(name="code")
+    assert (run.status, run.error) == (ExecutionStatus.SUBMIT_FAILED, "refused: not here")
+
+
 def test_refuse_does_nothing_to_a_row_that_names_another_task(store: ScheduleStore) -> None:
     store.publish([hourly("a", task="os.system")])
     sid = store.get("a").id
@@ -44,14 +63,14 @@ def test_refuse_does_nothing_to_a_row_that_names_another_task(store: ScheduleSto
     assert not store.refuse(sid + 1000, "os.system", reason="refused")
 
 
-def test_refusing_again_ends_new_rows_but_reports_nothing_new(store: ScheduleStore) -> None:
-    store.publish([hourly("evil", task="os.system")])
+def test_refusing_again_ends_new_rows_and_changes_nothing_else(store: ScheduleStore) -> None:
+    store.publish([hourly("evil", task="os.system")], source=Source.ADMIN)
     sid = store.get("evil").id
     assert sid is not None
     assert store.refuse(sid, "os.system", reason="refused")
     version = store.get("evil").version
     store.request_run("evil")
-    assert not store.refuse(sid, "os.system", reason="refused again")
+    assert store.refuse(sid, "os.system", reason="refused again")
     (run,) = store.executions(name="evil")
     assert (run.status, run.error) == (ExecutionStatus.SUBMIT_FAILED, "refused again")
     assert store.get("evil").version == version

@@ -81,9 +81,16 @@ def test_rows_written_in_sql_naming_unknown_tasks_are_refused_and_never_enqueued
 
     store = beat.store
     assert sum(r.refused_schedules for r in results) == 3
-    for name in ("evil-shell", "evil-rmtree", "code-cleanup"):
+    # Not declared in code: out of scheduling. Code rows keep their next run (the code that
+    # declared them publishes them again); each of their occurrences is refused.
+    assert (store.get("evil-shell").last_status, store.get("evil-shell").next_run_at) == (
+        "refused",
+        None,
+    )
+    for name in ("evil-rmtree", "code-cleanup"):
         row = store.get(name)
-        assert (row.last_status, row.next_run_at) == ("refused", None), name
+        assert row.last_status == "refused" and row.next_run_at is not None, name
+    for name in ("evil-shell", "evil-rmtree", "code-cleanup"):
         runs = store.executions(name=name)
         assert runs and {e.status for e in runs} == {ExecutionStatus.SUBMIT_FAILED}, name
         assert all((e.error or "").startswith("refused: ") for e in runs), name
@@ -103,6 +110,6 @@ def test_rows_written_in_sql_naming_unknown_tasks_are_refused_and_never_enqueued
         "evil-shell",
     ]
 
-    # The next deploy publishes the code schedule again: its own task, scheduled again.
+    # The next deploy publishes the code schedule again, with its own task.
     beat.publish()
-    assert store.get("code-cleanup").next_run_at is not None
+    assert store.get("code-cleanup").task.endswith(".cleanup")

@@ -177,3 +177,30 @@ def test_an_edit_that_fixes_the_task_wins_over_the_refusal() -> None:
     store.update(hourly("a", "registered.task"))
     assert not store.refuse(sid, "os.system", reason="refused: x")
     assert store.get("a").last_status != "refused"
+
+
+def test_an_older_replica_refuses_a_new_code_schedule_without_unscheduling_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A rolling upgrade: the new code declares "report" (a new task); an older replica, which
+    # does not know it, leads for a while, then a new one.
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    clock = FakeClock(START)
+    new_backend, old_backend = Registry(None), Registry(None)
+    new = Beat("memory://", submitter=new_backend, settings={"scheduler_id": "new"}, clock=clock)
+    new.schedule(name="report", task="reports.new_task", every="1h")
+    new.publish()
+    old = Beat("memory://", submitter=old_backend, settings={"scheduler_id": "old"}, clock=clock)
+    old._store = new.store  # noqa: SLF001 - one database, two processes
+    old_loop = old.scheduler(lease_ttl="5s", lease_renew_interval="1s")
+    for _ in range(3):
+        clock.advance(timedelta(hours=1))
+        old_loop.run_once()
+    assert old_backend.sent == []
+    row = new.store.get("report")
+    assert row.last_status == "refused" and row.next_run_at is not None
+    assert [r.getMessage() for r in caplog.records].count("schedule.refused") == 1
+    old_loop.release()
+    clock.advance(timedelta(hours=1))
+    new.scheduler().run_once()
+    assert new_backend.sent == ["reports.new_task"]

@@ -256,22 +256,26 @@ FROM latest JOIN counts USING (schedule_id)
 WHERE s.id = latest.schedule_id;
 
 -- name: refuse
--- Only while the row still names the refused task: an edit that fixed it wins.
+-- Only while the row still names the refused task: an edit that fixed it wins. A row not
+-- declared in code leaves scheduling (once); a code row keeps its next run.
 WITH target AS (
-    SELECT id, (last_status IS DISTINCT FROM 'refused' OR next_run_at IS NOT NULL) AS fresh
+    SELECT id, source <> 'code' AND (next_run_at IS NOT NULL
+                                      OR last_status IS DISTINCT FROM 'refused') AS park
     FROM goatbeat_schedule WHERE id = %(id)s AND task = %(task)s
     FOR UPDATE
-), refused AS (
+), marked AS (
     UPDATE goatbeat_schedule AS s SET
-        next_run_at = NULL, last_status = 'refused', version = s.version + 1, updated_at = now()
-    FROM target WHERE s.id = target.id AND target.fresh
-    RETURNING s.id
+        last_status = 'refused',
+        next_run_at = CASE WHEN target.park THEN NULL ELSE s.next_run_at END,
+        version = CASE WHEN target.park THEN s.version + 1 ELSE s.version END,
+        updated_at = CASE WHEN target.park THEN now() ELSE s.updated_at END
+    FROM target WHERE s.id = target.id
 ), ended AS (
     UPDATE goatbeat_execution AS e SET status = 'submit_failed', error = %(reason)s,
         retry_at = NULL
     FROM target WHERE e.schedule_id = target.id AND e.status = 'claimed'
 )
-SELECT count(*) AS refused FROM refused;
+SELECT count(*) AS matched FROM target;
 
 -- name: record_finished
 WITH changed AS (

@@ -170,12 +170,16 @@ UPDATE goatbeat_schedule SET last_status = :status, missed_count = missed_count 
 WHERE id = :id;
 
 -- name: refuse_target
-SELECT id, (last_status IS NOT 'refused' OR next_run_at IS NOT NULL) AS fresh
+SELECT id, source <> 'code' AND (next_run_at IS NOT NULL OR last_status IS NOT 'refused') AS park
 FROM goatbeat_schedule WHERE id = :id AND task = :task;
 
 -- name: refuse
+-- A row not declared in code leaves scheduling (once); a code row keeps its next run.
 UPDATE goatbeat_schedule SET
-    next_run_at = NULL, last_status = 'refused', version = version + 1, updated_at = :now
+    last_status = 'refused',
+    next_run_at = CASE WHEN :park THEN NULL ELSE next_run_at END,
+    version = CASE WHEN :park THEN version + 1 ELSE version END,
+    updated_at = CASE WHEN :park THEN :now ELSE updated_at END
 WHERE id = :id;
 
 -- name: refuse_executions
