@@ -138,12 +138,13 @@ class RecordingSubmitter(AcceptingSubmitter):
             try:
                 self.client.lpush(DELIVERIES, key)
             except Exception as exc:
-                # A timeout may come after Redis read the command (a frozen server runs it when
-                # it wakes): the message may have landed. A refused connection sent nothing.
-                refused = isinstance(exc, ConnectionRefusedError) or "refused" in str(exc)
-                landed = not refused and "Timeout" in type(exc).__name__
-                self._record("submit-error", occurrence, error=repr(exc)[:200], landed=landed)
-                raise RetryableSubmitError(f"chaos broker: {exc!r}") from None
+                # Only a refused connection sent nothing. After connecting, the command may
+                # have been run: a timeout (a frozen server runs it when it wakes), a
+                # connection closed by a server shutting down after appending it.
+                landed = "refused" not in str(exc)
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                self._record("submit-error", occurrence, error=error, landed=landed)
+                raise RetryableSubmitError(f"chaos broker: {error}") from None
         self._record("submit", occurrence)
         return key
 

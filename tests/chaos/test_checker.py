@@ -421,3 +421,18 @@ def test_a_submission_before_its_instant_is_early() -> None:
     assert check(h.evidence(nxt)).figures["early"] == 0
     h.records[0]["t"] = h.rows[0].scheduled_at.timestamp() - 0.2
     assert "early" in kinds(h.evidence(nxt))
+
+
+def test_a_missed_run_whose_earlier_submission_was_never_booked_is_allowed() -> None:
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    due = (row.scheduled_at + h.d.grace).timestamp()
+    submit = next(r for r in h.records if r["type"] == "submit" and r["id"] == row.id)
+    _missed(h, 2, due + 0.5)
+    h.records.append(dict(submit, src="dead"))  # accepted, then its scheduler died unbooked
+    report = check(h.evidence(nxt, broker_faults=[(due - 3, due + 1)], died={"dead"}))
+    assert report.ok, report.summary()
+    assert report.figures["missed_though_delivered"] == 1
+    h.records.append({"type": "booked", "ids": [row.id], "src": "dead", "t": due})
+    assert "not-submitted" in kinds(h.evidence(nxt, broker_faults=[(due - 3, due + 1)]))
