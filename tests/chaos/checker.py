@@ -372,7 +372,7 @@ def _check_submissions(ev: Evidence, report: Report) -> None:
             # up (cases 1-3 of the guarantee: it died, failed its bookkeeping or stalled), so
             # the row says missed while that copy reached the broker.
             missed += 1
-            delivered_anyway += bool(submitted.get(e.key))
+            delivered_anyway += bool(submitted.get(e.key) or (ev.broker or {}).get(e.key))
             continue
         if not submitted.get(e.key):
             report.add("not-submitted", f"{e.key} (status {e.status}) never submitted")
@@ -489,14 +489,17 @@ def _check_broker(ev: Evidence, report: Report) -> None:
         extra = there - took
         died = min(extra, cut_by_death.get(key, 0))
         timed_out = min(extra - died, failed_after_sending.get(key, 0))
-        causes[CASES[1]] += died
-        causes[CASES[4]] += timed_out
         if extra > died + timed_out:
             report.add(
                 "broker-duplicate",
                 f"{key}: in the broker {there} times, accepted {took}; no documented cause "
                 f"for {extra - died - timed_out} of the copies",
             )
+        # Duplicates are the copies beyond the first; those of accepted submissions are
+        # classified by _check_duplicates. A lone copy from a call cut short is no duplicate.
+        unseen = max(0, there - max(took, 1))
+        causes[CASES[1]] += min(unseen, died)
+        causes[CASES[4]] += max(0, unseen - died)
     found = report.figures.setdefault("duplicates_by_cause", {})
     for cause, n in causes.items():
         if n:

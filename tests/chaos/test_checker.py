@@ -436,3 +436,17 @@ def test_a_missed_run_whose_earlier_submission_was_never_booked_is_allowed() -> 
     assert report.figures["missed_though_delivered"] == 1
     h.records.append({"type": "booked", "ids": [row.id], "src": "dead", "t": due})
     assert "not-submitted" in kinds(h.evidence(nxt, broker_faults=[(due - 3, due + 1)]))
+
+
+def test_a_lone_copy_of_a_run_reported_failed_is_no_duplicate() -> None:
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    due = (row.scheduled_at + h.d.grace).timestamp()
+    _missed(h, 2, due + 0.5)
+    h.records[-1]["landed"] = True  # the connection closed after the broker appended it
+    broker = Counter({r.key: 1 for r in h.rows})
+    report = check(h.evidence(nxt, broker=broker, broker_faults=[(due - 3, due + 1)]))
+    assert report.ok, report.summary()
+    assert report.figures["duplicates_by_cause"] == {}
+    assert report.figures["missed_though_delivered"] == 1
