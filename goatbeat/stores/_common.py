@@ -642,6 +642,7 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
         kind=ExecutionKind(row["kind"]),
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
+        misfire_grace=_grace(row.get("misfire_grace")),
     )
 
 
@@ -659,6 +660,15 @@ def decode_pending(
         except DamagedRow as exc:
             failed.append((int(row["execution_id"]), str(exc)))
     return out, failed
+
+
+def _grace(value: Any) -> timedelta | None:
+    """A pending row's schedule grace; None when absent or unreadable (retries by count)."""
+    try:
+        seconds = float(value)
+        return timedelta(seconds=seconds) if seconds >= 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 _DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
@@ -829,6 +839,7 @@ def occurrence_for(
         kind=kind,
         fencing_token=token,
         attempts=0,
+        misfire_grace=schedule.misfire_grace,
     )
 
 
