@@ -434,6 +434,7 @@ BROKER_DOWN_APP = """
 
 def test_max_submit_retries_is_a_scheduler_option(app_dir, db):
     spec = write_app(app_dir, BROKER_DOWN_APP.replace("{db}", db))
+    assert invoke("--app", spec, "publish").exit_code == 0  # `schedule run` never publishes
     assert invoke("--app", spec, "schedule", "run", "now").exit_code == 0
     # The manual run's grace (0 s) is over: the retries left decide.
     result = invoke("--app", spec, "scheduler", "--once", "--max-submit-retries", "0")
