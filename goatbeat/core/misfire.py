@@ -15,6 +15,10 @@ per-second schedule with a 10-minute grace stopped for 3 minutes claims 100, not
 covers everything owed since the last claim (the claim moves ``next_run_at`` past ``now``), so
 the cap holds per outage, across iterations and across a change of leader alike.
 
+A paused (or disabled) schedule plans nothing. With ``jitter`` an instant is late only when
+``now`` is more than ``misfire_grace + jitter`` past it: an occurrence is sent up to ``jitter``
+after its instant anyway, so a scheduler that comes back within that window still owes it.
+
 Instants before ``start_at`` or after ``end_at`` are not occurrences at all. What the policy
 drops is counted (exactly when that is cheap, else as a lower bound) so the store can record it
 and the scheduler can log ``occurrence.missed``.
@@ -32,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.triggers import IntervalTrigger, Trigger
 
-__all__ = ["Plan", "plan", "COUNT_CAP", "ON_TIME_CAP"]
+__all__ = ["Plan", "plan", "count_instants", "instants_between", "COUNT_CAP", "ON_TIME_CAP"]
 
 COUNT_CAP = 20_000
 """Beyond this many dropped instants, a non-interval trigger reports a lower bound."""
@@ -64,7 +68,7 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
     """What to claim for ``schedule`` at ``now`` (aware). Nothing due: an empty plan that
     keeps ``next_run_at``."""
     first = schedule.next_run_at
-    if first is None or first > now or not schedule.enabled:
+    if first is None or first > now or not schedule.enabled or schedule.paused:
         return Plan(next_run_at=first)
     trigger = schedule.trigger
     end = schedule.end_at
@@ -75,7 +79,8 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
             return Plan(next_run_at=first)
     if end is not None and first > end:
         return Plan(next_run_at=None)
-    cutoff = _minus(now, schedule.misfire_grace)  # instants strictly before cutoff are late
+    # Instants strictly before cutoff are late.
+    cutoff = _minus(now, schedule.misfire_grace + schedule.jitter)
     if first >= cutoff:
         nxt = _next(trigger, first, end)
         if nxt is None or nxt > now:
@@ -109,6 +114,34 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
         missed_first=late.dropped_first or on_time.dropped_first,
         missed_last=on_time.dropped_last or late.dropped_last,
     )
+
+
+def count_instants(schedule: Schedule, first: datetime, until: datetime) -> tuple[int, bool]:
+    """How many instants of ``schedule`` lie in ``[first, until]`` (``first`` is one of them,
+    or the first after it is), within ``start_at``/``end_at``: (count, is_lower_bound). What a
+    pause skipped, counted at ``resume``. Bounded like :func:`plan`."""
+    if schedule.start_at is not None and first < schedule.start_at:
+        nxt = schedule.first_run_after(schedule.start_at - _TICK)
+        if nxt is None:
+            return 0, False
+        first = nxt
+    if first > until or (schedule.end_at is not None and first > schedule.end_at):
+        return 0, False
+    return _count(schedule.trigger, first, until + _TICK, schedule.end_at)
+
+
+def instants_between(
+    schedule: Schedule, start: datetime, end: datetime, *, limit: int
+) -> list[datetime]:
+    """The instants of ``schedule`` in ``[start, end)`` within its ``start_at``/``end_at``,
+    oldest first: what a backfill of that range submits. Stops after ``limit + 1`` instants,
+    so a caller can tell that the range holds more than ``limit``."""
+    out: list[datetime] = []
+    t = schedule.first_run_after(start - _TICK)
+    while t is not None and t < end and len(out) <= limit:
+        out.append(t)
+        t = schedule.first_run_after(t)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

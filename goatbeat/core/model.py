@@ -16,11 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from goatbeat.core.errors import DamagedRow, InvalidSchedule, short_repr
+from goatbeat.core.jitter import MAX_JITTER
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.core.triggers import Trigger
 
 __all__ = [
     "MisfirePolicy",
+    "OverlapPolicy",
     "ExecutionStatus",
     "ExecutionKind",
     "Source",
@@ -36,9 +38,12 @@ __all__ = [
     "manual_key",
     "MAX_NAME_LENGTH",
     "MAX_JSON_DEPTH",
+    "MAX_PAUSE_ON_FAILURE",
+    "ACTIVE_STATUSES",
 ]
 
 MAX_NAME_LENGTH = 200
+MAX_PAUSE_ON_FAILURE = 1000
 DEFAULT_MISFIRE_GRACE = timedelta(seconds=60)
 DEFAULT_CATCH_UP_LIMIT = 100
 SCHEDULE_INVALID = "invalid"
@@ -57,6 +62,15 @@ class MisfirePolicy(enum.StrEnum):
     # (on-time ones included): see goatbeat.core.misfire.
 
 
+class OverlapPolicy(enum.StrEnum):
+    """What to do with an occurrence due while the schedule's previous run is still running
+    (as the backend reports it; a run older than ``max_runtime`` no longer counts)."""
+
+    ALLOW = "allow"  # start it anyway (default; celery beat's behaviour)
+    SKIP = "skip"  # record it as skipped
+    BUFFER_ONE = "buffer_one"  # at most one waits, and starts when the running one ends
+
+
 class ExecutionStatus(enum.StrEnum):
     CLAIMED = "claimed"  # recorded, not yet accepted by the backend
     SUBMITTED = "submitted"  # the backend accepted it
@@ -65,11 +79,21 @@ class ExecutionStatus(enum.StrEnum):
     SUBMIT_FAILED = "submit_failed"
     SUCCEEDED = "succeeded"  # the backend reported completion (Django Tasks, inline)
     FAILED = "failed"  # the backend reported the task failed
+    # Never sent, on purpose: its schedule's overlap policy skipped it (the previous run was
+    # still running), or a pause withdrew it while it waited (jitter, buffer_one).
+    SKIPPED = "skipped"
+    BUFFERED = "buffered"  # overlap buffer_one: waits for the running run to end
+
+
+ACTIVE_STATUSES = frozenset({"claimed", "submitted", "running", "retried"})
+"""Statuses of a run that has not ended: the overlap policy waits for these (``running`` and
+``retried`` are the worker's completion reports)."""
 
 
 class ExecutionKind(enum.StrEnum):
     SCHEDULED = "scheduled"
     MANUAL = "manual"
+    BACKFILL = "backfill"  # a past instant submitted on request, under its scheduled key
 
 
 class Source(enum.StrEnum):
@@ -254,6 +278,16 @@ class Schedule:
     end_at: datetime | None = None
     one_off: bool = False  # disable after the first claimed occurrence (django-celery-beat)
     description: str = ""
+    jitter: timedelta = timedelta(0)
+    """Each occurrence is sent at its instant plus a deterministic offset in ``[0, jitter)``
+    (:mod:`goatbeat.core.jitter`); its idempotency key stays the nominal instant."""
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    max_runtime: timedelta | None = None
+    """How long after its submission a run still counts as running for ``overlap`` when its
+    worker never reports its end (a worker that died). Required unless overlap is allow."""
+    pause_on_failure: int | None = None
+    """Pause the schedule after this many consecutive failed runs (as the backend reports
+    them); None: never."""
     source: Source = Source.CODE
     enabled: bool = True
 
@@ -267,6 +301,15 @@ class Schedule:
     version: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    paused: bool = False
+    """Paused (``pause``): nothing is claimed until ``resume``; unlike ``enabled`` it carries
+    who paused it, when, and why."""
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_note: str = ""
+    skipped_count: int = 0
+    """Occurrences skipped on purpose: by a pause (counted at ``resume``), and by the overlap
+    policy."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -352,6 +395,54 @@ class Schedule:
             ) from None
         if not isinstance(self.description, str):
             raise InvalidSchedule("description", self.description, "must be a string")
+        self._check_control()
+
+    def _check_control(self) -> None:
+        """jitter, overlap, max_runtime, pause_on_failure and the pause state."""
+        if not isinstance(self.jitter, timedelta) or not (
+            timedelta(0) <= self.jitter <= MAX_JITTER
+        ):
+            raise InvalidSchedule(
+                "jitter", self.jitter, f"{short_repr(self.jitter)} is not between 0 and 1 day"
+            )
+        try:
+            object.__setattr__(self, "overlap", OverlapPolicy(self.overlap))
+        except ValueError:
+            raise InvalidSchedule(
+                "overlap",
+                self.overlap,
+                f"{short_repr(self.overlap)} is not one of "
+                f"{', '.join(p.value for p in OverlapPolicy)}",
+            ) from None
+        if self.max_runtime is not None and (
+            not isinstance(self.max_runtime, timedelta) or self.max_runtime <= timedelta(0)
+        ):
+            raise InvalidSchedule(
+                "max_runtime", self.max_runtime, f"{short_repr(self.max_runtime)} must be > 0"
+            )
+        if self.overlap is not OverlapPolicy.ALLOW and self.max_runtime is None:
+            raise InvalidSchedule(
+                "max_runtime",
+                None,
+                f"required when overlap is {self.overlap.value!r}: how long after its "
+                "submission a run still counts as running if its worker never reports its "
+                "end (e.g. '1h')",
+            )
+        if self.pause_on_failure is not None and (
+            isinstance(self.pause_on_failure, bool)
+            or not isinstance(self.pause_on_failure, int)
+            or not 1 <= self.pause_on_failure <= MAX_PAUSE_ON_FAILURE
+        ):
+            raise InvalidSchedule(
+                "pause_on_failure",
+                self.pause_on_failure,
+                f"{short_repr(self.pause_on_failure)} is not a number of failures in "
+                f"1..{MAX_PAUSE_ON_FAILURE}",
+            )
+        if self.paused_at is not None:
+            object.__setattr__(self, "paused_at", to_utc(ensure_aware(self.paused_at, "paused_at")))
+        if not isinstance(self.pause_note, str):
+            raise InvalidSchedule("pause_note", self.pause_note, "must be a string")
 
     @property
     def timezone(self) -> str:
@@ -373,6 +464,10 @@ class Schedule:
             "end_at": None if self.end_at is None else self.end_at.isoformat(),
             "one_off": self.one_off,
             "description": self.description,
+            "jitter": self.jitter.total_seconds(),
+            "overlap": self.overlap.value,
+            "max_runtime": None if self.max_runtime is None else self.max_runtime.total_seconds(),
+            "pause_on_failure": self.pause_on_failure,
         }
 
     def first_run_after(self, instant: datetime) -> datetime | None:
@@ -399,6 +494,24 @@ class Schedule:
             result.append(t)
             t = self.first_run_after(t)
         return result
+
+    def ended(self, now: datetime) -> bool:
+        """Whether it never fires again: past its ``end_at``, or a trigger with no instant
+        left before it (a one-off that ran). Says nothing of enabled or paused."""
+        if self.end_at is not None and self.end_at <= now:
+            return True
+        if self.next_run_at is not None:
+            return False
+        after = now if self.last_run_at is None else max(now, self.last_run_at)
+        return self.first_run_after(after) is None
+
+    def state(self, now: datetime) -> str:
+        """``ended``, ``paused``, ``disabled`` or ``enabled``: what list and show print."""
+        if self.ended(now):
+            return "ended"
+        if self.paused:
+            return "paused"
+        return "enabled" if self.enabled else "disabled"
 
     def evolve(self, **changes: Any) -> Schedule:
         return replace(self, **changes)
@@ -455,6 +568,11 @@ class DamagedSchedule:
     version: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    paused: bool = False
+    paused_at: datetime | None = None
+    paused_by: str | None = None
+    pause_note: str = ""
+    skipped_count: int = 0
     columns: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -488,6 +606,11 @@ class DamagedSchedule:
             "version": self.version,
             "created_at": _iso_or_none(self.created_at),
             "updated_at": _iso_or_none(self.updated_at),
+            "paused": self.paused,
+            "paused_at": _iso_or_none(self.paused_at),
+            "paused_by": self.paused_by,
+            "pause_note": self.pause_note,
+            "skipped_count": self.skipped_count,
             "damaged": {
                 "column": self.column,
                 "value": json_safe(self.value),
@@ -546,8 +669,16 @@ class Occurrence:
     fencing_token: int | None = None
     attempts: int = 0
     misfire_grace: timedelta | None = None
-    """The schedule's grace: a failed submission is retried until ``scheduled_at`` plus this
+    """The schedule's grace: a failed submission is retried until :attr:`due` plus this
     (a manual run's ``scheduled_at`` is its request). None: unknown (retries by count only)."""
+    due_at: datetime | None = None
+    """When it is due to be sent, if not at ``scheduled_at``: the jittered instant, or a
+    backfill's request. Lateness and the retry grace count from it."""
+
+    @property
+    def due(self) -> datetime:
+        """``due_at``, else ``scheduled_at``."""
+        return self.scheduled_at if self.due_at is None else self.due_at
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -611,3 +742,10 @@ class ClaimResult:
     quarantined: list[DamagedSchedule] = field(default_factory=list)
     """Due rows that could not be decoded, taken out of scheduling by this claim (each is
     reported once: a quarantined row is no longer due)."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Occurrences the overlap policy recorded as skipped, by schedule name."""
+    buffered: int = 0
+    """Occurrences left waiting (overlap buffer_one) for their schedule's running run."""
+    deferred: int = 0
+    """Occurrences claimed but not returned: they wait in the store for their jittered
+    instant, and come back through ``pending()`` then."""

@@ -27,6 +27,16 @@ Rows another scheduler claimed ahead and left ``claimed`` wait for their instant
 A schedule disabled or edited inside that window keeps the occurrence already claimed, as it
 would a moment later.
 
+Jitter. An occurrence of a schedule with ``jitter`` is claimed at its instant but sent at
+``instant + offset`` (:mod:`goatbeat.core.jitter`): the claim leaves it in the store, waiting
+(``retry_at``), unless that is within the claim-ahead window, and ``pending()`` returns it
+when it is due, here or on the next leader alike. The sleep wakes for it as for a retry.
+
+Overlap. The store applies a schedule's overlap policy when it claims (skipped and buffered
+occurrences are logged ``occurrence.skipped`` / ``occurrence.buffered``) and starts a
+buffered occurrence in a later claim once the run it waited for has ended; ``next_due_at``
+includes the expiry of that run (``max_runtime``), and a completion report wakes the loop.
+
 Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
 ``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
 sent. An occurrence of a stored schedule whose task is outside it (an admin row, an import, a
@@ -103,6 +113,8 @@ class IterationResult:
     """Occurrences dropped by misfire policies, and those whose grace ran out while their
     submission was being retried."""
     conflicts: int = 0
+    skipped: int = 0
+    """Occurrences the overlap policy recorded as skipped, or buffered."""
     refused: bool = False
     """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
     refused_schedules: int = 0
@@ -121,6 +133,7 @@ class _Tally:
         "failed",
         "missed",
         "conflicts",
+        "skipped",
         "refused_schedules",
         "refused",
     )
@@ -133,6 +146,7 @@ class _Tally:
         self.failed = 0
         self.missed = 0
         self.conflicts = 0
+        self.skipped = 0
         self.refused_schedules = 0
         self.refused = False
 
@@ -464,6 +478,9 @@ class Scheduler:
                 self._drop_lease()
                 return
             self._log_claim(result, grant, tally)
+            if result.deferred:
+                # Held in the store until their jittered instants: wake for the first.
+                self._retries_possible = True
             occurrences = self._screen(result.occurrences, grant, tally)
             more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
             if not (occurrences and more and self.submission.threaded):
@@ -549,12 +566,13 @@ class Scheduler:
         return store_now + timedelta(seconds=self.clock.monotonic() - mono)
 
     def _wait_for_instant(self, occ: Occurrence) -> None:
-        """Block until ``occ.scheduled_at`` by the store's clock when it was claimed ahead."""
+        """Block until the occurrence is due (``occ.due``: its instant, or its jittered
+        instant) by the store's clock when it was claimed ahead."""
         ref = self._store_ref
         if ref is None:
             return
         mono, store_now = ref
-        ahead = (occ.scheduled_at - store_now).total_seconds()
+        ahead = (occ.due - store_now).total_seconds()
         if ahead <= 0:
             return
         # Never more than the largest claim_ahead any replica may use: a clock that jumped
@@ -566,7 +584,9 @@ class Scheduler:
 
     def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: _Tally) -> None:
         occurrences = result.occurrences
-        tally.claimed += len(occurrences)
+        # Occurrences left waiting for their jittered instant are claimed too.
+        tally.claimed += len(occurrences) + result.deferred
+        tally.skipped += sum(result.skipped.values()) + result.buffered
         for damaged in result.quarantined:
             # Once per damage: a quarantined row is no longer due until it is repaired.
             log_event(
@@ -588,6 +608,23 @@ class Scheduler:
                 missed=result.missed,
                 schedules=sorted({o.schedule_name for o in occurrences}) or None,
             )
+        for name, count in result.skipped.items():
+            # The overlap policy: the previous run of the schedule is still running.
+            log_event(
+                "occurrence.skipped",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                schedule=name,
+                skipped=count,
+                reason="overlap",
+            )
+        if result.buffered:
+            log_event(
+                "occurrence.buffered",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                buffered=result.buffered,
+            )
         if result.conflicts:
             tally.conflicts += result.conflicts
             log_event(
@@ -603,7 +640,7 @@ class Scheduler:
                     "occurrence.claimed",
                     level=logging.DEBUG,
                     **occurrence_fields(occ, self.scheduler_id, grant),
-                    lateness=lateness(self.clock.now() + skew, occ.scheduled_at),
+                    lateness=lateness(self.clock.now() + skew, occ.due),
                 )
 
     # -- submission -----------------------------------------------------------------------------
@@ -633,7 +670,7 @@ class Scheduler:
             candidates.append(self.lease.seconds_until_renewal())
         # The read made before claiming still holds when the claim moved no schedule (an edit
         # since then NOTIFYs, which ends the sleep).
-        moved = tally.claimed or tally.missed or tally.conflicts
+        moved = tally.claimed or tally.missed or tally.conflicts or tally.skipped
         nxt = self._due_read[0] if self._due_read and not moved else self.store.next_due_at()
         if nxt is not None:
             # Due-ness is judged by the store's clock, so the distance is too; wake early

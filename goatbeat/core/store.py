@@ -50,6 +50,8 @@ from goatbeat.core.triggers import trigger_from_spec
 __all__ = [
     "ScheduleStore",
     "PublishResult",
+    "ResumeResult",
+    "BackfillResult",
     "FieldChange",
     "definition_changes",
     "NOTIFY_CHANNEL",
@@ -60,7 +62,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,6 +128,38 @@ class PublishResult:
     def changed(self) -> bool:
         """Whether the publication wrote (or would write) anything."""
         return bool(self.created or self.updated or self.refreshed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeResult:
+    """What one :meth:`ScheduleStore.resume` did."""
+
+    schedule: StoredSchedule
+    """The row as written."""
+    was_paused: bool
+    """False: it was not paused, and nothing was written."""
+    catch_up: bool = False
+    skipped: int = 0
+    """Occurrences of the pause recorded as skipped (``catch_up=False``), added to
+    ``skipped_count``; none with ``catch_up``, where the misfire policy decides."""
+    skipped_is_lower_bound: bool = False
+    first_skipped: datetime | None = None
+    last_skipped: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillResult:
+    """What one :meth:`ScheduleStore.backfill` did (or, with ``dry_run``, would do)."""
+
+    name: str
+    instants: list[datetime]
+    """Every instant of the range, oldest first."""
+    created: list[datetime] = field(default_factory=list)
+    """Instants inserted for the leader to submit (with ``dry_run``: that would be)."""
+    existing: dict[datetime, str] = field(default_factory=dict)
+    """Instants that already had an execution (a scheduled run, an earlier backfill), and
+    its status: never submitted again."""
+    dry_run: bool = False
 
 
 @runtime_checkable
@@ -220,6 +254,60 @@ class ScheduleStore(Protocol):
         recomputes ``next_run_at`` from now; disabling clears it. Bumps version. Notifies.
         A damaged row can be disabled; enabling it raises ``DamagedRow`` until it is repaired,
         and enabling a quarantined row that was repaired by hand schedules it again."""
+        ...
+
+    def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
+        """Pause one schedule (any source, code included; a damaged row too): ``paused``,
+        ``paused_at`` (the store's now; kept when it was already paused), ``paused_by`` and
+        ``pause_note`` are written, ``version`` bumped, the channel notified. ``next_run_at``
+        is kept (where the pause began) but a paused row is never due: the due index leaves
+        it out, so :meth:`claim_due` and :meth:`next_due_at` never see it. Occurrences of it
+        waiting to start are withdrawn: ``buffered`` ones, and ``claimed`` ones never tried
+        that wait for their jittered instant (``retry_at`` later than now, ``attempts`` 0)
+        become ``skipped`` (counted in ``skipped_count``). ``ScheduleNotFound`` if absent.
+        Touches: that row and those executions."""
+        ...
+
+    def resume(
+        self, name: str, *, catch_up: bool = False, now: datetime | None = None
+    ) -> ResumeResult:
+        """Resume a paused schedule; clears the pause columns, bumps ``version``, notifies.
+
+        - ``catch_up=False`` (from now): ``next_run_at`` becomes the first instant after now;
+          the instants from the stored ``next_run_at`` up to now are *skipped*, counted (not
+          one execution each: a long pause of a per-second schedule would write millions of
+          rows) into ``skipped_count`` and the result.
+        - ``catch_up=True``: ``next_run_at`` is kept, so the next claim plans the pause's
+          instants with the schedule's misfire policy and ``catch_up_limit`` (what the policy
+          drops counts as missed, as after an outage).
+        A disabled schedule is only unpaused (it owes nothing). Not paused: nothing is
+        written (``was_paused=False``). ``DamagedRow`` when resuming from now needs the
+        trigger of a row that cannot be decoded. ``ScheduleNotFound`` if absent.
+        Touches: that row."""
+        ...
+
+    def backfill(
+        self,
+        name: str,
+        *,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        """Ask the leader to submit every instant of ``name``'s trigger in ``[start, end)``
+        (within ``start_at``/``end_at``), once per instant: one execution each, kind
+        ``backfill``, status ``claimed``, under the instant's scheduled idempotency key
+        (``ON CONFLICT DO NOTHING``), so an instant that already ran (or was skipped, or
+        backfilled before) is reported in ``existing`` and never submitted again. Like a
+        run-now request the rows wait unclaimed (no token) until the leader claims them
+        (:meth:`claim_manual_runs`) and submits them through :meth:`pending`; the channel is
+        notified. Nothing is written, and ``InvalidValue`` names the field, when ``end`` is
+        not after ``start`` (``to``), ``end`` is later than the store's now (``to``: only past
+        instants are backfilled), or the range holds more than ``limit`` instants (``limit``).
+        ``dry_run`` computes the same result and writes nothing. ``ScheduleNotFound`` if
+        absent; ``DamagedRow`` if its row cannot be decoded. Touches: new execution rows."""
         ...
 
     def delete(self, name: str) -> None:

@@ -16,7 +16,8 @@ one batch at a time:
   to the submitter's ``after_bookkeeping``. A :class:`~goatbeat.core.errors.PermanentSubmitError`
   is final at once (``submit_failed``). Anything else is retried with exponential backoff
   (:func:`retry_delay`: 1 s, 2 s, 4 s ... 60 s) for as long as the occurrence is owed: until
-  its own misfire grace runs out (``scheduled_at + misfire_grace`` by the store's clock; the
+  its own misfire grace runs out (``due + misfire_grace`` by the store's clock, ``due`` being
+  the jittered instant, or a backfill's request; the
   last try lands on that instant), and in any case ``max_submit_retries`` times. Then it is
   *missed*: ``submit_failed``, counted in its schedule's ``missed_count``, logged
   ``occurrence.missed``. The backoff lives in the execution row (``attempts``, ``retry_at``,
@@ -202,7 +203,13 @@ class Submission:
             counts.submitted += 1
             if pending:
                 counts.resubmitted += 1
-                if info and occ.kind is ExecutionKind.SCHEDULED and not occ.attempts:
+                if (
+                    info
+                    and occ.kind is ExecutionKind.SCHEDULED
+                    and not occ.attempts
+                    and occ.due_at is None
+                ):
+                    # (A jittered occurrence that waited in the store is not resubmitted.)
                     # A row another leader (or a crash) left claimed, now actually resubmitted.
                     log_event(
                         "occurrence.resubmitted",
@@ -216,7 +223,7 @@ class Submission:
                     "occurrence.submitted",
                     level=each_level,
                     **occurrence_fields(occ, self.scheduler_id, grant),
-                    lateness=lateness(store_now(), occ.scheduled_at),
+                    lateness=lateness(store_now(), occ.due),
                     kind=occ.kind,
                     backend_task_id=task_id,
                 )
@@ -252,7 +259,7 @@ class Submission:
         if grace is not None:
             now = store_now()
             if now is not None:
-                left = (occ.scheduled_at + grace - now).total_seconds()
+                left = (occ.due + grace - now).total_seconds()
         if left is not None and left > 0:
             delay = min(delay, left)
         elif attempts >= self.max_attempts and (grace is None or left is not None):
@@ -326,7 +333,7 @@ class Submission:
             first_key=submitted[0].idempotency_key,
             last_key=submitted[-1].idempotency_key,
             scheduled_at=min(o.scheduled_at for o in submitted),
-            lateness=max(lateness(now, o.scheduled_at) for o in submitted),
+            lateness=max(lateness(now, o.due) for o in submitted),
         )
 
     # -- sending ----------------------------------------------------------------------------------
@@ -431,14 +438,18 @@ def _read_skew(store: ScheduleStore, clock: Clock) -> timedelta | None:
 
 
 def occurrence_fields(occ: Occurrence, scheduler_id: str, grant: LeaseGrant) -> dict[str, Any]:
-    """The fields every per-occurrence log record starts with."""
-    return {
+    """The fields every per-occurrence log record starts with (``due_at`` when it is not the
+    scheduled instant: jitter, a backfill)."""
+    fields: dict[str, Any] = {
         "schedule": occ.schedule_name,
         "idempotency_key": occ.idempotency_key,
         "scheduler_id": scheduler_id,
         "fencing_token": grant.token,
         "scheduled_at": occ.scheduled_at,
     }
+    if occ.due_at is not None:
+        fields["due_at"] = occ.due_at
+    return fields
 
 
 def lateness(now: datetime, scheduled_at: datetime) -> float:

@@ -16,6 +16,7 @@ from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
     MisfirePolicy,
+    OverlapPolicy,
     Source,
     StoredSchedule,
 )
@@ -62,6 +63,18 @@ class Schedule(models.Model):  # type: ignore[misc]
     updated_at = models.DateTimeField()
     # Schema version 3: what the last publish wrote (see ScheduleStore.edited_since_publish).
     published_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    # Schema version 6: schedule control. The definition's options...
+    jitter = models.FloatField(default=0, help_text="seconds")
+    overlap = models.CharField(max_length=16, choices=_choices(OverlapPolicy), default="allow")
+    max_runtime = models.FloatField(null=True, blank=True, help_text="seconds")
+    pause_on_failure = models.IntegerField(null=True, blank=True)
+    # ... and the state the store owns (pause, resume): never written through the ORM.
+    paused = models.BooleanField(default=False, editable=False)
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_by = models.CharField(max_length=200, null=True, blank=True, editable=False)
+    pause_note = models.TextField(default="", blank=True, editable=False)
+    skipped_count = models.BigIntegerField(default=0, editable=False)
+    active_execution_id = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "goatbeat_schedule"

@@ -40,6 +40,32 @@ _REVERSE = {
         "ALTER TABLE goatbeat_execution DROP COLUMN IF EXISTS retry_at;"
         "DELETE FROM goatbeat_schema_version WHERE version = 4;"
     ),
+    # The statuses and kinds of version 6 cannot outlive it: their rows go back to what the
+    # earlier constraints accept (skipped and buffered occurrences never ran: submit_failed;
+    # a backfill is a manual run), then the constraints are those of schema 5.
+    6: (
+        "DROP INDEX IF EXISTS goatbeat_execution_buffered_idx;"
+        "UPDATE goatbeat_execution SET status = 'submit_failed', retry_at = NULL "
+        "WHERE status IN ('skipped', 'buffered');"
+        "UPDATE goatbeat_execution SET kind = 'manual' WHERE kind = 'backfill';"
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check;"
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+        "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'running', 'retried', "
+        "'succeeded', 'failed'));"
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_kind_check;"
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_kind_check "
+        "CHECK (kind IN ('scheduled', 'manual'));"
+        "DROP INDEX IF EXISTS goatbeat_schedule_due_idx;"
+        "CREATE INDEX goatbeat_schedule_due_idx ON goatbeat_schedule (next_run_at) "
+        "WHERE enabled AND next_run_at IS NOT NULL;"
+        "ALTER TABLE goatbeat_schedule DROP CONSTRAINT IF EXISTS goatbeat_schedule_overlap_check,"
+        " DROP COLUMN IF EXISTS jitter, DROP COLUMN IF EXISTS overlap,"
+        " DROP COLUMN IF EXISTS max_runtime, DROP COLUMN IF EXISTS pause_on_failure,"
+        " DROP COLUMN IF EXISTS paused, DROP COLUMN IF EXISTS paused_at,"
+        " DROP COLUMN IF EXISTS paused_by, DROP COLUMN IF EXISTS pause_note,"
+        " DROP COLUMN IF EXISTS skipped_count, DROP COLUMN IF EXISTS active_execution_id;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 6;"
+    ),
 }
 
 

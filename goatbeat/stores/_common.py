@@ -23,9 +23,12 @@ from functools import lru_cache
 from typing import Any
 
 from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
-from goatbeat.core.misfire import Plan
+from goatbeat.core.jitter import MAX_JITTER, jittered
+from goatbeat.core.misfire import Plan, count_instants, instants_between
 from goatbeat.core.model import (
+    ACTIVE_STATUSES,
     MAX_NAME_LENGTH,
+    MAX_PAUSE_ON_FAILURE,
     SCHEDULE_INVALID,
     DamagedSchedule,
     Execution,
@@ -33,6 +36,7 @@ from goatbeat.core.model import (
     ExecutionStatus,
     MisfirePolicy,
     Occurrence,
+    OverlapPolicy,
     Routing,
     Schedule,
     Source,
@@ -40,7 +44,7 @@ from goatbeat.core.model import (
     idempotency_key,
 )
 from goatbeat.core.store import FieldChange, PublishResult, definition_changes
-from goatbeat.core.timeutil import get_zone
+from goatbeat.core.timeutil import ensure_aware, get_zone, iso_z, to_utc
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
 __all__ = [
@@ -97,7 +101,20 @@ DEFINITION_COLUMNS = (
     "start_at",
     "end_at",
     "description",
+    "jitter",
+    "overlap",
+    "max_runtime",
+    "pause_on_failure",
 )
+
+_LATER_DEFAULTS: dict[str, Any] = {
+    "jitter": 0.0,
+    "overlap": "allow",
+    "max_runtime": None,
+    "pause_on_failure": None,
+}
+"""Definition columns added after fingerprints were first recorded (schema 6), with their
+defaults: a fingerprint hashes them only when set, so the ones recorded before stay valid."""
 
 STATE_FIELDS = (
     "enabled",
@@ -109,6 +126,11 @@ STATE_FIELDS = (
     "version",
     "created_at",
     "updated_at",
+    "paused",
+    "paused_at",
+    "paused_by",
+    "pause_note",
+    "skipped_count",
 )
 """Columns of a schedule row the store owns (Schedule's state fields)."""
 
@@ -232,6 +254,12 @@ def definition_of(schedule: Schedule, *, spec: Any = None) -> dict[str, Any]:
         "start_at": utc(schedule.start_at),
         "end_at": utc(schedule.end_at),
         "description": schedule.description,
+        "jitter": schedule.jitter.total_seconds(),
+        "overlap": schedule.overlap.value,
+        "max_runtime": (
+            None if schedule.max_runtime is None else schedule.max_runtime.total_seconds()
+        ),
+        "pause_on_failure": schedule.pause_on_failure,
     }
 
 
@@ -245,6 +273,9 @@ def row_definition(row: Mapping[str, Any]) -> dict[str, Any]:
         out["misfire_grace"] = float(out["misfire_grace"])
         if out["expires"] is not None:
             out["expires"] = float(out["expires"])
+        out["jitter"] = float(out["jitter"])
+        if out["max_runtime"] is not None:
+            out["max_runtime"] = float(out["max_runtime"])
     except (TypeError, ValueError, AttributeError, OverflowError):
         pass  # a damaged row: its raw value differs from any valid definition's
     return out
@@ -275,6 +306,12 @@ def schedule_to_row(
         last_run_at=utc(schedule.last_run_at),
         total_run_count=int(schedule.total_run_count),
         published_fingerprint=fingerprint(row) if published else None,
+        # A new row starts unpaused (a declaration cannot pause: that is an operator's act).
+        paused=False,
+        paused_at=None,
+        paused_by=None,
+        pause_note="",
+        skipped_count=0,
     )
     return row
 
@@ -284,7 +321,11 @@ def fingerprint(definition: Mapping[str, Any]) -> str:
     compare equal exactly when the definitions are the same): what publish records, so an
     edit made since can be told apart from the publish's own write."""
     text = json.dumps(
-        {name: definition[name] for name in DEFINITION_COLUMNS},
+        {
+            name: definition[name]
+            for name in DEFINITION_COLUMNS
+            if name not in _LATER_DEFAULTS or definition[name] != _LATER_DEFAULTS[name]
+        },
         sort_keys=True,
         separators=(",", ":"),
         default=_instant_text,
@@ -385,8 +426,16 @@ def read_schedule(row: Mapping[str, Any]) -> StoredSchedule:
 # Schedule field -> the column that stores it, where the names differ.
 _COLUMN_OF_FIELD = {"misfire": "misfire_policy", "routing": "headers"}
 
-_TRUSTED_TIMES = ("start_at", "end_at", "next_run_at", "last_run_at", "created_at", "updated_at")
-_COUNTERS = ("total_run_count", "missed_count", "version")
+_TRUSTED_TIMES = (
+    "start_at",
+    "end_at",
+    "next_run_at",
+    "last_run_at",
+    "created_at",
+    "updated_at",
+    "paused_at",
+)
+_COUNTERS = ("total_run_count", "missed_count", "version", "skipped_count")
 _MAX_CATCH_UP = 100_000
 
 
@@ -426,6 +475,27 @@ def _check_grace(value: Any) -> timedelta:
     if not math.isfinite(seconds) or seconds < 0:
         raise _Bad(f"{short_repr(value)} must be a finite number of seconds >= 0")
     return timedelta(seconds=seconds)
+
+
+def _check_seconds(value: Any, *, none: bool, positive: bool) -> timedelta | None:
+    if value is None and none:
+        return None
+    if isinstance(value, (bool, str)) or value is None:
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise _Bad(
+            f"{short_repr(value)} must be a finite number of seconds {'>' if positive else '>='} 0"
+        )
+    return timedelta(seconds=seconds)
+
+
+def _check_pause_on_failure(value: Any) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 1 <= value <= MAX_PAUSE_ON_FAILURE:
+        raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_PAUSE_ON_FAILURE}")
+    return value
 
 
 def _check_catch_up(value: Any) -> int:
@@ -492,6 +562,24 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         column = "description"
         if type(row["description"]) is not str:
             raise _Bad(f"{short_repr(row['description'])} is not text")
+        column = "jitter"
+        jitter = _check_seconds(row["jitter"], none=False, positive=False)
+        assert jitter is not None
+        if jitter > MAX_JITTER:
+            raise _Bad(f"{short_repr(row['jitter'])} is longer than a day")
+        values["jitter"] = jitter
+        column = "overlap"
+        values["overlap"] = OverlapPolicy(row["overlap"])
+        column = "max_runtime"
+        values["max_runtime"] = _check_seconds(row["max_runtime"], none=True, positive=True)
+        if values["overlap"] is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
+            raise _Bad(f"NULL, but overlap {values['overlap'].value!r} needs it")
+        column = "pause_on_failure"
+        values["pause_on_failure"] = _check_pause_on_failure(row["pause_on_failure"])
+        column = "pause_note"
+        note = row["pause_note"]
+        if type(note) is not str:
+            raise _Bad(f"{short_repr(note)} is not text")
     except DamagedRow:
         raise
     except InvalidValue as exc:
@@ -511,6 +599,9 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         enabled=bool(row["enabled"]),
         id=int(row["id"]),
         last_status=row["last_status"],
+        paused=bool(row["paused"]),
+        paused_by=row["paused_by"],
+        pause_note=note,
     )
     return Schedule._trusted(values)
 
@@ -585,6 +676,11 @@ def damaged_schedule(row: Mapping[str, Any], exc: DamagedRow) -> DamagedSchedule
         version=read("version", int, 0),
         created_at=read("created_at", instant, None),
         updated_at=read("updated_at", instant, None),
+        paused=read("paused", bool, False),
+        paused_at=read("paused_at", instant, None),
+        paused_by=read("paused_by", str, None),
+        pause_note=read("pause_note", str, ""),
+        skipped_count=read("skipped_count", int, 0),
         columns=columns,
     )
 
@@ -629,7 +725,9 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
     scheduled_at = utc(row["scheduled_at"])
     assert scheduled_at is not None
     task, args, kwargs, routing = _payload(row, row["schedule_name"])
+    kind = ExecutionKind(row["kind"])
     return Occurrence(
+        due_at=_due_at(row, kind, scheduled_at),
         execution_id=int(row["execution_id"]),
         schedule_id=int(row["schedule_id"]),
         schedule_name=row["schedule_name"],
@@ -639,11 +737,34 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
         routing=routing,
         scheduled_at=scheduled_at,
         idempotency_key=row["idempotency_key"],
-        kind=ExecutionKind(row["kind"]),
+        kind=kind,
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
         misfire_grace=_grace(row.get("misfire_grace")),
     )
+
+
+def _due_at(row: Mapping[str, Any], kind: ExecutionKind, scheduled_at: datetime) -> datetime | None:
+    """When a pending row is due: a backfill at its request (its instant is long past, and
+    its retry grace counts from the request), a scheduled occurrence at its jittered instant
+    (recomputed: the offset is a pure function), anything else at its instant (None)."""
+    if kind is ExecutionKind.BACKFILL:
+        return utc(row.get("claimed_at"))
+    if kind is ExecutionKind.SCHEDULED:
+        jitter = _check_seconds_or_none(row.get("jitter"))
+        if jitter:
+            return jittered(row["schedule_name"], scheduled_at, jitter)
+    return None
+
+
+def _check_seconds_or_none(value: Any) -> timedelta | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return min(timedelta(seconds=seconds), MAX_JITTER)
 
 
 def decode_pending(
@@ -690,10 +811,17 @@ def _with_state(schedule: Schedule, state: Mapping[str, Any]) -> Schedule:
     setattr_(clone, "total_run_count", int(state["total_run_count"]))
     setattr_(clone, "missed_count", int(state["missed_count"]))
     setattr_(clone, "version", int(state["version"]))
+    setattr_(clone, "paused", bool(state["paused"]))
+    setattr_(clone, "paused_by", state["paused_by"])
+    note = state["pause_note"]
+    if type(note) is not str:
+        raise TypeError("pause_note")
+    setattr_(clone, "pause_note", note)
+    setattr_(clone, "skipped_count", int(state["skipped_count"]))
     return clone
 
 
-_TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at")
+_TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at", "paused_at")
 
 
 class ScheduleCache:
@@ -759,11 +887,18 @@ def decode_due(
 
 @dataclass(slots=True)
 class Advance:
-    """The compare-and-set one planned schedule asks for."""
+    """The compare-and-set one planned schedule asks for.
+
+    ``plan.run_at`` is split by the overlap policy: ``starts`` are claimed (at most one for
+    a schedule whose overlap is not allow), ``buffer`` waits for the running run
+    (buffer_one), ``skips`` are recorded as skipped."""
 
     schedule: Schedule
     plan: Plan
     disable: bool  # a one_off schedule that is being claimed
+    starts: list[datetime] = field(default_factory=list)
+    buffer: datetime | None = None
+    skips: list[datetime] = field(default_factory=list)
 
     @property
     def last_run_at(self) -> datetime | None:
@@ -771,7 +906,25 @@ class Advance:
 
     @property
     def last_status(self) -> str | None:
-        return ExecutionStatus.CLAIMED.value if self.plan.run_at else None
+        if self.starts:
+            return ExecutionStatus.CLAIMED.value
+        if self.buffer is not None:
+            return ExecutionStatus.BUFFERED.value
+        if self.skips:
+            return ExecutionStatus.SKIPPED.value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One execution a claim inserts."""
+
+    schedule: Schedule
+    scheduled_at: datetime
+    key: str
+    status: str
+    due_at: datetime | None
+    """The jittered instant of a claimed occurrence of a schedule with jitter."""
 
 
 @dataclass(slots=True)
@@ -781,17 +934,29 @@ class ClaimPlan:
     advances: list[Advance] = field(default_factory=list)
     schedules_seen: int = 0
 
-    def executions_for(self, advanced_ids: set[int]) -> list[tuple[Schedule, datetime, str]]:
-        """(schedule, scheduled_at, idempotency key) of every planned instant of the
-        schedules whose compare-and-set succeeded."""
-        out: list[tuple[Schedule, datetime, str]] = []
+    def executions_for(self, advanced_ids: set[int]) -> list[Planned]:
+        """Every execution (claimed, buffered, skipped) of the schedules whose
+        compare-and-set succeeded, oldest first."""
+        out: list[Planned] = []
+        claimed = ExecutionStatus.CLAIMED.value
         for adv in self.advances:
-            assert adv.schedule.id is not None
-            if adv.schedule.id in advanced_ids:
-                for at in adv.plan.run_at:
-                    out.append((adv.schedule, at, idempotency_key(adv.schedule.name, at)))
+            schedule = adv.schedule
+            assert schedule.id is not None
+            if schedule.id not in advanced_ids:
+                continue
+            jitter = schedule.jitter
+            for at in adv.starts:
+                due = jittered(schedule.name, at, jitter) if jitter else None
+                out.append(Planned(schedule, at, idempotency_key(schedule.name, at), claimed, due))
+            if adv.buffer is not None:
+                at = adv.buffer
+                key = idempotency_key(schedule.name, at)
+                out.append(Planned(schedule, at, key, ExecutionStatus.BUFFERED.value, None))
+            for at in adv.skips:
+                key = idempotency_key(schedule.name, at)
+                out.append(Planned(schedule, at, key, ExecutionStatus.SKIPPED.value, None))
         # Occurrences go out oldest first, whatever order the rows were locked in.
-        out.sort(key=lambda item: (item[1], item[0].id or 0))
+        out.sort(key=lambda p: (p.scheduled_at, p.schedule.id or 0))
         return out
 
     def missed_for(self, advanced_ids: set[int]) -> int:
@@ -801,19 +966,125 @@ class ClaimPlan:
             if adv.schedule.id is not None and adv.schedule.id in advanced_ids
         )
 
+    def skipped_for(self, advanced_ids: set[int]) -> dict[str, int]:
+        return {
+            adv.schedule.name: len(adv.skips)
+            for adv in self.advances
+            if adv.skips and adv.schedule.id in advanced_ids
+        }
 
-def plan_batch(schedules: Sequence[Schedule], now: datetime, planner: Planner) -> ClaimPlan:
+
+RunState = tuple[bool, bool]
+"""For a schedule whose overlap is not allow: (its last started run is still running, an
+occurrence of it is buffered)."""
+
+
+def split_overlap(
+    schedule: Schedule, run_at: Sequence[datetime], state: RunState
+) -> tuple[list[datetime], datetime | None, list[datetime]]:
+    """``run_at`` as (starts, buffered, skipped) by the schedule's overlap policy, given
+    whether its previous run is still running and whether one occurrence already waits.
+    Occurrences planned together would overlap each other too: only the oldest starts."""
+    policy = schedule.overlap
+    if policy is OverlapPolicy.ALLOW or not run_at:
+        return list(run_at), None, []
+    running, waiting = state
+    rest = list(run_at)
+    starts = [] if running else [rest.pop(0)]
+    buffer = None
+    if policy is OverlapPolicy.BUFFER_ONE and not waiting and rest:
+        # Temporal's BUFFER_ONE: the first occurrence that finds the run busy waits; later
+        # ones are dropped while it does.
+        buffer = rest.pop(0)
+    return starts, buffer, rest
+
+
+def plan_batch(
+    schedules: Sequence[Schedule],
+    now: datetime,
+    planner: Planner,
+    runs: Mapping[int, RunState] | None = None,
+) -> ClaimPlan:
     """Plan every schedule read by a claim. The advances come sorted by id so that stores
-    lock rows in one global order."""
+    lock rows in one global order. ``runs``: the run state of the schedules whose overlap is
+    not allow (absent: nothing running, nothing buffered)."""
     result = ClaimPlan(schedules_seen=len(schedules))
     for schedule in sorted(schedules, key=lambda s: s.id or 0):
         p = planner(schedule, now)
         if not p.due and p.next_run_at == schedule.next_run_at:
             continue
+        state = (runs or {}).get(schedule.id or 0, (False, False))
+        starts, buffer, skips = split_overlap(schedule, p.run_at, state)
         result.advances.append(
-            Advance(schedule=schedule, plan=p, disable=schedule.one_off and bool(p.run_at))
+            Advance(
+                schedule=schedule,
+                plan=p,
+                disable=schedule.one_off and bool(p.run_at),
+                starts=starts,
+                buffer=buffer,
+                skips=skips,
+            )
         )
     return result
+
+
+def run_states(rows: Sequence[Mapping[str, Any]], now: datetime) -> dict[int, RunState]:
+    """The run state of each due row whose overlap is not allow, from the columns the claim
+    reads with it: ``run_status``, ``run_submitted_at``, ``run_claimed_at`` (the run it
+    waits for) and ``has_buffered``."""
+    out: dict[int, RunState] = {}
+    for row in rows:
+        if row.get("overlap", "allow") == "allow":
+            continue
+        try:
+            running = run_active(
+                row.get("run_status"),
+                row.get("run_submitted_at"),
+                row.get("run_claimed_at"),
+                row.get("max_runtime"),
+                now,
+            )
+            out[int(row["id"])] = (running, bool(row.get("has_buffered")))
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            continue  # a damaged row: decoding it names the column, and it is quarantined
+    return out
+
+
+def buffer_ready_at(row: Mapping[str, Any]) -> datetime | None:
+    """When a buffered occurrence (a ``buffered_runs`` row: ``buffered_at``, ``max_runtime``,
+    the run's ``run_status``, ``run_submitted_at``, ``run_claimed_at``) may start: at once
+    (its own instant, past) when the run ended, when the run expires by ``max_runtime``, or
+    None while the run is claimed and not sent yet (its sending wakes the leader anyway)."""
+    status = row.get("run_status")
+    if status not in ACTIVE_STATUSES:
+        return utc(row["buffered_at"])
+    if status == ExecutionStatus.CLAIMED.value or row.get("max_runtime") is None:
+        return None
+    since = utc(row.get("run_submitted_at") or row.get("run_claimed_at"))
+    if since is None:
+        return None
+    try:
+        return since + timedelta(seconds=float(row["max_runtime"]))
+    except (TypeError, ValueError, OverflowError):
+        return utc(row["buffered_at"])
+
+
+def run_active(
+    status: str | None,
+    submitted_at: datetime | None,
+    claimed_at: datetime | None,
+    max_runtime: float | None,
+    now: datetime,
+) -> bool:
+    """Whether the run an overlap policy waits for is still running at ``now``: claimed (it
+    will be sent), or sent and reported neither finished nor older than ``max_runtime``
+    (counted from its submission: a worker that died never reports)."""
+    if status == ExecutionStatus.CLAIMED.value:
+        return True
+    if status not in ACTIVE_STATUSES or max_runtime is None:
+        return False
+    since = submitted_at or claimed_at
+    return since is not None and since + timedelta(seconds=float(max_runtime)) > now
 
 
 def occurrence_for(
@@ -824,9 +1095,11 @@ def occurrence_for(
     key: str,
     token: int | None,
     kind: ExecutionKind = ExecutionKind.SCHEDULED,
+    due_at: datetime | None = None,
 ) -> Occurrence:
     assert schedule.id is not None
     return Occurrence(
+        due_at=due_at,
         execution_id=execution_id,
         schedule_id=schedule.id,
         schedule_name=schedule.name,
@@ -1108,3 +1381,107 @@ def enabled_values(
         "next_run_at": schedule.first_run_after(now),
         "last_status": None if quarantined else row["last_status"],
     }
+
+
+# -- pause, resume, backfill -----------------------------------------------------------------
+
+MAX_PAUSE_NOTE = 2000
+MAX_PAUSED_BY = 200
+PAUSE_WITHDRAWN = "skipped: the schedule was paused while this occurrence waited to start"
+
+
+def check_pause(note: Any, by: Any) -> tuple[str, str | None]:
+    """``(note, by)`` as a pause stores them; InvalidValue naming the field otherwise."""
+    if not isinstance(note, str):
+        raise InvalidValue("note", note, f"{short_repr(note)} is not text")
+    if len(note) > MAX_PAUSE_NOTE:
+        raise InvalidValue("note", note, f"longer than {MAX_PAUSE_NOTE} characters")
+    if "\x00" in note:
+        raise InvalidValue("note", note, "contains a NUL character")
+    if by is not None:
+        if not isinstance(by, str) or "\x00" in by:
+            raise InvalidValue("by", by, f"{short_repr(by)} is not a name")
+        by = by.strip()[:MAX_PAUSED_BY] or None
+    return note.strip(), by
+
+
+def pause_values(
+    row: Mapping[str, Any], *, note: str, by: str | None, now: datetime
+) -> dict[str, Any]:
+    """The pause columns :meth:`ScheduleStore.pause` writes (a pause keeps its first instant
+    when the schedule is paused again, with a new note)."""
+    since = utc(row["paused_at"]) if row["paused"] and row["paused_at"] is not None else now
+    return {"paused": True, "paused_at": since, "paused_by": by, "pause_note": note}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """What :meth:`ScheduleStore.resume` writes, and what it tells."""
+
+    values: dict[str, Any]
+    """paused, paused_at, paused_by, pause_note, next_run_at, skipped_count."""
+    skipped: int = 0
+    lower_bound: bool = False
+    first_skipped: datetime | None = None
+
+
+def resume_values(row: Mapping[str, Any], *, catch_up: bool, now: datetime) -> Resume | None:
+    """The columns a resume writes, or None when the row is not paused. From now, the
+    instants from the stored ``next_run_at`` to ``now`` are counted as skipped; a damaged row
+    is only unpaused (the claim quarantines it when it comes due)."""
+    if not row["paused"]:
+        return None
+    values: dict[str, Any] = {
+        "paused": False,
+        "paused_at": None,
+        "paused_by": None,
+        "pause_note": "",
+        "next_run_at": utc(row["next_run_at"]),
+        "skipped_count": int(row["skipped_count"]),
+    }
+    first = values["next_run_at"]
+    if catch_up or not row["enabled"] or first is None:
+        return Resume(values=values)
+    try:
+        schedule = schedule_from_row(row)
+    except DamagedRow:
+        return Resume(values=values)
+    values["next_run_at"] = schedule.first_run_after(now)
+    if first > now:
+        return Resume(values=values)
+    count, lower_bound = count_instants(schedule, first, now)
+    values["skipped_count"] += count
+    return Resume(
+        values=values,
+        skipped=count,
+        lower_bound=lower_bound,
+        first_skipped=first if count else None,
+    )
+
+
+def backfill_instants(
+    row: Mapping[str, Any], *, start: datetime, end: datetime, limit: int, now: datetime
+) -> list[datetime]:
+    """The instants a backfill of ``[start, end)`` submits, checked: InvalidValue naming
+    ``start``, ``end`` or ``limit``; DamagedRow for a row that cannot be decoded."""
+    check_positive("limit", limit)
+    start = to_utc(ensure_aware(start, "start"), "start")
+    end = to_utc(ensure_aware(end, "end"), "end")
+    if end <= start:
+        raise InvalidValue("end", end, f"{iso_z(end)} is not after the start {iso_z(start)}")
+    if end > now:
+        raise InvalidValue(
+            "end",
+            end,
+            f"{iso_z(end)} is later than now ({iso_z(now)}): a backfill covers past instants only",
+        )
+    schedule = schedule_from_row(row)
+    instants = instants_between(schedule, start, end, limit=limit)
+    if len(instants) > limit:
+        raise InvalidValue(
+            "limit",
+            limit,
+            f"{iso_z(start)} .. {iso_z(end)} holds more than {limit} instants of "
+            f"{schedule.name!r}; narrow the range or raise the limit",
+        )
+    return instants

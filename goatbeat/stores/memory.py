@@ -18,6 +18,7 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
+    ACTIVE_STATUSES,
     SCHEDULE_INVALID,
     ClaimResult,
     Execution,
@@ -25,16 +26,23 @@ from goatbeat.core.model import (
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
+    OverlapPolicy,
     Schedule,
     Source,
     StoredSchedule,
     SubmitOutcome,
+    idempotency_key,
     manual_key,
 )
-from goatbeat.core.store import SCHEMA_VERSION, PublishResult
+from goatbeat.core.store import SCHEMA_VERSION, BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
 
 __all__ = ["MemoryStore"]
+
+_WAITING = frozenset({ExecutionStatus.CLAIMED.value, ExecutionStatus.BUFFERED.value})
+"""Statuses of an execution that was never sent and still could be."""
+_REQUESTED = frozenset({ExecutionKind.MANUAL.value, ExecutionKind.BACKFILL.value})
+"""Kinds of the executions the leader claims on request (:meth:`claim_manual_runs`)."""
 
 
 class MemoryStore:
@@ -83,6 +91,12 @@ class MemoryStore:
             version=1,
             created_at=now,
             updated_at=now,
+            paused=False,
+            paused_at=None,
+            paused_by=None,
+            pause_note="",
+            skipped_count=0,
+            active_execution_id=None,
         )
         self._schedules[row["id"]] = row
         self._by_name[row["name"]] = row["id"]
@@ -217,6 +231,102 @@ class MemoryStore:
         self.notify(f"schedule:{result.id}")
         return result
 
+    def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
+        note, by = common.check_pause(note, by)
+        with self._lock:
+            row = self._row(name)
+            now = self.now()
+            withdrawn = 0
+            for e in self._executions.values():
+                if e["schedule_id"] == row["id"] and self._waiting_to_start(e, now):
+                    e.update(status=ExecutionStatus.SKIPPED.value, error=common.PAUSE_WITHDRAWN)
+                    e["retry_at"] = None
+                    withdrawn += 1
+            row.update(
+                common.pause_values(row, note=note, by=by, now=now),
+                skipped_count=row["skipped_count"] + withdrawn,
+                version=row["version"] + 1,
+                updated_at=now,
+            )
+            result = common.read_schedule(row)
+        self.notify(f"schedule:{result.id}")
+        return result
+
+    @staticmethod
+    def _waiting_to_start(e: dict[str, Any], now: datetime) -> bool:
+        """Buffered, or claimed and never tried, waiting for its jittered instant."""
+        if e["status"] == ExecutionStatus.BUFFERED.value:
+            return True
+        return (
+            e["status"] == ExecutionStatus.CLAIMED.value
+            and e["kind"] == ExecutionKind.SCHEDULED.value
+            and e["attempts"] == 0
+            and e["retry_at"] is not None
+            and e["retry_at"] > now
+        )
+
+    def resume(
+        self, name: str, *, catch_up: bool = False, now: datetime | None = None
+    ) -> ResumeResult:
+        with self._lock:
+            row = self._row(name)
+            at = common.utc(now) or self.now()
+            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            if planned is None:
+                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+            row.update(planned.values, version=row["version"] + 1, updated_at=self.now())
+            stored = common.read_schedule(row)
+        self.notify(f"schedule:{stored.id}")
+        return ResumeResult(
+            schedule=stored,
+            was_paused=True,
+            catch_up=catch_up,
+            skipped=planned.skipped,
+            skipped_is_lower_bound=planned.lower_bound,
+            first_skipped=planned.first_skipped,
+        )
+
+    def backfill(
+        self,
+        name: str,
+        *,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        with self._lock:
+            row = self._row(name)
+            at = common.utc(now) or self.now()
+            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            existing: dict[datetime, str] = {}
+            created: list[datetime] = []
+            claimed_at = self.now()
+            for instant in instants:
+                key = idempotency_key(name, instant)
+                found = self._by_key.get(key)
+                if found is not None:
+                    existing[instant] = self._executions[found]["status"]
+                    continue
+                created.append(instant)
+                if not dry_run:
+                    self._insert_execution(
+                        schedule_id=row["id"],
+                        schedule_name=name,
+                        scheduled_at=instant,
+                        key=key,
+                        kind=ExecutionKind.BACKFILL,
+                        token=None,
+                        scheduler_id=None,
+                        claimed_at=claimed_at,
+                    )
+        if created and not dry_run:
+            self.notify(f"schedule:{row['id']}")
+        return BackfillResult(
+            name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
+        )
+
     def delete(self, name: str) -> None:
         with self._lock:
             row = self._row(name)
@@ -225,7 +335,7 @@ class MemoryStore:
             for execution in self._executions.values():
                 if execution["schedule_id"] == row["id"]:
                     execution["schedule_id"] = None
-                    if execution["status"] == ExecutionStatus.CLAIMED.value:
+                    if execution["status"] in _WAITING:
                         execution["status"] = ExecutionStatus.SUBMIT_FAILED.value
                         execution["error"] = common.ABANDONED_ERROR
         self.notify(f"schedule:{row['id']}")
@@ -318,9 +428,37 @@ class MemoryStore:
             due = [
                 r["next_run_at"]
                 for r in self._schedules.values()
-                if r["enabled"] and r["next_run_at"] is not None
+                if r["enabled"] and not r["paused"] and r["next_run_at"] is not None
             ]
+            for e in self._executions.values():
+                if e["status"] == ExecutionStatus.BUFFERED.value:
+                    at = self._buffer_ready_at(e)
+                    if at is not None:
+                        due.append(at)
             return min(due, default=None)
+
+    def _active_run(self, row: dict[str, Any], now: datetime) -> bool:
+        """Whether the run the schedule's overlap policy waits for is still running."""
+        e = self._executions.get(row.get("active_execution_id") or 0)
+        if e is None:
+            return False
+        return common.run_active(
+            e["status"], e["submitted_at"], e["claimed_at"], row["max_runtime"], now
+        )
+
+    def _buffer_ready_at(self, e: dict[str, Any]) -> datetime | None:
+        """When a buffered occurrence may start: at once when its schedule's run ended, when
+        that run expires (max_runtime), or unknown (None) while it waits to be sent."""
+        row = self._schedules.get(e["schedule_id"])
+        if row is None:
+            return None
+        run = self._executions.get(row.get("active_execution_id") or 0)
+        if run is None or run["status"] not in ACTIVE_STATUSES:
+            return e["scheduled_at"]  # type: ignore[no-any-return]
+        if run["status"] == ExecutionStatus.CLAIMED.value or row["max_runtime"] is None:
+            return None
+        since = run["submitted_at"] or run["claimed_at"]
+        return since + timedelta(seconds=float(row["max_runtime"]))  # type: ignore[no-any-return]
 
     def claim_due(
         self,
@@ -340,14 +478,22 @@ class MemoryStore:
                 (
                     r
                     for r in self._schedules.values()
-                    if r["enabled"] and r["next_run_at"] is not None and r["next_run_at"] <= at
+                    if r["enabled"]
+                    and not r["paused"]
+                    and r["next_run_at"] is not None
+                    and r["next_run_at"] <= at
                 ),
                 key=lambda r: (r["next_run_at"], r["id"]),
             )
             seen, damaged = common.decode_due(rows, common.schedule_from_row)
+            runs = {
+                r["id"]: (self._active_run(r, at), self._has_buffered(r["id"]))
+                for r in rows
+                if r["overlap"] != "allow"
+            }
         # Planned without the lock, like the SQL stores plan between their read and their
         # write: an edit that lands meanwhile must win the compare-and-set below.
-        batch = common.plan_batch(seen, at, self.planner)
+        batch = common.plan_batch(seen, at, self.planner, runs)
         batch.schedules_seen = len(rows)
         with self._lock:
             if not self._lease_valid(lease):
@@ -374,41 +520,110 @@ class MemoryStore:
                     next_run_at=None if adv.disable else adv.plan.next_run_at,
                     last_run_at=adv.last_run_at or row["last_run_at"],
                     last_status=adv.last_status or row["last_status"],
-                    total_run_count=row["total_run_count"] + len(adv.plan.run_at),
+                    total_run_count=row["total_run_count"] + len(adv.starts),
                     missed_count=row["missed_count"] + adv.plan.missed,
+                    skipped_count=row["skipped_count"] + len(adv.skips),
                     enabled=row["enabled"] and not adv.disable,
                     version=row["version"] + 1,
                 )
             occurrences: list[Occurrence] = []
-            for schedule, scheduled_at, key in batch.executions_for(advanced):
+            deferred = 0
+            buffered = 0
+            for planned in batch.executions_for(advanced):
+                schedule, key = planned.schedule, planned.key
                 if key in self._by_key:
                     continue
+                wait = planned.due_at is not None and planned.due_at > at
                 execution_id = self._insert_execution(
                     schedule_id=schedule.id,
                     schedule_name=schedule.name,
-                    scheduled_at=scheduled_at,
+                    scheduled_at=planned.scheduled_at,
                     key=key,
                     kind=ExecutionKind.SCHEDULED,
                     token=lease.token,
                     scheduler_id=scheduler_id,
                     claimed_at=claimed_at,
+                    status=planned.status,
+                    retry_at=planned.due_at if wait else None,
                 )
+                if planned.status == ExecutionStatus.BUFFERED.value:
+                    buffered += 1
+                if planned.status != ExecutionStatus.CLAIMED.value:
+                    continue
+                if schedule.overlap is not OverlapPolicy.ALLOW:
+                    assert schedule.id is not None
+                    self._schedules[schedule.id]["active_execution_id"] = execution_id
+                if wait:
+                    deferred += 1
+                    continue
                 occurrences.append(
                     common.occurrence_for(
                         schedule,
                         execution_id=execution_id,
-                        scheduled_at=scheduled_at,
+                        scheduled_at=planned.scheduled_at,
                         key=key,
                         token=lease.token,
+                        due_at=planned.due_at,
                     )
                 )
+            occurrences.extend(self._promote_buffered(lease, scheduler_id, claimed_at))
         return ClaimResult(
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
+            skipped=batch.skipped_for(advanced),
+            buffered=buffered,
+            deferred=deferred,
         )
+
+    def _has_buffered(self, schedule_id: int) -> bool:
+        return any(
+            e["schedule_id"] == schedule_id and e["status"] == ExecutionStatus.BUFFERED.value
+            for e in self._executions.values()
+        )
+
+    def _promote_buffered(
+        self, lease: LeaseGrant, scheduler_id: str, now: datetime
+    ) -> list[Occurrence]:
+        """Buffered occurrences whose schedule's run has ended (or expired) start now: they
+        become this claim's, and their schedule's run to wait for."""
+        ready = [
+            e
+            for e in self._executions.values()
+            if e["status"] == ExecutionStatus.BUFFERED.value
+            and e["schedule_id"] in self._schedules
+            and not self._active_run(self._schedules[e["schedule_id"]], now)
+        ]
+        joined_rows = []
+        for e in sorted(ready, key=lambda e: e["id"]):
+            e.update(
+                status=ExecutionStatus.CLAIMED.value,
+                fencing_token=lease.token,
+                scheduler_id=scheduler_id,
+                claimed_at=now,
+            )
+            row = self._schedules[e["schedule_id"]]
+            row.update(
+                active_execution_id=e["id"],
+                total_run_count=row["total_run_count"] + 1,
+                last_status=ExecutionStatus.CLAIMED.value,
+            )
+            joined_rows.append(self._joined(e))
+        out, failed = common.decode_pending(joined_rows)
+        for execution_id, error in failed:  # nothing can submit them
+            self._executions[execution_id].update(
+                status=ExecutionStatus.SUBMIT_FAILED.value, error=error
+            )
+        return out
+
+    def _joined(self, e: dict[str, Any]) -> dict[str, Any]:
+        """An execution row with its schedule's definition columns, as pending reads it."""
+        schedule = self._schedules[e["schedule_id"]]
+        joined = {name: schedule[name] for name in common.DEFINITION_COLUMNS}
+        joined.update(e, execution_id=e["id"])
+        return joined
 
     def _insert_execution(
         self,
@@ -421,6 +636,8 @@ class MemoryStore:
         token: int | None,
         scheduler_id: str | None,
         claimed_at: datetime,
+        status: str = ExecutionStatus.CLAIMED.value,
+        retry_at: datetime | None = None,
     ) -> int:
         execution_id = next(self._execution_ids)
         self._executions[execution_id] = {
@@ -430,7 +647,7 @@ class MemoryStore:
             "scheduled_at": scheduled_at,
             "idempotency_key": key,
             "kind": kind.value,
-            "status": ExecutionStatus.CLAIMED.value,
+            "status": status,
             "fencing_token": token,
             "scheduler_id": scheduler_id,
             "claimed_at": claimed_at,
@@ -439,7 +656,7 @@ class MemoryStore:
             "attempts": 0,
             "backend_task_id": None,
             "error": None,
-            "retry_at": None,
+            "retry_at": retry_at,
         }
         self._by_key[key] = execution_id
         return execution_id
@@ -460,13 +677,7 @@ class MemoryStore:
                 ),
                 key=lambda e: (e["claimed_at"], e["id"]),
             )[:limit]
-            joined_rows = []
-            for e in rows:
-                schedule = self._schedules[e["schedule_id"]]
-                joined = {name: schedule[name] for name in common.DEFINITION_COLUMNS}
-                joined.update(e, execution_id=e["id"])
-                joined_rows.append(joined)
-            out, failed = common.decode_pending(joined_rows)
+            out, failed = common.decode_pending([self._joined(e) for e in rows])
             for execution_id, error in failed:  # nothing can submit them
                 self._executions[execution_id].update(
                     status=ExecutionStatus.SUBMIT_FAILED.value, error=error
@@ -550,7 +761,7 @@ class MemoryStore:
                 e = self._executions.get(execution_id)
                 if (
                     e is None
-                    or e["kind"] != ExecutionKind.MANUAL.value
+                    or e["kind"] not in _REQUESTED
                     or e["status"] != ExecutionStatus.CLAIMED.value
                     or e["fencing_token"] is not None
                 ):
@@ -576,9 +787,13 @@ class MemoryStore:
             e = self._executions[execution_id]
             status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
             e.update(status=status.value, finished_at=self.now(), error=error)
-            if e["schedule_id"] in self._schedules:
-                self._schedules[e["schedule_id"]]["last_status"] = status.value
-            return True
+            sid = e["schedule_id"]
+            if sid in self._schedules:
+                self._schedules[sid]["last_status"] = status.value
+            waiting = self._has_buffered(sid)
+        if waiting:  # the leader starts the buffered occurrence now
+            self.notify(f"schedule:{sid}")
+        return True
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._lock:

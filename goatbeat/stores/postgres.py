@@ -65,14 +65,16 @@ from goatbeat.core.model import (
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
+    OverlapPolicy,
     Schedule,
     Source,
     StoredSchedule,
     SubmitOutcome,
+    idempotency_key,
     manual_key,
 )
 from goatbeat.core.observability import log_event
-from goatbeat.core.store import NOTIFY_CHANNEL, PublishResult
+from goatbeat.core.store import NOTIFY_CHANNEL, BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
 from goatbeat.stores import schema
 
@@ -420,6 +422,92 @@ class PostgresStore:
             self._notify(conn, f"schedule:{stored['id']}")
         return common.read_schedule(stored)
 
+    def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
+        note, by = common.check_pause(note, by)
+        with self._session() as conn, conn.transaction():
+            row = self._required(conn, name)
+            with psycopg.Cursor(conn) as cur:
+                cur.execute(
+                    self._q["pause_withdraw"], {"id": row["id"], "error": common.PAUSE_WITHDRAWN}
+                )
+                withdrawn = max(0, cur.rowcount)
+            values = common.pause_values(row, note=note, by=by, now=self._db_now(conn))
+            stored = self._fetch_one(
+                conn, "pause", {**values, "id": row["id"], "withdrawn": withdrawn}
+            )
+            assert stored is not None
+            self._notify(conn, f"schedule:{stored['id']}")
+        return common.read_schedule(stored)
+
+    def resume(
+        self, name: str, *, catch_up: bool = False, now: datetime | None = None
+    ) -> ResumeResult:
+        with self._session() as conn, conn.transaction():
+            row = self._required(conn, name)
+            at = (now or self._db_now(conn)).astimezone(UTC)
+            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            if planned is None:
+                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+            stored = self._fetch_one(
+                conn,
+                "resume",
+                {
+                    "id": row["id"],
+                    "version": row["version"],
+                    "next_run_at": planned.values["next_run_at"],
+                    "skipped_count": planned.values["skipped_count"],
+                },
+            )
+            if stored is None:
+                raise ConflictError(f"schedule {name!r} changed while being resumed")
+            self._notify(conn, f"schedule:{stored['id']}")
+        return ResumeResult(
+            schedule=common.read_schedule(stored),
+            was_paused=True,
+            catch_up=catch_up,
+            skipped=planned.skipped,
+            skipped_is_lower_bound=planned.lower_bound,
+            first_skipped=planned.first_skipped,
+        )
+
+    def backfill(
+        self,
+        name: str,
+        *,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        with self._session() as conn, conn.transaction():
+            row = self._required(conn, name)
+            at = (now or self._db_now(conn)).astimezone(UTC)
+            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            keys = [idempotency_key(name, t) for t in instants]
+            by_key = dict(zip(keys, instants, strict=True))
+            found = self._fetch(conn, "backfill_existing", {"keys": keys})
+            existing = {by_key[r["idempotency_key"]]: str(r["status"]) for r in found}
+            created = [t for t in instants if t not in existing]
+            if created and not dry_run:
+                wanted = [idempotency_key(name, t) for t in created]
+                written = self._fetch(
+                    conn,
+                    "backfill_insert",
+                    {"schedule_id": row["id"], "name": name, "instants": created, "keys": wanted},
+                )
+                # A concurrent writer may have taken an instant between the read and the write.
+                landed = {r["scheduled_at"].astimezone(UTC) for r in written}
+                for t in created:
+                    if t not in landed:
+                        existing[t] = ExecutionStatus.CLAIMED.value
+                created = [t for t in created if t in landed]
+                if created:
+                    self._notify(conn, f"schedule:{row['id']}")
+        return BackfillResult(
+            name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
+        )
+
     def delete(self, name: str) -> None:
         with self._session() as conn, conn.transaction():
             with psycopg.Cursor(conn) as cur:
@@ -527,36 +615,37 @@ class PostgresStore:
             at = (now or check["now"]).astimezone(UTC)
             rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit})
             schedules, damaged = common.decode_due(rows, self._cache.from_row)
-            batch = common.plan_batch(schedules, at, self.planner)
+            batch = common.plan_batch(schedules, at, self.planner, common.run_states(rows, at))
             batch.schedules_seen = len(rows)
             quarantined = self._quarantine(conn, damaged) if damaged else []
-            if not batch.advances:
-                return ClaimResult(
-                    occurrences=[], schedules_seen=len(rows), quarantined=quarantined
-                )
             advs = batch.advances
-            advanced = {
-                int(r["id"])
-                for r in self._fetch(
-                    conn,
-                    "claim_advance",
-                    {
-                        "ids": [a.schedule.id for a in advs],
-                        "versions": [a.schedule.version for a in advs],
-                        "next_run_at": [a.plan.next_run_at for a in advs],
-                        "last_run_at": [a.last_run_at for a in advs],
-                        "last_status": [a.last_status for a in advs],
-                        "runs": [len(a.plan.run_at) for a in advs],
-                        "missed": [a.plan.missed for a in advs],
-                        "disable": [a.disable for a in advs],
-                    },
-                )
-            }
+            advanced: set[int] = set()
+            occurrences: list[Occurrence] = []
+            deferred = buffered = 0
+            if advs:
+                advanced = {
+                    int(r["id"])
+                    for r in self._fetch(
+                        conn,
+                        "claim_advance",
+                        {
+                            "ids": [a.schedule.id for a in advs],
+                            "versions": [a.schedule.version for a in advs],
+                            "next_run_at": [a.plan.next_run_at for a in advs],
+                            "last_run_at": [a.last_run_at for a in advs],
+                            "last_status": [a.last_status for a in advs],
+                            "runs": [len(a.starts) for a in advs],
+                            "missed": [a.plan.missed for a in advs],
+                            "skipped": [len(a.skips) for a in advs],
+                            "disable": [a.disable for a in advs],
+                        },
+                    )
+                }
             if advanced and self._freeze_at:
                 self._maybe_freeze(lease)
             planned = batch.executions_for(advanced)
-            occurrences: list[Occurrence] = []
             if planned:
+                waits = [p.due_at is not None and p.due_at > at for p in planned]
                 inserted = {
                     r["idempotency_key"]: int(r["id"])
                     for r in self._fetch(
@@ -565,25 +654,50 @@ class PostgresStore:
                         {
                             "token": lease.token,
                             "scheduler_id": scheduler_id,
-                            "schedule_ids": [s.id for s, _, _ in planned],
-                            "names": [s.name for s, _, _ in planned],
-                            "scheduled_at": [at_ for _, at_, _ in planned],
-                            "keys": [key for _, _, key in planned],
+                            "schedule_ids": [p.schedule.id for p in planned],
+                            "names": [p.schedule.name for p in planned],
+                            "scheduled_at": [p.scheduled_at for p in planned],
+                            "keys": [p.key for p in planned],
+                            "statuses": [p.status for p in planned],
+                            "retry_at": [
+                                p.due_at if wait else None
+                                for p, wait in zip(planned, waits, strict=True)
+                            ],
                         },
                     )
                 }
-                for schedule, scheduled_at, key in planned:
-                    execution_id = inserted.get(key)
-                    if execution_id is not None:
-                        occurrences.append(
-                            common.occurrence_for(
-                                schedule,
-                                execution_id=execution_id,
-                                scheduled_at=scheduled_at,
-                                key=key,
-                                token=lease.token,
-                            )
+                started: dict[int, int] = {}
+                for p, wait in zip(planned, waits, strict=True):
+                    execution_id = inserted.get(p.key)
+                    if execution_id is None:
+                        continue
+                    if p.status == ExecutionStatus.BUFFERED.value:
+                        buffered += 1
+                    if p.status != ExecutionStatus.CLAIMED.value:
+                        continue
+                    if p.schedule.overlap is not OverlapPolicy.ALLOW:
+                        assert p.schedule.id is not None
+                        started[p.schedule.id] = execution_id
+                    if wait:
+                        deferred += 1
+                        continue
+                    occurrences.append(
+                        common.occurrence_for(
+                            p.schedule,
+                            execution_id=execution_id,
+                            scheduled_at=p.scheduled_at,
+                            key=p.key,
+                            token=lease.token,
+                            due_at=p.due_at,
                         )
+                    )
+                if started:
+                    with psycopg.Cursor(conn) as cur:
+                        cur.execute(
+                            self._q["started_runs"],
+                            {"ids": list(started), "execution_ids": list(started.values())},
+                        )
+            occurrences += self._promote_buffered(conn, lease, scheduler_id, check["now"])
         # Committed: only now may the cache believe the rows are at their new versions.
         for adv in advs:
             if adv.schedule.id in advanced:
@@ -594,7 +708,39 @@ class PostgresStore:
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
+            skipped=batch.skipped_for(advanced),
+            buffered=buffered,
+            deferred=deferred,
         )
+
+    def _promote_buffered(
+        self, conn: psycopg.Connection[Any], lease: LeaseGrant, scheduler_id: str, now: datetime
+    ) -> list[Occurrence]:
+        """Buffered occurrences whose schedule's run ended (or expired by ``max_runtime``)
+        start now: they become this claim's, and the run their schedule waits for next."""
+        rows = self._fetch(conn, "buffered_runs")
+        if not rows:
+            return []
+        ready = [
+            int(r["buffered_id"])
+            for r in rows
+            if (at := common.buffer_ready_at(r)) is not None and at <= now
+        ]
+        if not ready:
+            return []
+        promoted = self._fetch(
+            conn,
+            "promote_buffered",
+            {"ids": ready, "token": lease.token, "scheduler_id": scheduler_id},
+        )
+        occurrences, failed = common.decode_pending(promoted)
+        if failed:
+            with psycopg.Cursor(conn) as cur:
+                cur.execute(
+                    self._q["abandon_damaged"],
+                    {"ids": [i for i, _ in failed], "errors": [e for _, e in failed]},
+                )
+        return occurrences
 
     def _maybe_freeze(self, lease: LeaseGrant) -> None:
         """The test hook of the module docstring."""

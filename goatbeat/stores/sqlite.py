@@ -35,13 +35,15 @@ from goatbeat.core.model import (
     ExecutionStatus,
     LeaseGrant,
     Occurrence,
+    OverlapPolicy,
     Schedule,
     Source,
     StoredSchedule,
     SubmitOutcome,
+    idempotency_key,
     manual_key,
 )
-from goatbeat.core.store import PublishResult
+from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
 from goatbeat.stores import schema
 
@@ -62,6 +64,10 @@ _TIME_COLUMNS = (
     "submitted_at",
     "finished_at",
     "expires_at",
+    "paused_at",
+    "run_submitted_at",
+    "run_claimed_at",
+    "buffered_at",
 )
 
 
@@ -399,6 +405,101 @@ class SQLiteStore:
         self._wake_local()
         return result
 
+    def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
+        note, by = common.check_pause(note, by)
+        with self._write() as conn:
+            row = self._required(conn, name)
+            now = self.now()
+            withdrawn = conn.execute(
+                self._q["pause_withdraw"],
+                {"id": row["id"], "error": common.PAUSE_WITHDRAWN, "now": encode_time(now)},
+            ).rowcount
+            values = common.pause_values(row, note=note, by=by, now=now)
+            conn.execute(
+                self._q["pause"],
+                {
+                    "id": row["id"],
+                    "paused_at": encode_time(values["paused_at"]),
+                    "paused_by": values["paused_by"],
+                    "pause_note": values["pause_note"],
+                    "withdrawn": withdrawn,
+                    "now": encode_time(now),
+                },
+            )
+            self._bump(conn, f"schedule:{row['id']}")
+            result = common.read_schedule(self._required(conn, name))
+        self._wake_local()
+        return result
+
+    def resume(
+        self, name: str, *, catch_up: bool = False, now: datetime | None = None
+    ) -> ResumeResult:
+        with self._write() as conn:
+            row = self._required(conn, name)
+            at = (now or self.now()).astimezone(UTC)
+            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            if planned is None:
+                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+            conn.execute(
+                self._q["resume"],
+                {
+                    "id": row["id"],
+                    "version": row["version"],
+                    "next_run_at": encode_time(planned.values["next_run_at"]),
+                    "skipped_count": planned.values["skipped_count"],
+                    "now": self._now_text(),
+                },
+            )
+            self._bump(conn, f"schedule:{row['id']}")
+            stored = common.read_schedule(self._required(conn, name))
+        self._wake_local()
+        return ResumeResult(
+            schedule=stored,
+            was_paused=True,
+            catch_up=catch_up,
+            skipped=planned.skipped,
+            skipped_is_lower_bound=planned.lower_bound,
+            first_skipped=planned.first_skipped,
+        )
+
+    def backfill(
+        self,
+        name: str,
+        *,
+        start: datetime,
+        end: datetime,
+        limit: int,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> BackfillResult:
+        with self._write() as conn:
+            row = self._required(conn, name)
+            at = (now or self.now()).astimezone(UTC)
+            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            keys = {idempotency_key(name, t): t for t in instants}
+            found = conn.execute(self._q["statuses_by_keys"], {"keys": json.dumps(list(keys))})
+            existing = {keys[r["idempotency_key"]]: r["status"] for r in found.fetchall()}
+            created = [t for t in instants if t not in existing]
+            if not dry_run and created:
+                now_text = self._now_text()
+                for t in created:
+                    conn.execute(
+                        self._q["backfill_insert"],
+                        {
+                            "schedule_id": row["id"],
+                            "name": name,
+                            "at": encode_time(t),
+                            "key": idempotency_key(name, t),
+                            "now": now_text,
+                        },
+                    )
+                self._bump(conn, f"schedule:{row['id']}")
+        if created and not dry_run:
+            self._wake_local()
+        return BackfillResult(
+            name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
+        )
+
     def delete(self, name: str) -> None:
         with self._write() as conn:
             row = self._required(conn, name)
@@ -482,7 +583,13 @@ class SQLiteStore:
     def next_due_at(self) -> datetime | None:
         with self._session() as conn:
             row = conn.execute(self._q["next_due_at"]).fetchone()
-        return decode_time(row[0]) if row is not None else None
+            due = [decode_time(row[0])] if row is not None and row[0] is not None else []
+            due += [
+                at
+                for r in conn.execute(self._q["buffered_runs"]).fetchall()
+                if (at := common.buffer_ready_at(_decode(r))) is not None
+            ]
+        return min((d for d in due if d is not None), default=None)
 
     def claim_due(
         self,
@@ -500,16 +607,17 @@ class SQLiteStore:
             rows = conn.execute(
                 self._q["claim_select_due"], {"now": encode_time(at), "limit": limit}
             ).fetchall()
-        seen, damaged = common.decode_due(
-            [_decode(r, json_columns=False) for r in rows], self._cache.from_row
-        )
+            waiting = conn.execute(self._q["buffered_runs"]).fetchone() is not None
+        decoded = [_decode(r, json_columns=False) for r in rows]
+        seen, damaged = common.decode_due(decoded, self._cache.from_row)
         # Planning happens outside the write lock: other processes keep claiming and editing,
         # and the compare-and-set below settles any race.
-        batch = common.plan_batch(seen, at, self.planner)
+        batch = common.plan_batch(seen, at, self.planner, common.run_states(decoded, at))
         batch.schedules_seen = len(rows)
-        if not batch.advances and not damaged:
+        if not batch.advances and not damaged and not waiting:
             return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
         occurrences: list[Occurrence] = []
+        deferred = buffered = 0
         with self._write() as conn:
             if not self._lease_ok(conn, lease):
                 return ClaimResult(occurrences=[], refused=True)
@@ -526,37 +634,56 @@ class SQLiteStore:
                         "next_run_at": encode_time(adv.plan.next_run_at),
                         "last_run_at": encode_time(adv.last_run_at),
                         "last_status": adv.last_status,
-                        "runs": len(adv.plan.run_at),
+                        "runs": len(adv.starts),
                         "missed": adv.plan.missed,
+                        "skipped": len(adv.skips),
                         "disable": int(adv.disable),
                     },
                 )
                 if cur.rowcount == 1:
                     advanced.add(adv.schedule.id)
-            for schedule, scheduled_at, key in batch.executions_for(advanced):
+            for planned in batch.executions_for(advanced):
+                schedule = planned.schedule
+                wait = planned.due_at is not None and planned.due_at > at
                 inserted = conn.execute(
                     self._q["claim_insert_execution"],
                     {
                         "schedule_id": schedule.id,
                         "schedule_name": schedule.name,
-                        "scheduled_at": encode_time(scheduled_at),
-                        "key": key,
+                        "scheduled_at": encode_time(planned.scheduled_at),
+                        "key": planned.key,
+                        "status": planned.status,
                         "token": lease.token,
                         "scheduler_id": scheduler_id,
                         "now": claimed_at,
+                        "retry_at": encode_time(planned.due_at) if wait else None,
                     },
                 ).fetchone()
                 if inserted is None:
+                    continue
+                if planned.status == ExecutionStatus.BUFFERED.value:
+                    buffered += 1
+                if planned.status != ExecutionStatus.CLAIMED.value:
+                    continue
+                if schedule.overlap is not OverlapPolicy.ALLOW:
+                    conn.execute(
+                        self._q["started_run"],
+                        {"id": schedule.id, "execution_id": inserted[0], "runs": 0, "status": None},
+                    )
+                if wait:
+                    deferred += 1
                     continue
                 occurrences.append(
                     common.occurrence_for(
                         schedule,
                         execution_id=int(inserted[0]),
-                        scheduled_at=scheduled_at,
-                        key=key,
+                        scheduled_at=planned.scheduled_at,
+                        key=planned.key,
                         token=lease.token,
+                        due_at=planned.due_at,
                     )
                 )
+            occurrences += self._promote_buffered(conn, lease, scheduler_id, claimed_at)
         # Committed: only now may the cache believe the rows are at their new versions.
         for adv in batch.advances:
             if adv.schedule.id in advanced:
@@ -567,7 +694,50 @@ class SQLiteStore:
             missed=batch.missed_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
+            skipped=batch.skipped_for(advanced),
+            buffered=buffered,
+            deferred=deferred,
         )
+
+    def _promote_buffered(
+        self, conn: sqlite3.Connection, lease: LeaseGrant, scheduler_id: str, now: str
+    ) -> list[Occurrence]:
+        """Buffered occurrences whose schedule's run ended (or expired) start now: they
+        become this claim's, and the run their schedule waits for next."""
+        at = decode_time(now)
+        assert at is not None
+        rows = [_decode(r) for r in conn.execute(self._q["buffered_runs"]).fetchall()]
+        joined: list[dict[str, Any]] = []
+        for row in rows:
+            ready = common.buffer_ready_at(row)
+            if ready is None or ready > at:
+                continue
+            promoted = conn.execute(
+                self._q["promote_buffered"],
+                {
+                    "id": row["buffered_id"],
+                    "token": lease.token,
+                    "scheduler_id": scheduler_id,
+                    "now": now,
+                },
+            ).fetchone()
+            if promoted is None or promoted["schedule_id"] is None:
+                continue
+            conn.execute(
+                self._q["started_run"],
+                {
+                    "id": promoted["schedule_id"],
+                    "execution_id": row["buffered_id"],
+                    "runs": 1,
+                    "status": ExecutionStatus.CLAIMED.value,
+                },
+            )
+            found = conn.execute(self._q["promoted_pending"], {"id": row["buffered_id"]})
+            joined += [_decode(r) for r in found.fetchall()]
+        occurrences, failed = common.decode_pending(joined)
+        for execution_id, error in failed:  # nothing can submit them
+            conn.execute(self._q["abandon_damaged"], {"id": execution_id, "error": error})
+        return occurrences
 
     def _quarantine(
         self, conn: sqlite3.Connection, damaged: list[DamagedSchedule]
@@ -698,12 +868,16 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 return False
-            if row["schedule_id"] is not None:
+            sid = row["schedule_id"]
+            if sid is not None:
                 conn.execute(
                     self._q["schedule_last_status"],
-                    {"id": row["schedule_id"], "status": row["status"], "missed": 0},
+                    {"id": sid, "status": row["status"], "missed": 0},
                 )
-            return True
+                if conn.execute(self._q["has_buffered"], {"id": sid}).fetchone() is not None:
+                    self._bump(conn, f"schedule:{sid}")  # the leader starts the buffered one
+        self._wake_local()
+        return True
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._write() as conn:

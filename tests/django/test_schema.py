@@ -92,6 +92,7 @@ def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> 
         ("0002_worker_idempotency",),
         ("0003_published_fingerprint",),
         ("0004_submit_retry",),
+        ("0006_schedule_control",),
     ]
 
 

@@ -9,7 +9,10 @@ changes, and claims afterwards land on the instants the schedules' phases give, 
 and no gap. Version 3 adds ``goatbeat_schedule.published_fingerprint``: rows published before
 it have none, the first publish records it, and only then is an edit made in the admin told
 apart from an import. Version 4 adds ``goatbeat_execution.retry_at``: a row that failed before
-it has none, so it is due at once.
+it has none, so it is due at once. Version 6 adds schedule control (pause, jitter, overlap...):
+every row comes out unpaused, without jitter, overlap allowed, and a fingerprint recorded
+before it still matches (the new columns are hashed only when set), so no publication reports
+an edit that never happened.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from goatbeat.core.model import SubmitOutcome
+from goatbeat.core.model import OverlapPolicy, Schedule, SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from goatbeat.stores import open_store, schema
@@ -33,6 +36,46 @@ from tests.conformance.helpers import claim_all, hourly, keys
 T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
 # The reverse of each version after 1, newest first (the Django app's reverse SQL says the same).
+# Version 6 differs by dialect: SQLite keeps the rebuilt execution table (its wider CHECKs
+# accept every older row; 0006 rebuilds it again) but drops the index on the paused column
+# before the column.
+_CONTROL_COLUMNS = [
+    "jitter",
+    "overlap",
+    "max_runtime",
+    "pause_on_failure",
+    "paused",
+    "paused_at",
+    "paused_by",
+    "pause_note",
+    "skipped_count",
+    "active_execution_id",
+]
+_REVERSE_6 = {
+    "sqlite": [
+        "DROP INDEX goatbeat_schedule_due_idx",
+        "CREATE INDEX goatbeat_schedule_due_idx ON goatbeat_schedule (next_run_at) "
+        "WHERE enabled AND next_run_at IS NOT NULL",
+        "DROP INDEX goatbeat_execution_buffered_idx",
+        *(f"ALTER TABLE goatbeat_schedule DROP COLUMN {c}" for c in _CONTROL_COLUMNS),
+        "DELETE FROM goatbeat_schema_version WHERE version = 6",
+    ],
+    "postgres": [
+        "DROP INDEX goatbeat_execution_buffered_idx",
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check",
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+        "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'succeeded', 'failed'))",
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_kind_check",
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_kind_check "
+        "CHECK (kind IN ('scheduled', 'manual'))",
+        "DROP INDEX goatbeat_schedule_due_idx",
+        "CREATE INDEX goatbeat_schedule_due_idx ON goatbeat_schedule (next_run_at) "
+        "WHERE enabled AND next_run_at IS NOT NULL",
+        "ALTER TABLE goatbeat_schedule DROP CONSTRAINT goatbeat_schedule_overlap_check, "
+        + ", ".join(f"DROP COLUMN {c}" for c in _CONTROL_COLUMNS),
+        "DELETE FROM goatbeat_schema_version WHERE version = 6",
+    ],
+}
 _REVERSE = {
     4: [
         "ALTER TABLE goatbeat_execution DROP COLUMN retry_at",
@@ -51,7 +94,10 @@ _REVERSE = {
 
 
 def _back_to(url: str, version: int) -> None:
-    statements = [sql for v in sorted(_REVERSE, reverse=True) if v > version for sql in _REVERSE[v]]
+    dialect = "sqlite" if url.startswith("sqlite:///") else "postgres"
+    statements = _REVERSE_6[dialect] + [
+        sql for v in sorted(_REVERSE, reverse=True) if v > version for sql in _REVERSE[v]
+    ]
     if url.startswith("sqlite:///"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
             for statement in statements:
@@ -90,7 +136,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -129,7 +175,14 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.info()["schema_version"] == schema.latest_version("postgres")
         assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
         assert "published_fingerprint" in _columns(database)
+        assert set(_CONTROL_COLUMNS) <= _columns(database)
         assert _everything(store) == before
+        for stored in store.list_schedules():
+            assert isinstance(stored, Schedule)
+            assert not stored.paused and stored.skipped_count == 0 and not stored.jitter
+            assert stored.overlap is OverlapPolicy.ALLOW and stored.max_runtime is None
+        # Fingerprints recorded before version 6 still match: nothing reads as edited.
+        assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == set()
         # The row that failed before the upgrade is due at once; nothing is backing off.
         assert first[-3].execution_id in {p.execution_id for p in store.pending(limit=100)}
         assert store.next_retry_at() is None

@@ -14,7 +14,9 @@ SELECT pg_advisory_xact_lock(7450411716450971649);
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at, published_fingerprint
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count, published_fingerprint
 FROM goatbeat_schedule
 WHERE name = ANY(%(names)s::text[]);
 
@@ -22,7 +24,9 @@ WHERE name = ANY(%(names)s::text[]);
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count
 FROM goatbeat_schedule
 WHERE name = %(name)s;
 
@@ -30,7 +34,9 @@ WHERE name = %(name)s;
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count
 FROM goatbeat_schedule
 WHERE %(source)s::text IS NULL OR source = %(source)s::text
 ORDER BY name;
@@ -40,17 +46,21 @@ INSERT INTO goatbeat_schedule (
     name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
     priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
     enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
-    published_fingerprint, version, created_at, updated_at)
+    published_fingerprint, jitter, overlap, max_runtime, pause_on_failure, version, created_at,
+    updated_at)
 VALUES (
     %(name)s, %(source)s, %(task)s, %(trigger)s, %(timezone)s, %(args)s, %(kwargs)s, %(queue)s,
     %(exchange)s, %(routing_key)s, %(priority)s, %(expires)s, %(headers)s, %(misfire_policy)s,
     %(misfire_grace)s, %(catch_up_limit)s, %(one_off)s, %(enabled)s, %(start_at)s, %(end_at)s,
     %(next_run_at)s, %(last_run_at)s, %(total_run_count)s, %(description)s,
-    %(published_fingerprint)s, 1, now(), now())
+    %(published_fingerprint)s, %(jitter)s, %(overlap)s, %(max_runtime)s, %(pause_on_failure)s,
+    1, now(), now())
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-          missed_count, version, description, created_at, updated_at;
+          missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count;
 
 -- name: schedule_replace
 -- Compare-and-set on version: a claim or an edit that landed since the row was read wins.
@@ -61,7 +71,9 @@ UPDATE goatbeat_schedule SET
     headers = %(headers)s, misfire_policy = %(misfire_policy)s,
     misfire_grace = %(misfire_grace)s, catch_up_limit = %(catch_up_limit)s,
     one_off = %(one_off)s, enabled = %(enabled)s, start_at = %(start_at)s, end_at = %(end_at)s,
-    description = %(description)s, next_run_at = %(next_run_at)s,
+    description = %(description)s, jitter = %(jitter)s, overlap = %(overlap)s,
+    max_runtime = %(max_runtime)s, pause_on_failure = %(pause_on_failure)s,
+    next_run_at = %(next_run_at)s,
     last_status = %(last_status)s,
     -- NULL keeps the column: only a publish moves the last run forward or records what it wrote.
     last_run_at = COALESCE(%(last_run_at)s::timestamptz, last_run_at),
@@ -71,7 +83,9 @@ WHERE id = %(id)s AND version = %(version)s
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-          missed_count, version, description, created_at, updated_at;
+          missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count;
 
 -- name: schedule_set_fingerprint
 -- A row published before schema version 3 whose definition is what is published again: record
@@ -87,14 +101,16 @@ WHERE id = %(id)s AND version = %(version)s
 RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
           priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
           enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-          missed_count, version, description, created_at, updated_at;
+          missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count;
 
 -- name: abandon_claimed
 -- Occurrences of a schedule being deleted that were never submitted: nothing can submit them
--- any more, so they end as submit_failed instead of staying claimed forever.
+-- any more, so they end as submit_failed instead of staying claimed (or buffered) forever.
 UPDATE goatbeat_execution SET status = 'submit_failed', error = %(error)s
 WHERE schedule_id = (SELECT id FROM goatbeat_schedule WHERE name = %(name)s)
-  AND status = 'claimed';
+  AND status IN ('claimed', 'buffered');
 
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
@@ -112,9 +128,66 @@ WHERE source = %(source)s AND enabled AND NOT (name = ANY(%(keep)s::text[]))
 RETURNING name;
 
 -- name: next_due_at
-SELECT min(next_run_at) AS next_due_at
-FROM goatbeat_schedule
-WHERE enabled AND next_run_at IS NOT NULL;
+-- The earliest instant a claim has work: a next_run_at (the due index, paused rows left out),
+-- or a buffered occurrence whose run ended (its own past instant) or expires (max_runtime).
+-- least() ignores NULLs: a run claimed and not yet sent has no expiry to wait for.
+SELECT least(
+    (SELECT min(next_run_at) FROM goatbeat_schedule
+     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL),
+    (SELECT min(CASE
+                WHEN a.status IS NULL
+                     OR a.status NOT IN ('claimed', 'submitted', 'running', 'retried')
+                    THEN b.scheduled_at
+                WHEN a.status = 'claimed' THEN NULL
+                ELSE coalesce(a.submitted_at, a.claimed_at)
+                     + make_interval(secs => s.max_runtime)
+            END)
+     FROM goatbeat_execution b
+     JOIN goatbeat_schedule s ON s.id = b.schedule_id
+     LEFT JOIN goatbeat_execution a ON a.id = s.active_execution_id
+     WHERE b.status = 'buffered')
+) AS next_due_at;
+
+-- name: buffered_runs
+-- Buffered occurrences with the run each waits for (overlap buffer_one): the claim starts
+-- those whose run has ended or expired.
+SELECT b.id AS buffered_id, b.scheduled_at AS buffered_at, s.max_runtime,
+       a.status AS run_status, a.submitted_at AS run_submitted_at,
+       a.claimed_at AS run_claimed_at
+FROM goatbeat_execution b
+JOIN goatbeat_schedule s ON s.id = b.schedule_id
+LEFT JOIN goatbeat_execution a ON a.id = s.active_execution_id
+WHERE b.status = 'buffered'
+ORDER BY b.id;
+
+-- name: promote_buffered
+-- The buffered occurrences that start now become this claim's (token, scheduler) and the run
+-- their schedule waits for next, counted as a run; returned as pending() returns rows.
+WITH promoted AS (
+    UPDATE goatbeat_execution SET
+        status = 'claimed', fencing_token = %(token)s, scheduler_id = %(scheduler_id)s,
+        claimed_at = now()
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'buffered'
+    RETURNING id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind,
+              fencing_token, attempts, claimed_at
+), started AS (
+    UPDATE goatbeat_schedule AS s SET
+        active_execution_id = p.id, total_run_count = s.total_run_count + 1,
+        last_status = 'claimed'
+    FROM promoted AS p WHERE s.id = p.schedule_id
+)
+SELECT p.id AS execution_id, p.schedule_id, p.schedule_name, p.scheduled_at, p.idempotency_key,
+       p.kind, p.fencing_token, p.attempts, p.claimed_at, s.task, s.args, s.kwargs, s.queue,
+       s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace, s.jitter
+FROM promoted AS p
+JOIN goatbeat_schedule s ON s.id = p.schedule_id
+ORDER BY p.id;
+
+-- name: started_runs
+-- The runs the schedules' overlap policies wait for from now on.
+UPDATE goatbeat_schedule AS s SET active_execution_id = v.execution_id
+FROM unnest(%(ids)b::bigint[], %(execution_ids)b::bigint[]) AS v(id, execution_id)
+WHERE s.id = v.id;
 
 -- name: lease_acquire
 -- Succeeds when the row is absent, expired by the DATABASE clock, or ours already. The token
@@ -174,17 +247,26 @@ WHERE l.name = %(name)s AND l.holder = %(holder)s AND l.token = %(token)s
 FOR SHARE OF l;
 
 -- name: claim_select_due
--- Walks goatbeat_schedule_due_idx; no row lock (admin edits never wait for a claim: the
--- compare-and-set below settles races). JSON comes back as text: the store decodes it only
--- for a (id, version) it has not seen yet.
-SELECT id, name, source, task, trigger::text AS trigger, timezone, args::text AS args,
-       kwargs::text AS kwargs, queue, exchange, routing_key, priority, expires,
-       headers::text AS headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
-       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
-FROM goatbeat_schedule
-WHERE enabled AND next_run_at <= %(now)s
-ORDER BY next_run_at
+-- Walks goatbeat_schedule_due_idx (paused rows are not in it); no row lock (admin edits never
+-- wait for a claim: the compare-and-set below settles races). JSON comes back as text: the
+-- store decodes it only for a (id, version) it has not seen yet. A schedule with an overlap
+-- policy comes with the run it waits for and whether one of its occurrences is buffered.
+SELECT s.id, s.name, s.source, s.task, s.trigger::text AS trigger, s.timezone,
+       s.args::text AS args, s.kwargs::text AS kwargs, s.queue, s.exchange, s.routing_key,
+       s.priority, s.expires, s.headers::text AS headers, s.misfire_policy, s.misfire_grace,
+       s.catch_up_limit, s.one_off, s.enabled, s.start_at, s.end_at, s.next_run_at,
+       s.last_run_at, s.last_status, s.total_run_count, s.missed_count, s.version,
+       s.description, s.created_at, s.updated_at, s.jitter, s.overlap, s.max_runtime,
+       s.pause_on_failure, s.paused, s.paused_at, s.paused_by, s.pause_note, s.skipped_count,
+       a.status AS run_status, a.submitted_at AS run_submitted_at,
+       a.claimed_at AS run_claimed_at,
+       CASE WHEN s.overlap = 'buffer_one' THEN EXISTS (
+           SELECT 1 FROM goatbeat_execution b WHERE b.schedule_id = s.id AND b.status = 'buffered'
+       ) END AS has_buffered
+FROM goatbeat_schedule s
+LEFT JOIN goatbeat_execution a ON s.overlap <> 'allow' AND a.id = s.active_execution_id
+WHERE s.enabled AND NOT s.paused AND s.next_run_at <= %(now)s
+ORDER BY s.next_run_at
 LIMIT %(limit)s;
 
 -- name: claim_advance
@@ -198,31 +280,33 @@ UPDATE goatbeat_schedule AS s SET
     last_status = coalesce(v.last_status, s.last_status),
     total_run_count = s.total_run_count + v.runs,
     missed_count = s.missed_count + v.missed,
+    skipped_count = s.skipped_count + v.skipped,
     enabled = s.enabled AND NOT v.disable,
     version = s.version + 1
 FROM unnest(%(ids)b::bigint[], %(versions)b::bigint[], %(next_run_at)b::timestamptz[],
             %(last_run_at)b::timestamptz[], %(last_status)b::text[], %(runs)b::bigint[],
-            %(missed)b::bigint[], %(disable)b::boolean[])
-     AS v(id, version, next_run_at, last_run_at, last_status, runs, missed, disable)
+            %(missed)b::bigint[], %(skipped)b::bigint[], %(disable)b::boolean[])
+     AS v(id, version, next_run_at, last_run_at, last_status, runs, missed, skipped, disable)
 WHERE s.id = ANY(%(ids)b::bigint[]) AND s.id = v.id AND s.version = v.version
 RETURNING s.id;
 
 -- name: claim_insert_executions
 INSERT INTO goatbeat_execution (
     schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, fencing_token,
-    scheduler_id, claimed_at)
-SELECT v.schedule_id, v.schedule_name, v.scheduled_at, v.idempotency_key, 'scheduled', 'claimed',
-       %(token)s, %(scheduler_id)s, now()
+    scheduler_id, claimed_at, retry_at)
+SELECT v.schedule_id, v.schedule_name, v.scheduled_at, v.idempotency_key, 'scheduled', v.status,
+       %(token)s, %(scheduler_id)s, now(), v.retry_at
 FROM unnest(%(schedule_ids)b::bigint[], %(names)b::text[], %(scheduled_at)b::timestamptz[],
-            %(keys)b::text[]) AS v(schedule_id, schedule_name, scheduled_at, idempotency_key)
+            %(keys)b::text[], %(statuses)b::text[], %(retry_at)b::timestamptz[])
+     AS v(schedule_id, schedule_name, scheduled_at, idempotency_key, status, retry_at)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, idempotency_key;
 
 -- name: pending
 -- Rows backing off from a failed submission (retry_at in the future) wait for their turn.
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
-       e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
-       s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace
+       e.kind, e.fencing_token, e.attempts, e.claimed_at, s.task, s.args, s.kwargs, s.queue,
+       s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace, s.jitter
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
 WHERE e.status = 'claimed' AND e.id <> ALL(%(exclude)s::bigint[])
@@ -283,7 +367,8 @@ WITH lease AS (
 ), claimed AS (
     UPDATE goatbeat_execution AS e SET
         scheduler_id = %(scheduler_id)s, fencing_token = %(token)s
-    WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind = 'manual' AND e.status = 'claimed'
+    WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind IN ('manual', 'backfill')
+      AND e.status = 'claimed'
       AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)
     RETURNING e.id, e.schedule_id, e.scheduled_at
 ), runs AS (
@@ -323,6 +408,7 @@ WITH target AS (
 SELECT count(*) AS matched FROM target;
 
 -- name: record_finished
+-- A run that ends wakes the leader when an occurrence of its schedule is buffered behind it.
 WITH changed AS (
     UPDATE goatbeat_execution SET
         status = CASE WHEN %(succeeded)s THEN 'succeeded' ELSE 'failed' END,
@@ -333,8 +419,12 @@ WITH changed AS (
 ), touched AS (
     UPDATE goatbeat_schedule AS s SET last_status = changed.status
     FROM changed WHERE s.id = changed.schedule_id
+), woken AS (
+    SELECT pg_notify('goatbeat', 'schedule:' || changed.schedule_id::text) FROM changed
+    WHERE EXISTS (SELECT 1 FROM goatbeat_execution b
+                  WHERE b.schedule_id = changed.schedule_id AND b.status = 'buffered')
 )
-SELECT count(*) AS matched FROM changed;
+SELECT (SELECT count(*) FROM changed) AS matched, (SELECT count(*) FROM woken) AS woken;
 
 -- name: request_run
 -- The same request twice at one instant is one run (the key is unique).
@@ -480,3 +570,53 @@ RETURNING s.id;
 UPDATE goatbeat_execution AS e SET status = 'submit_failed', error = v.error
 FROM unnest(%(ids)b::bigint[], %(errors)b::text[]) AS v(id, error)
 WHERE e.id = v.id AND e.status = 'claimed';
+
+-- name: pause_withdraw
+-- What a pause withdraws: buffered occurrences, and claimed ones never tried that wait for
+-- their jittered instant.
+UPDATE goatbeat_execution SET status = 'skipped', error = %(error)s, retry_at = NULL
+WHERE schedule_id = %(id)s
+  AND (status = 'buffered'
+       OR (status = 'claimed' AND kind = 'scheduled' AND attempts = 0
+           AND retry_at IS NOT NULL AND retry_at > now()));
+
+-- name: pause
+UPDATE goatbeat_schedule SET
+    paused = true, paused_at = %(paused_at)s, paused_by = %(paused_by)s,
+    pause_note = %(pause_note)s, skipped_count = skipped_count + %(withdrawn)s,
+    version = version + 1, updated_at = now()
+WHERE id = %(id)s
+RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+          priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+          enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+          missed_count, version, description, created_at, updated_at, jitter, overlap,
+          max_runtime, pause_on_failure, paused, paused_at, paused_by, pause_note,
+          skipped_count;
+
+-- name: resume
+UPDATE goatbeat_schedule SET
+    paused = false, paused_at = NULL, paused_by = NULL, pause_note = '',
+    next_run_at = %(next_run_at)s, skipped_count = %(skipped_count)s,
+    version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s
+RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+          priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+          enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
+          missed_count, version, description, created_at, updated_at, jitter, overlap,
+          max_runtime, pause_on_failure, paused, paused_at, paused_by, pause_note,
+          skipped_count;
+
+-- name: backfill_existing
+SELECT idempotency_key, status FROM goatbeat_execution
+WHERE idempotency_key = ANY(%(keys)s::text[]);
+
+-- name: backfill_insert
+-- Unclaimed, like a run-now request: the leader claims them (claim_manual_runs) and submits
+-- them through pending(). An instant that already has an execution is never written again.
+INSERT INTO goatbeat_execution (
+    schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
+SELECT %(schedule_id)s, %(name)s, v.at, v.key, 'backfill', 'claimed', now()
+FROM unnest(%(instants)s::timestamptz[], %(keys)s::text[]) WITH ORDINALITY AS v(at, key, n)
+ORDER BY v.n
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING scheduled_at;

@@ -6,7 +6,9 @@
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at, published_fingerprint
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count, published_fingerprint
 FROM goatbeat_schedule
 ORDER BY name;
 
@@ -14,7 +16,9 @@ ORDER BY name;
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count
 FROM goatbeat_schedule
 WHERE source = :source
 ORDER BY name;
@@ -23,7 +27,9 @@ ORDER BY name;
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at, published_fingerprint
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count, published_fingerprint
 FROM goatbeat_schedule
 WHERE name = :name;
 
@@ -31,7 +37,9 @@ WHERE name = :name;
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
+       missed_count, version, description, created_at, updated_at,
+       jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
+       pause_note, skipped_count
 FROM goatbeat_schedule
 WHERE id = :id;
 
@@ -40,12 +48,14 @@ INSERT INTO goatbeat_schedule (
     name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
     priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
     enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
-    published_fingerprint, version, created_at, updated_at)
+    published_fingerprint, jitter, overlap, max_runtime, pause_on_failure, version, created_at,
+    updated_at)
 VALUES (
     :name, :source, :task, :trigger, :timezone, :args, :kwargs, :queue, :exchange,
     :routing_key, :priority, :expires, :headers, :misfire_policy, :misfire_grace,
     :catch_up_limit, :one_off, :enabled, :start_at, :end_at, :next_run_at, :last_run_at,
-    :total_run_count, :description, :published_fingerprint, 1, :now, :now);
+    :total_run_count, :description, :published_fingerprint, :jitter, :overlap, :max_runtime,
+    :pause_on_failure, 1, :now, :now);
 
 -- name: schedule_replace
 UPDATE goatbeat_schedule SET
@@ -54,6 +64,8 @@ UPDATE goatbeat_schedule SET
     expires = :expires, headers = :headers, misfire_policy = :misfire_policy,
     misfire_grace = :misfire_grace, catch_up_limit = :catch_up_limit, one_off = :one_off,
     enabled = :enabled, start_at = :start_at, end_at = :end_at, description = :description,
+    jitter = :jitter, overlap = :overlap, max_runtime = :max_runtime,
+    pause_on_failure = :pause_on_failure,
     next_run_at = :next_run_at, last_status = :last_status,
     -- NULL keeps the column: only a publish moves the last run forward or records what it wrote.
     last_run_at = COALESCE(:last_run_at, last_run_at),
@@ -75,9 +87,9 @@ WHERE id = :id AND version = :version;
 
 -- name: abandon_claimed
 -- Occurrences of a schedule being deleted that were never submitted: nothing can submit them
--- any more, so they end as submit_failed instead of staying claimed forever.
+-- any more, so they end as submit_failed instead of staying claimed (or buffered) forever.
 UPDATE goatbeat_execution SET status = 'submit_failed', error = :error
-WHERE schedule_id = :id AND status = 'claimed';
+WHERE schedule_id = :id AND status IN ('claimed', 'buffered');
 
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE id = :id;
@@ -93,7 +105,43 @@ WHERE source = :source AND name = :name AND enabled;
 -- name: next_due_at
 SELECT min(next_run_at) AS next_due_at
 FROM goatbeat_schedule
-WHERE enabled AND next_run_at IS NOT NULL;
+WHERE enabled AND NOT paused AND next_run_at IS NOT NULL;
+
+-- name: buffered_runs
+-- Buffered occurrences with the run each waits for (overlap buffer_one): the claim starts
+-- those whose run has ended or expired; next_due_at wakes the leader for the expiry.
+SELECT b.id AS buffered_id, b.scheduled_at AS buffered_at, s.max_runtime,
+       a.status AS run_status, a.submitted_at AS run_submitted_at,
+       a.claimed_at AS run_claimed_at
+FROM goatbeat_execution b
+JOIN goatbeat_schedule s ON s.id = b.schedule_id
+LEFT JOIN goatbeat_execution a ON a.id = s.active_execution_id
+WHERE b.status = 'buffered'
+ORDER BY b.id;
+
+-- name: promote_buffered
+UPDATE goatbeat_execution SET
+    status = 'claimed', fencing_token = :token, scheduler_id = :scheduler_id, claimed_at = :now
+WHERE id = :id AND status = 'buffered'
+RETURNING schedule_id;
+
+-- name: started_run
+-- The run a schedule's overlap policy waits for from now on, counted as a run.
+UPDATE goatbeat_schedule SET
+    active_execution_id = :execution_id, total_run_count = total_run_count + :runs,
+    last_status = coalesce(:status, last_status)
+WHERE id = :id;
+
+-- name: promoted_pending
+SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
+       e.kind, e.fencing_token, e.attempts, e.claimed_at, s.task, s.args, s.kwargs, s.queue,
+       s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace, s.jitter
+FROM goatbeat_execution e
+JOIN goatbeat_schedule s ON s.id = e.schedule_id
+WHERE e.id = :id;
+
+-- name: has_buffered
+SELECT 1 FROM goatbeat_execution WHERE schedule_id = :id AND status = 'buffered' LIMIT 1;
 
 -- name: lease_acquire
 INSERT INTO goatbeat_lease (name, holder, token, expires_at, acquired_at)
@@ -120,14 +168,25 @@ SELECT 1 FROM goatbeat_lease
 WHERE name = :name AND holder = :holder AND token = :token AND expires_at > :now;
 
 -- name: claim_select_due
--- The predicate repeats the partial index's word for word so SQLite walks that index.
-SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
-       priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
-       enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
-       missed_count, version, description, created_at, updated_at
-FROM goatbeat_schedule
-WHERE enabled AND next_run_at IS NOT NULL AND next_run_at <= :now
-ORDER BY next_run_at
+-- The predicate repeats the partial index's word for word so SQLite walks that index. A
+-- schedule with an overlap policy comes with the run it waits for, and whether one of its
+-- occurrences is buffered (the store judges whether that run still runs).
+SELECT s.id, s.name, s.source, s.task, s.trigger, s.timezone, s.args, s.kwargs, s.queue,
+       s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_policy,
+       s.misfire_grace, s.catch_up_limit, s.one_off, s.enabled, s.start_at, s.end_at,
+       s.next_run_at, s.last_run_at, s.last_status, s.total_run_count, s.missed_count,
+       s.version, s.description, s.created_at, s.updated_at, s.jitter, s.overlap,
+       s.max_runtime, s.pause_on_failure, s.paused, s.paused_at, s.paused_by, s.pause_note,
+       s.skipped_count,
+       a.status AS run_status, a.submitted_at AS run_submitted_at,
+       a.claimed_at AS run_claimed_at,
+       CASE WHEN s.overlap = 'buffer_one' THEN EXISTS (
+           SELECT 1 FROM goatbeat_execution b WHERE b.schedule_id = s.id AND b.status = 'buffered'
+       ) END AS has_buffered
+FROM goatbeat_schedule s
+LEFT JOIN goatbeat_execution a ON s.overlap <> 'allow' AND a.id = s.active_execution_id
+WHERE s.enabled AND NOT s.paused AND s.next_run_at IS NOT NULL AND s.next_run_at <= :now
+ORDER BY s.next_run_at
 LIMIT :limit;
 
 -- name: claim_advance
@@ -137,6 +196,7 @@ UPDATE goatbeat_schedule SET
     last_status = coalesce(:last_status, last_status),
     total_run_count = total_run_count + :runs,
     missed_count = missed_count + :missed,
+    skipped_count = skipped_count + :skipped,
     enabled = enabled AND NOT :disable,
     version = version + 1
 WHERE id = :id AND version = :version;
@@ -144,17 +204,17 @@ WHERE id = :id AND version = :version;
 -- name: claim_insert_execution
 INSERT INTO goatbeat_execution (
     schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, fencing_token,
-    scheduler_id, claimed_at)
-VALUES (:schedule_id, :schedule_name, :scheduled_at, :key, 'scheduled', 'claimed', :token,
-        :scheduler_id, :now)
+    scheduler_id, claimed_at, retry_at)
+VALUES (:schedule_id, :schedule_name, :scheduled_at, :key, 'scheduled', :status, :token,
+        :scheduler_id, :now, :retry_at)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
 -- name: pending
 -- Rows backing off from a failed submission (retry_at in the future) wait for their turn.
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
-       e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
-       s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace
+       e.kind, e.fencing_token, e.attempts, e.claimed_at, s.task, s.args, s.kwargs, s.queue,
+       s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace, s.jitter
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
 WHERE e.status = 'claimed' AND e.id NOT IN (SELECT value FROM json_each(:exclude))
@@ -177,10 +237,11 @@ WHERE id = :id AND status = 'claimed'
 RETURNING schedule_id, scheduled_at, status;
 
 -- name: claim_manual_run
--- A run-now execution is claimed by the leader that submits it (its id and fencing token),
--- once: a resubmission carries the same token, as for a claimed occurrence.
+-- A run-now (or backfill) execution is claimed by the leader that submits it (its id and
+-- fencing token), once: a resubmission carries the same token, as for a claimed occurrence.
 UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token
-WHERE id = :id AND kind = 'manual' AND status = 'claimed' AND fencing_token IS NULL
+WHERE id = :id AND kind IN ('manual', 'backfill') AND status = 'claimed'
+  AND fencing_token IS NULL
 RETURNING schedule_id, scheduled_at;
 
 -- name: manual_run
@@ -343,3 +404,35 @@ WHERE id = :id AND version = :version;
 -- A claimed execution whose schedule cannot be decoded: nothing can submit it.
 UPDATE goatbeat_execution SET status = 'submit_failed', error = :error
 WHERE id = :id AND status = 'claimed';
+
+-- name: pause
+UPDATE goatbeat_schedule SET
+    paused = 1, paused_at = :paused_at, paused_by = :paused_by, pause_note = :pause_note,
+    skipped_count = skipped_count + :withdrawn, version = version + 1, updated_at = :now
+WHERE id = :id;
+
+-- name: pause_withdraw
+-- What a pause withdraws: buffered occurrences, and claimed ones never tried that wait for
+-- their jittered instant.
+UPDATE goatbeat_execution SET status = 'skipped', error = :error, retry_at = NULL
+WHERE schedule_id = :id
+  AND (status = 'buffered'
+       OR (status = 'claimed' AND kind = 'scheduled' AND attempts = 0
+           AND retry_at IS NOT NULL AND retry_at > :now));
+
+-- name: resume
+UPDATE goatbeat_schedule SET
+    paused = 0, paused_at = NULL, paused_by = NULL, pause_note = '',
+    next_run_at = :next_run_at, skipped_count = :skipped_count,
+    version = version + 1, updated_at = :now
+WHERE id = :id AND version = :version;
+
+-- name: backfill_insert
+INSERT INTO goatbeat_execution (
+    schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
+VALUES (:schedule_id, :name, :at, :key, 'backfill', 'claimed', :now)
+ON CONFLICT (idempotency_key) DO NOTHING;
+
+-- name: statuses_by_keys
+SELECT idempotency_key, status FROM goatbeat_execution
+WHERE idempotency_key IN (SELECT value FROM json_each(:keys));
