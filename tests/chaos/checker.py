@@ -24,7 +24,7 @@ What is asserted, and what is allowed (and why):
 ``refused`` / ``damaged``
     A schedule written with SQL naming a task outside the allow-list (``os.system``) reaches
     the broker never: its executions end ``submit_failed`` with ``refused: ...`` and the row
-    ends ``last_status='refused'``. A schedule whose row was damaged with SQL (opt-in fault) is
+    ends ``last_status='refused'``. A schedule whose row was damaged with SQL (the ``damage`` fault) is
     tolerated only as "that schedule does not run": no claim of it after the damage; every
     other guarantee still holds for every other schedule.
 

@@ -20,10 +20,9 @@ seconds injects faults drawn from ``random.Random(seed)``:
 ``broker-freeze`` SIGSTOP the broker for 1-6 s (often past the lease: a leader then hangs
                inside its broker call while a standby takes over), then SIGCONT
 ``evil-row``   write a schedule with SQL naming ``os.system``: the scheduler must refuse it
-``damage``     (opt-in, ``--faults``) corrupt an admin schedule's trigger JSON (a zone that does
-               not exist) with SQL: that schedule must stop running and nothing else may. Needs
-               the damaged-row quarantine (#12 item 6); without it a damaged row fails every
-               claim, which the checker reports as it should
+``damage``     corrupt an admin schedule's trigger JSON (a zone that does not exist) with SQL:
+               the damaged-row quarantine takes that schedule out (``schedule.invalid``) and
+               nothing else may stop running
 Each restarted node gets a new scheduler id and a random clock skew for the whole process
 (``GOATBEAT_CLOCK_OFFSET``, goatbeat's own hook: none, minutes or hours, either way), and
 ``--max-submit-retries 2``, so a broker outage longer than an occurrence's grace makes it
@@ -79,8 +78,9 @@ FAULTS = (
     "broker-stop",
     "broker-freeze",
     "evil-row",
+    "damage",
 )
-OPTIONAL_FAULTS = ("damage",)
+OPTIONAL_FAULTS: tuple[str, ...] = ()
 """Faults only a ``--faults`` list asks for (see the module docstring)."""
 MAX_SUBMIT_RETRIES = 2
 _SKEWS = (0.0, 0.0, 90.0, -300.0, 3600.0, -7200.0, 5 * 3600.0)
