@@ -37,15 +37,24 @@ from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption, short_repr
 from goatbeat.core.model import (
     DEFAULT_CATCH_UP_LIMIT,
+    DamagedSchedule,
     Execution,
     MisfirePolicy,
+    OverlapPolicy,
     Routing,
     Schedule,
     Source,
+    StoredSchedule,
 )
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
-from goatbeat.core.store import PublishResult, ScheduleStore
+from goatbeat.core.store import (
+    BackfillResult,
+    FieldChange,
+    PublishResult,
+    ResumeResult,
+    ScheduleStore,
+)
 from goatbeat.core.submit import TaskSubmitter, known_tasks
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
@@ -394,6 +403,10 @@ class Beat:
         ``misfire_grace="60s"``, ``catch_up_limit=100``; ``start_at=``, ``end_at=``;
         ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``;
         ``allow_subsecond=True`` to accept ``every=`` shorter than 1 s (refused otherwise).
+        Control: ``jitter="30s"`` (each occurrence is sent at its instant plus a deterministic
+        offset in ``[0, jitter)``), ``overlap="allow"|"skip"|"buffer_one"`` with
+        ``max_runtime="1h"`` (required unless allow), ``pause_on_failure=3`` (pause after that
+        many consecutive failed runs, where the backend reports them).
 
         ``at=`` must be in the future when declared: an instant already past raises
         ``InvalidSchedule`` naming the schedule (a one-off that has run can no longer be
@@ -413,16 +426,32 @@ class Beat:
             raise InvalidSchedule("name", None, "every schedule needs a name=")
         return self._declare(name=name, task=task, **options)
 
-    def _declare(
+    def _declare(self, *, name: str, task: str | Callable[..., Any], **options: Any) -> Schedule:
+        if isinstance(name, str) and name in self._declared:
+            raise InvalidSchedule("name", name, f"{name!r} is declared twice")
+        schedule = self._build(name=name, task=task, source=Source.CODE, **options)
+        if callable(task) and not isinstance(task, str):
+            path = schedule.task
+            self._callables[path] = task
+            register = getattr(self._submitter, "register", None)
+            if callable(register):
+                register(path, task)
+        self.submitter.validate(schedule)
+        self._declared[schedule.name] = schedule
+        return schedule
+
+    def _build(
         self,
         *,
         name: str,
         task: str | Callable[..., Any],
+        source: Source,
         cron: str | None = None,
         every: str | float | timedelta | None = None,
         at: datetime | str | None = None,
         solar: Mapping[str, Any] | None = None,
         trigger: Trigger | None = None,
+        anchor: datetime | str | None = None,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         queue: str | None = None,
@@ -442,9 +471,13 @@ class Beat:
         enabled: bool = True,
         one_off: bool = False,
         allow_subsecond: bool = False,
+        jitter: str | float | timedelta = 0,
+        overlap: str | OverlapPolicy = OverlapPolicy.ALLOW,
+        max_runtime: str | float | timedelta | None = None,
+        pause_on_failure: int | None = None,
+        check_future: bool = True,
     ) -> Schedule:
-        if isinstance(name, str) and name in self._declared:
-            raise InvalidSchedule("name", name, f"{name!r} is declared twice")
+        """The Schedule the options describe, validated (not by the submitter yet)."""
         path = task_path(task)
         actor = _dramatiq_actor(task)
         if actor is not None and queue is None:
@@ -462,10 +495,10 @@ class Beat:
             trigger=trigger,
             timezone=zone,
             # An interval that starts at start_at fires at start_at, start_at + every, ...
-            anchor=start,
+            anchor=start if anchor is None else parse_instant(anchor, "anchor"),
             allow_subsecond=allow_subsecond,
         )
-        if isinstance(built, OnceTrigger):
+        if isinstance(built, OnceTrigger) and check_future:
             self._check_future(name, built)
         if expires is None:
             expires_s = None
@@ -473,7 +506,7 @@ class Beat:
             expires_s = parse_duration(expires, field="expires").total_seconds()
         if not isinstance(enabled, bool):
             raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
-        schedule = Schedule(
+        return Schedule(
             name=name,
             task=path,
             trigger=built,
@@ -494,17 +527,15 @@ class Beat:
             end_at=end,
             one_off=one_off,
             description=description,
-            source=Source.CODE,
+            source=source,
             enabled=enabled,
+            jitter=parse_duration(jitter, field="jitter"),
+            overlap=overlap,  # type: ignore[arg-type]  # Schedule coerces and validates
+            max_runtime=(
+                None if max_runtime is None else parse_duration(max_runtime, field="max_runtime")
+            ),
+            pause_on_failure=pause_on_failure,
         )
-        if callable(task) and not isinstance(task, str):
-            self._callables[path] = task
-            register = getattr(self._submitter, "register", None)
-            if callable(register):
-                register(path, task)
-        self.submitter.validate(schedule)
-        self._declared[schedule.name] = schedule
-        return schedule
 
     def _check_future(self, name: str, trigger: OnceTrigger) -> None:
         # A past instant would never fire (next_run_at has nothing after now): say so now
@@ -624,6 +655,135 @@ class Beat:
         )
         return execution
 
+    # -- schedules stored in the database (admin, CLI, API) -------------------------------------------
+
+    def create(self, *, name: str, task: str, **options: Any) -> Schedule:
+        """Store a new schedule (source ``admin``) from the options :meth:`schedule` takes:
+        validated as a declaration is, its task checked against the allow-list (only a known
+        task), its options by the submitter. ``InvalidSchedule`` (field ``name``) when the
+        name exists. Logs ``schedule.created``."""
+        if not isinstance(task, str):
+            raise InvalidSchedule("task", task, "a stored schedule names its task by its path")
+        schedule = self._build(name=name, task=task, source=Source.ADMIN, **options)
+        self.check_task(schedule.task)
+        self.submitter.validate(schedule)
+        stored = self.store.create(schedule)
+        log_event("schedule.created", schedule=name, task=stored.task, source=stored.source)
+        return stored
+
+    def edit(self, name: str, **changes: Any) -> tuple[Schedule, list[FieldChange]]:
+        """Change a stored schedule that is not declared in code: each option given (as
+        :meth:`schedule` takes them; ``None`` clears ``start_at``, ``end_at``, ``max_runtime``,
+        ``pause_on_failure`` and the routing options) replaces the stored value, the rest
+        stays as stored (a trigger none of whose options is given is kept exactly, so an
+        interval keeps its phase). Written with compare-and-set on the version read. A code
+        schedule is refused (``InvalidSchedule``, field ``source``): its definition lives in
+        code. Returns the stored schedule and the fields changed, old -> new; logs
+        ``schedule.changed``."""
+        stored = self.store.get(name)
+        if isinstance(stored, DamagedSchedule):
+            raise stored.error
+        if stored.source is Source.CODE:
+            raise InvalidSchedule(
+                "source",
+                stored.source.value,
+                f"schedule {name!r} is declared in code: change its declaration and publish; "
+                "only enable, disable, pause, resume, run and backfill apply to it",
+            )
+        options = _options_of(stored)
+        if {"cron", "every", "at", "solar", "trigger"} & set(changes):
+            options.pop("trigger")
+        else:
+            options.update(_trigger_options(stored.trigger, changes))
+        options.update(changes)
+        rebuilt = self._build(
+            name=name, task=options.pop("task"), source=stored.source, check_future=False, **options
+        )
+        if isinstance(rebuilt.trigger, OnceTrigger) and rebuilt.trigger != stored.trigger:
+            self._check_future(name, rebuilt.trigger)
+        if rebuilt.task != stored.task:
+            self.check_task(rebuilt.task)
+        self.submitter.validate(rebuilt)
+        from goatbeat.stores import schedule_changes
+
+        changed = schedule_changes(stored, rebuilt)
+        result = self.store.update(
+            rebuilt.evolve(enabled=stored.enabled), expected_version=stored.version
+        )
+        if changed:
+            log_event(
+                "schedule.changed",
+                schedule=name,
+                fields=[c.field for c in changed],
+                old={c.field: c.old for c in changed},
+                new={c.field: c.new for c in changed},
+                origin="edit",
+            )
+        return result, changed
+
+    def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
+        """Enable or disable a stored schedule (any source); logs ``schedule.enabled`` /
+        ``schedule.disabled``."""
+        stored = self.store.set_enabled(name, enabled)
+        log_event("schedule.enabled" if enabled else "schedule.disabled", schedule=name)
+        return stored
+
+    def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
+        """Pause ``name`` (any source): nothing is claimed until :meth:`resume`. ``note``
+        says why and ``by`` who; both show in ``schedule list/show`` and the admin. Logs
+        ``schedule.paused``."""
+        stored = self.store.pause(name, note=note, by=by)
+        log_event("schedule.paused", schedule=name, note=note or None, by=by)
+        return stored
+
+    def resume(self, name: str, *, catch_up: bool = False) -> ResumeResult:
+        """Resume ``name``: from now (the pause's occurrences are counted as skipped, one
+        summary line ``schedule.resumed`` with the count), or with ``catch_up`` (the next
+        claim runs them by the misfire policy and ``catch_up_limit``)."""
+        result = self.store.resume(name, catch_up=catch_up)
+        if result.was_paused:
+            log_event(
+                "schedule.resumed",
+                schedule=name,
+                catch_up=catch_up,
+                skipped=result.skipped,
+                skipped_is_lower_bound=result.skipped_is_lower_bound or None,
+                first_skipped=result.first_skipped,
+            )
+        return result
+
+    def backfill(
+        self,
+        name: str,
+        *,
+        start: datetime | str,
+        end: datetime | str,
+        limit: int = 100,
+        dry_run: bool = False,
+    ) -> BackfillResult:
+        """Submit every instant of ``name`` in ``[start, end)`` once, through the leading
+        scheduler, under the scheduled idempotency keys: an instant that already ran is
+        reported in ``existing`` and never submitted again. More than ``limit`` instants, a
+        range reaching past now, or an empty one: ``InvalidValue`` and nothing written.
+        Logs ``schedule.backfilled``."""
+        result = self.store.backfill(
+            name,
+            start=parse_instant(start, "start"),
+            end=parse_instant(end, "end"),
+            limit=limit,
+            dry_run=dry_run,
+        )
+        if not dry_run:
+            log_event(
+                "schedule.backfilled",
+                schedule=name,
+                created=len(result.created),
+                existing=len(result.existing),
+                first=result.instants[0] if result.instants else None,
+                last=result.instants[-1] if result.instants else None,
+            )
+        return result
+
     def scheduler(self, **overrides: Any) -> Scheduler:
         """A :class:`Scheduler` on this store and submitter; ``overrides`` are settings keys.
         It refuses stored schedules whose task is outside :meth:`task_allow_list`."""
@@ -651,3 +811,50 @@ class Beat:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def _options_of(s: Schedule) -> dict[str, Any]:
+    """A stored schedule as the options :meth:`Beat.schedule` takes (the trigger as is)."""
+    routing = s.routing
+    return {
+        "task": s.task,
+        "trigger": s.trigger,
+        "args": list(s.args),
+        "kwargs": dict(s.kwargs),
+        "queue": routing.queue,
+        "exchange": routing.exchange,
+        "routing_key": routing.routing_key,
+        "priority": routing.priority,
+        "expires": routing.expires,
+        "headers": dict(routing.headers),
+        "misfire": s.misfire,
+        "misfire_grace": s.misfire_grace,
+        "catch_up_limit": s.catch_up_limit,
+        "start_at": s.start_at,
+        "end_at": s.end_at,
+        "description": s.description,
+        "enabled": s.enabled,
+        "one_off": s.one_off,
+        "jitter": s.jitter,
+        "overlap": s.overlap,
+        "max_runtime": s.max_runtime,
+        "pause_on_failure": s.pause_on_failure,
+    }
+
+
+def _trigger_options(trigger: Trigger, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that rebuild the stored ``trigger`` when an edit changes only its zone (a
+    cron) or its anchor (an interval); otherwise it is kept as it is."""
+    if "timezone" in changes:
+        if not isinstance(trigger, CronTrigger):
+            raise InvalidSchedule(
+                "timezone", changes["timezone"], f"a {trigger.describe()} trigger has no zone"
+            )
+        return {"trigger": None, "cron": trigger.expression}
+    if "anchor" in changes:
+        if not isinstance(trigger, IntervalTrigger):
+            raise InvalidSchedule(
+                "anchor", changes["anchor"], f"a {trigger.describe()} trigger has no anchor"
+            )
+        return {"trigger": None, "every": trigger.every, "allow_subsecond": trigger.allow_subsecond}
+    return {}

@@ -12,6 +12,12 @@
         schedule run NAME           ask the leader for an extra run now
         schedule prune [--dry-run]  disable code schedules no longer declared
         schedule delete NAME [--yes]  delete one (not a code schedule still declared)
+        schedule add NAME --task T (--cron|--every|--at|--solar) [options] [--json]
+        schedule edit NAME [options] [--json]  not a code schedule     cli/control.py
+        schedule enable|disable NAME [--json]
+        schedule pause NAME [--note TEXT] [--by WHO] [--json]
+        schedule resume NAME [--catch-up|--from-now] [--json]
+        schedule backfill NAME --from I --to I [--limit N] [--dry-run] [--json]
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
@@ -42,7 +48,7 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import demo, migration, publish, scheduler, schedules
+from goatbeat.cli import control, demo, migration, publish, scheduler, schedules
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -151,6 +157,8 @@ for _command in (
     demo.demo,
 ):
     cli.add_command(_command)
+for _command in control.COMMANDS:
+    schedules.schedule.add_command(_command)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

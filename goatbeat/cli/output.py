@@ -19,12 +19,16 @@ __all__ = [
     "iso",
     "iso_or_none",
     "schedule_to_json",
+    "state_cell",
     "store_info",
+    "stored_to_json",
     "table",
 ]
 
 
-def schedule_to_json(s: Schedule) -> dict[str, Any]:
+def schedule_to_json(s: Schedule, *, now: datetime | None = None) -> dict[str, Any]:
+    """Every field of ``s``; with ``now`` also its ``state`` (enabled, disabled, paused,
+    ended) and whether it has ``ended``."""
     return {
         "id": s.id,
         "name": s.name,
@@ -53,13 +57,35 @@ def schedule_to_json(s: Schedule) -> dict[str, Any]:
         "created_at": iso_or_none(s.created_at),
         "updated_at": iso_or_none(s.updated_at),
         "damaged": None,
+        "jitter": s.jitter.total_seconds(),
+        "overlap": s.overlap.value,
+        "max_runtime": None if s.max_runtime is None else s.max_runtime.total_seconds(),
+        "pause_on_failure": s.pause_on_failure,
+        "paused": s.paused,
+        "paused_at": iso_or_none(s.paused_at),
+        "paused_by": s.paused_by,
+        "pause_note": s.pause_note,
+        "skipped_count": s.skipped_count,
+        **({} if now is None else {"state": s.state(now), "ended": s.ended(now)}),
     }
 
 
-def stored_to_json(s: Schedule | DamagedSchedule) -> dict[str, Any]:
+def stored_to_json(s: Schedule | DamagedSchedule, *, now: datetime | None = None) -> dict[str, Any]:
     """:func:`schedule_to_json`, or for a damaged row its state and ``damaged`` (column,
     value, detail) with every definition column as stored."""
-    return schedule_to_json(s) if isinstance(s, Schedule) else s.to_dict()
+    if isinstance(s, Schedule):
+        return schedule_to_json(s, now=now)
+    data = s.to_dict()
+    if now is not None:
+        data["state"] = "damaged"
+    return data
+
+
+def state_cell(s: Schedule | DamagedSchedule, now: datetime) -> str:
+    """``enabled``, ``disabled``, ``paused``, ``ended`` (or ``damaged``), for tables."""
+    if isinstance(s, DamagedSchedule):
+        return "paused" if s.paused else ("enabled" if s.enabled else "disabled")
+    return s.state(now)
 
 
 def execution_to_json(e: Execution) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 import click
 
@@ -22,10 +23,12 @@ from goatbeat.cli.output import (
     execution_to_json,
     iso,
     schedule_to_json,
+    state_cell,
     stored_to_json,
     table,
 )
 from goatbeat.cli.publish import publish_and_report, require_app
+from goatbeat.core.durations import format_duration
 from goatbeat.core.errors import ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule, Source, StoredSchedule
 from goatbeat.core.observability import log_event
@@ -56,10 +59,11 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 publish_and_report(ctx, app, origin="schedule list")
         declared = None if bare else {s.name for s in app.schedules}
         rows = app.store.list_schedules()
+        now = app.store.now()
         if as_json:
             data = []
             for s in rows:
-                item = stored_to_json(s)
+                item = stored_to_json(s, now=now)
                 item["declared_in_code"] = _declared(s, declared)
                 item["orphaned"] = item["declared_in_code"] is False and bool(s.enabled)
                 data.append(item)
@@ -73,15 +77,19 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 s.name,
                 _source_cell(s, declared),
                 s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
-                "yes" if s.enabled else "no",
+                state_cell(s, now),
                 iso(s.next_run_at) if s.next_run_at else "-",
                 s.last_status or "-",
                 str(s.missed_count),
             ]
             for s in rows
         ]
-        header = ["NAME", "SOURCE", "TRIGGER", "ENABLED", "NEXT RUN", "LAST STATUS", "MISSED"]
+        header = ["NAME", "SOURCE", "TRIGGER", "STATE", "NEXT RUN", "LAST STATUS", "MISSED"]
         click.echo(table(header, cells))
+        paused = [s for s in rows if s.paused]
+        if paused:
+            click.echo(f"{len(paused)} paused schedule(s):")
+            click.echo("\n".join(f"  {_pause_line(s)}" for s in paused))
         damaged = [s for s in rows if isinstance(s, DamagedSchedule)]
         if damaged:
             click.echo(f"{len(damaged)} damaged schedule(s), not scheduled until repaired:")
@@ -92,6 +100,12 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 f"{len(orphaned)} orphaned code schedule(s), still enabled but no longer "
                 "declared (`goatbeat schedule prune` disables them): " + ", ".join(orphaned)
             )
+
+
+def _pause_line(s: StoredSchedule) -> str:
+    """``nightly: paused 2026-11-01 09:00:00Z by alice: incident 42``."""
+    note = f": {s.pause_note}" if s.pause_note else ""
+    return f"{s.name}: paused {iso(s.paused_at)} by {s.paused_by or '-'}{note}"
 
 
 def _declared(s: StoredSchedule, declared: set[str] | None) -> bool | None:
@@ -144,23 +158,27 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
         if isinstance(sched, DamagedSchedule):
             _show_damaged(sched, recent, as_json=as_json)
             return
-        upcoming = sched.next_fire_times(count, store.now())
+        now = store.now()
+        upcoming = [] if sched.paused else sched.next_fire_times(count, now)
         if as_json:
-            data = schedule_to_json(sched)
+            data = schedule_to_json(sched, now=now)
             data["upcoming"] = [iso(t) for t in upcoming]
             data["executions"] = [execution_to_json(e) for e in recent]
             click.echo(json.dumps(data, indent=2))
             return
-        lines = _definition_lines(sched)
-        lines.append(f"next {count} fire times:" if upcoming else "next fire times: none")
+        lines = _definition_lines(sched, now)
+        if sched.paused:
+            lines.append("next fire times: none while paused (`goatbeat schedule resume`)")
+        else:
+            lines.append(f"next {count} fire times:" if upcoming else "next fire times: none")
         lines += [f"  {iso(t)}" for t in upcoming]
         lines += _execution_lines(recent)
         click.echo("\n".join(lines))
 
 
-def _definition_lines(sched: Schedule) -> list[str]:
+def _definition_lines(sched: Schedule, now: datetime) -> list[str]:
     lines = [
-        f"{sched.name}  ({sched.source.value}, {'enabled' if sched.enabled else 'disabled'})",
+        f"{sched.name}  ({sched.source.value}, {sched.state(now)})",
         f"  task:       {sched.task}",
         f"  trigger:    {sched.trigger.describe()}",
     ]
@@ -179,8 +197,23 @@ def _definition_lines(sched: Schedule) -> list[str]:
         lines.append(f"  window:     {iso(sched.start_at)} .. {iso(sched.end_at)}")
     if sched.description:
         lines.append(f"  about:      {sched.description}")
+    control = []
+    if sched.jitter:
+        control.append(f"jitter {format_duration(sched.jitter)}")
+    if sched.overlap.value != "allow":
+        assert sched.max_runtime is not None
+        control.append(
+            f"overlap {sched.overlap.value} (max runtime {format_duration(sched.max_runtime)})"
+        )
+    if sched.pause_on_failure:
+        control.append(f"pause after {sched.pause_on_failure} failed run(s) in a row")
+    if control:
+        lines.append(f"  control:    {', '.join(control)}")
+    if sched.paused:
+        lines.append(f"  paused:     {_pause_line(sched).split(': paused ', 1)[1]}")
     lines.append(
         f"  runs:       {sched.total_run_count} claimed, {sched.missed_count} missed, "
+        f"{sched.skipped_count} skipped, "
         f"last {iso(sched.last_run_at) if sched.last_run_at else '-'} "
         f"({sched.last_status or 'never'})"
     )

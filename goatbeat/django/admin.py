@@ -8,6 +8,13 @@ from users without it and refuses a hand-made POST naming them, and each action 
 Every write leaves an entry in the object's History (Django's ``LogEntry``): an edit names
 each changed field old -> new, the trigger in words; enable, disable and run now say so.
 
+Schedule control: *Pause* (a page asking for a note; who and when are recorded), *Resume*
+(from now, the pause's occurrences counted as skipped, or with catch-up by the misfire policy)
+and *Backfill* (a page asking for a range, previewing its instants, then asking the leader to
+submit each once) are actions, also offered on each schedule's page; they go through the
+registry (``Beat.pause`` ...), need the change permission, apply to code schedules too, and
+leave a History entry.
+
 Code schedules are read-only except ``enabled``; executions are read-only history. A code
 schedule this project's code no longer declares is *orphaned* (marked in the list, with a
 filter): a user with the delete permission may delete it. One the code still declares cannot
@@ -21,20 +28,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.core.store import FieldChange
+from goatbeat.core.timeutil import iso_z
 from goatbeat.django.forms import (
     ROUTING_FIELDS,
+    BackfillForm,
     EnabledOnlyForm,
+    PauseForm,
     ScheduleForm,
     describe_trigger,
     trigger_in_words,
@@ -137,28 +149,48 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "source_label",
         "trigger_description",
         "enabled",
+        "state",
         "next_run_at",
         "last_status",
         "last_run_at",
         "missed_count",
         "damage",
     )
-    list_filter = ("enabled", "source", DeclaredInCodeFilter, "last_status", "misfire_policy")
+    list_filter = (
+        "enabled",
+        "paused",
+        "source",
+        DeclaredInCodeFilter,
+        "last_status",
+        "misfire_policy",
+        "overlap",
+    )
     search_fields = ("name", "task", "description")
     ordering = ("name",)
-    actions = ("enable_schedules", "disable_schedules", "run_now", "delete_selected")
+    actions = (
+        "enable_schedules",
+        "disable_schedules",
+        "run_now",
+        "pause_schedules",
+        "resume_schedules",
+        "resume_catching_up",
+        "backfill_schedule",
+        "delete_selected",
+    )
     inlines = (RecentExecutionInline,)
     change_form_template = "admin/goatbeat/schedule/change_form.html"
     _trigger_fields = ("trigger_kind", "cron", "timezone", "every", "anchor", "at")
     _solar_fields = ("solar_event", "latitude", "longitude")
     _state_fields = (
         "damage",
+        "pause_state",
         "source",
         "next_run_at",
         "last_run_at",
         "last_status",
         "total_run_count",
         "missed_count",
+        "skipped_count",
         "version",
         "upcoming",
         "created_at",
@@ -180,6 +212,10 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "end_at",
         "one_off",
         "description",
+        "jitter",
+        "overlap",
+        "max_runtime",
+        "pause_on_failure",
     )
 
     # -- reading ----------------------------------------------------------------------------------
@@ -223,6 +259,27 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             "it; disable it instead, or remove its declaration first."
         )
 
+    @admin.display(description="state")  # type: ignore[untyped-decorator]
+    def state(self, obj: ScheduleRow) -> str:
+        """paused (with the note, who and when), ended, disabled or enabled."""
+        if obj.paused:
+            return format_html(  # type: ignore[no-any-return]
+                '<strong class="goatbeat-paused" title="{}">paused</strong> {}',
+                _pause_title(obj),
+                obj.pause_note,
+            )
+        stored = obj.read() if obj.pk is not None else None
+        if isinstance(stored, Schedule) and stored.ended(datetime.now(UTC)):
+            return format_html('<span class="goatbeat-ended">{}</span>', "ended")  # type: ignore[no-any-return]
+        return "enabled" if obj.enabled else "disabled"
+
+    @admin.display(description="pause")  # type: ignore[untyped-decorator]
+    def pause_state(self, obj: ScheduleRow) -> str:
+        if obj.pk is None or not obj.paused:
+            return "not paused"
+        note = f": {obj.pause_note}" if obj.pause_note else ""
+        return f"Paused {_pause_title(obj)}{note}"
+
     @admin.display(description="damaged")  # type: ignore[untyped-decorator]
     def damage(self, obj: ScheduleRow) -> str:
         """Empty for a sound row; for one that cannot be decoded, the column and what is
@@ -248,6 +305,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             return "none: the stored row is damaged"
         if not schedule.enabled:
             return "disabled"
+        if schedule.paused:
+            return "none while paused"
         times = schedule.next_fire_times(UPCOMING_COUNT, datetime.now(UTC))
         if not times:
             return "never fires again"
@@ -332,6 +391,19 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
                         "end_at",
                         "one_off",
                     ]
+                },
+            ),
+            (
+                "Control",
+                {
+                    "fields": [
+                        "jitter_duration",
+                        "overlap",
+                        "max_runtime_duration",
+                        "pause_on_failure",
+                    ],
+                    "description": "Pause and resume, and backfill, are actions (list and "
+                    "page); these are part of the definition.",
                 },
             ),
             ("Routing", {"fields": list(ROUTING_FIELDS)}),
@@ -472,7 +544,144 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         self.log_change(request, row, f"Run requested now ({execution.idempotency_key}).")
         return str(row.name)
 
-    # -- "run now" button on the schedule page -------------------------------------------------------
+    # -- pause, resume, backfill -----------------------------------------------------------------
+
+    @admin.action(description="Pause selected schedules…", permissions=["change"])  # type: ignore[untyped-decorator]
+    def pause_schedules(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        """A page asking for the note; then each schedule is paused (who: this user)."""
+        self._require_change(request)
+        if "apply" not in request.POST:
+            return self._control_page(request, queryset, "pause", PauseForm())
+        form = PauseForm(request.POST)
+        if not form.is_valid():
+            return self._control_page(request, queryset, "pause", form)
+        note = form.cleaned_data["note"]
+        done = [row.name for row in queryset if self._pause(request, row, note)]
+        if done:
+            self.message_user(request, f"Paused: {', '.join(done)}.")
+        return None
+
+    def _pause(self, request: HttpRequest, row: ScheduleRow, note: str) -> bool:
+        try:
+            _registry().pause(row.name, note=note, by=request.user.get_username())
+        except GoatbeatError as exc:
+            self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
+            return False
+        self.log_change(request, row, f"Paused{': ' + note if note else ''}.")
+        return True
+
+    @admin.action(description="Resume selected schedules from now", permissions=["change"])  # type: ignore[untyped-decorator]
+    def resume_schedules(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._resume_all(request, queryset, catch_up=False)
+
+    @admin.action(  # type: ignore[untyped-decorator]
+        description="Resume selected schedules, catching up the pause", permissions=["change"]
+    )
+    def resume_catching_up(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        self._resume_all(request, queryset, catch_up=True)
+
+    def _resume_all(self, request: HttpRequest, queryset: QuerySet[Any], *, catch_up: bool) -> None:
+        self._require_change(request)
+        done = [row.name for row in queryset if self._resume(request, row, catch_up=catch_up)]
+        if done:
+            self.message_user(request, f"Resumed: {', '.join(done)}.")
+
+    def _resume(self, request: HttpRequest, row: ScheduleRow, *, catch_up: bool) -> bool:
+        try:
+            result = _registry().resume(row.name, catch_up=catch_up)
+        except GoatbeatError as exc:
+            self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
+            return False
+        if not result.was_paused:
+            self.message_user(request, f"{row.name} was not paused.", level=messages.WARNING)
+            return False
+        if catch_up:
+            text = "Resumed, catching up the pause by the misfire policy."
+        else:
+            more = "at least " if result.skipped_is_lower_bound else ""
+            text = f"Resumed from now; {more}{result.skipped} occurrence(s) of the pause skipped."
+        self.log_change(request, row, text)
+        return True
+
+    @admin.action(
+        description="Backfill a past range of the selected schedule…", permissions=["change"]
+    )  # type: ignore[untyped-decorator]
+    def backfill_schedule(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        """A page asking for the range: *Preview* lists its instants (those that already ran
+        included), *Backfill* asks the leader to submit the others, once each."""
+        self._require_change(request)
+        rows = list(queryset[:2])
+        if len(rows) != 1:
+            self.message_user(request, "Select one schedule to backfill.", level=messages.ERROR)
+            return None
+        row = rows[0]
+        if "preview" not in request.POST and "apply" not in request.POST:
+            return self._control_page(request, queryset, "backfill", BackfillForm())
+        form = BackfillForm(request.POST)
+        if not form.is_valid():
+            return self._control_page(request, queryset, "backfill", form)
+        apply = "apply" in request.POST
+        data = form.cleaned_data
+        try:
+            result = _registry().backfill(
+                row.name,
+                start=data["start"],
+                end=data["end"],
+                limit=data["limit"],
+                dry_run=not apply,
+            )
+        except InvalidValue as exc:
+            form.add_error(
+                {"start": "start", "end": "end", "limit": "limit"}.get(exc.field),
+                ValidationError(exc.reason),
+            )
+            return self._control_page(request, queryset, "backfill", form)
+        except GoatbeatError as exc:
+            self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
+            return None
+        if not apply:
+            return self._control_page(request, queryset, "backfill", form, preview=result)
+        self.log_change(
+            request,
+            row,
+            f"Backfill requested: {len(result.created)} instant(s) from "
+            f"{data['start'].isoformat()} to {data['end'].isoformat()}"
+            f"{f', {len(result.existing)} already ran' if result.existing else ''}.",
+        )
+        self.message_user(
+            request,
+            f"Backfill of {row.name}: {len(result.created)} instant(s) requested; the leading "
+            "scheduler submits them on its next iteration"
+            + (f"; {len(result.existing)} already ran, not again." if result.existing else "."),
+        )
+        return None
+
+    def _control_page(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        action: str,
+        form: Any,
+        *,
+        preview: Any = None,
+    ) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": {"pause": "Pause schedules", "backfill": "Backfill"}[action],
+            "opts": self.opts,
+            "queryset": queryset,
+            "form": form,
+            "action": action,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "preview": preview,
+            "existing": {} if preview is None else preview.existing,
+            "preview_rows": []
+            if preview is None
+            else [(iso_z(t), preview.existing.get(t)) for t in preview.instants],
+        }
+        return TemplateResponse(request, f"admin/goatbeat/schedule/{action}.html", context)
+
+    # -- buttons on the schedule page -----------------------------------------------------------------
 
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
@@ -481,9 +690,32 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 "<path:object_id>/run/",
                 self.admin_site.admin_view(self.run_view),
                 name=f"{info[0]}_{info[1]}_run",
-            )
+            ),
+            path(
+                "<path:object_id>/resume/",
+                self.admin_site.admin_view(self.resume_view),
+                name=f"{info[0]}_{info[1]}_resume",
+            ),
         ]
         return extra + list(super().get_urls())
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The page's *Resume* button (from now, or ``catch_up`` in the POST)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = get_object_or_404(self.get_queryset(request), pk=object_id)
+        if not self.has_change_permission(request, obj):
+            raise PermissionDenied
+        if self._resume(request, obj, catch_up=bool(request.POST.get("catch_up"))):
+            self.message_user(request, f"Resumed {obj.name}.")
+        return HttpResponseRedirect(self._change_url(obj))
+
+    def _change_url(self, obj: ScheduleRow) -> str:
+        return reverse(  # type: ignore[no-any-return]
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
+            args=[obj.pk],
+            current_app=self.admin_site.name,
+        )
 
     def run_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if request.method != "POST":
@@ -493,19 +725,31 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             raise PermissionDenied
         if self._request_run(request, obj):
             self.message_user(request, f"Run of {obj.name} requested.")
-        url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_change",
-            args=[obj.pk],
-            current_app=self.admin_site.name,
-        )
-        return HttpResponseRedirect(url)
+        return HttpResponseRedirect(self._change_url(obj))
 
     def render_change_form(
         self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
     ) -> Any:
         obj = kwargs.get("obj")
         context["goatbeat_can_run"] = obj is not None and self.has_change_permission(request, obj)
+        context["goatbeat_paused"] = obj is not None and bool(obj.paused)
+        context["goatbeat_page_actions"] = [
+            *([] if obj is None or obj.paused else [("pause_schedules", "Pause…")]),
+            ("backfill_schedule", "Backfill…"),
+        ]
         return super().render_change_form(request, context, *args, **kwargs)
+
+
+def _registry() -> Any:
+    from goatbeat.django.registry import get_registry
+
+    return get_registry()
+
+
+def _pause_title(obj: ScheduleRow) -> str:
+    """``since 2026-11-01 09:00 UTC by alice``."""
+    since = obj.paused_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if obj.paused_at else "-"
+    return f"since {since} by {obj.paused_by or '-'}"
 
 
 def _changes(

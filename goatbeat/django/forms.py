@@ -24,7 +24,14 @@ from django.core.exceptions import ValidationError
 from goatbeat.beat import build_trigger
 from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import InvalidValue, ScheduleNotFound
-from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Routing, Schedule, Source
+from goatbeat.core.model import (
+    DamagedSchedule,
+    MisfirePolicy,
+    OverlapPolicy,
+    Routing,
+    Schedule,
+    Source,
+)
 from goatbeat.core.solar import SOLAR_EVENTS
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import (
@@ -40,6 +47,8 @@ from goatbeat.django.models import Schedule as ScheduleRow
 __all__ = [
     "ScheduleForm",
     "EnabledOnlyForm",
+    "PauseForm",
+    "BackfillForm",
     "FIELD_FOR",
     "ROUTING_FIELDS",
     "TRIGGER_FIELDS",
@@ -83,6 +92,8 @@ FIELD_FOR = {
     "misfire": "misfire_policy",
     "misfire_policy": "misfire_policy",
     "misfire_grace": "grace",
+    "jitter": "jitter_duration",
+    "max_runtime": "max_runtime_duration",
 }
 """InvalidValue.field -> form field, where the names differ (others map to themselves)."""
 
@@ -132,6 +143,22 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         label="Misfire grace",
         help_text="How late an occurrence may start before the misfire policy applies.",
     )
+    # Not named after the model's columns (seconds, as floats): the ModelForm would write the
+    # text into them. The store writes them, from the built Schedule.
+    jitter_duration = forms.CharField(
+        required=False,
+        initial="0s",
+        label="Jitter",
+        help_text="Send each occurrence up to this long after its instant (30s, 5m): an offset "
+        "derived from the name and the instant, the same on every scheduler; the idempotency "
+        "key stays the instant. 0: at the instant.",
+    )
+    max_runtime_duration = forms.CharField(
+        required=False,
+        label="Max runtime",
+        help_text="With overlap skip or buffer one: how long after its submission a run still "
+        "counts as running when its worker never reports its end (1h). Required then.",
+    )
 
     class Meta:
         model = ScheduleRow
@@ -149,6 +176,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "one_off",
             "enabled",
             "description",
+            "overlap",
+            "pause_on_failure",
         ]
         help_texts = {
             "task": "The dotted path of the task (a Django Task, Celery task, actor or function).",
@@ -164,6 +193,14 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
                 "A JSON object: message headers (Celery); message options such as max_retries, "
                 "time_limit (Dramatiq); job options job_timeout, result_ttl, failure_ttl, "
                 "retry, at_front, and job.meta entries (RQ)."
+            ),
+            "overlap": (
+                "An occurrence due while the previous run still runs (as the backend reports "
+                "it): allow it, skip it, or let one wait for the run to end (buffer one)."
+            ),
+            "pause_on_failure": (
+                "Pause the schedule after this many failed runs in a row (as the backend "
+                "reports them). Empty: never."
             ),
         }
 
@@ -188,8 +225,11 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
                 field = self.fields["trigger_kind"]
                 field.choices = [*TRIGGER_KINDS, CELERY_CRONTAB]
             self.initial["grace"] = _duration_text(instance.misfire_grace)
+            self.initial["jitter_duration"] = _duration_text(instance.jitter)
+            if instance.max_runtime is not None:
+                self.initial["max_runtime_duration"] = _duration_text(instance.max_runtime)
         self.fields["trigger_kind"].widget.attrs["data-kind-fields"] = json.dumps(KIND_FIELDS)
-        for name in ("args", "kwargs", "headers"):
+        for name in ("args", "kwargs", "headers", "overlap"):
             if name in self.fields:
                 self.fields[name].required = False
 
@@ -273,6 +313,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "end_at": data.get("end_at"),
             "one_off": bool(data.get("one_off")),
             "description": data.get("description") or "",
+            "overlap": data.get("overlap") or OverlapPolicy.ALLOW.value,
+            "pause_on_failure": data.get("pause_on_failure"),
         }
         if stored is not None:
             for field, attr in _SAME_FIELDS.items():
@@ -289,6 +331,17 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             grace = stored.misfire_grace
         else:
             grace = parse_duration(data.get("grace") or "60s", field="misfire_grace")
+        if kept("jitter_duration"):
+            assert stored is not None
+            values["jitter"] = stored.jitter
+        else:
+            values["jitter"] = parse_duration(data.get("jitter_duration") or "0", field="jitter")
+        if kept("max_runtime_duration"):
+            assert stored is not None
+            values["max_runtime"] = stored.max_runtime
+        else:
+            text = (data.get("max_runtime_duration") or "").strip()
+            values["max_runtime"] = parse_duration(text, field="max_runtime") if text else None
         return Schedule(
             name=name or "",
             trigger=trigger,
@@ -397,6 +450,8 @@ _SAME_FIELDS = {
     "end_at": "end_at",
     "one_off": "one_off",
     "description": "description",
+    "overlap": "overlap",
+    "pause_on_failure": "pause_on_failure",
 }
 """Form field -> Schedule attribute, for the fields kept as stored while unchanged."""
 
@@ -471,3 +526,41 @@ def trigger_in_words(spec: Any) -> str:
             f"{trigger.describe()} (latitude {trigger.latitude:g}, longitude {trigger.longitude:g})"
         )
     return trigger.describe()
+
+
+class PauseForm(forms.Form):  # type: ignore[misc]
+    """The note a pause records (the admin's *Pause* page)."""
+
+    note = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Note",
+        widget=forms.TextInput(attrs={"size": 60, "placeholder": "incident 42"}),
+        help_text="Why it is paused: shown in the list, on its page and by `schedule list`.",
+    )
+
+
+class BackfillForm(forms.Form):  # type: ignore[misc]
+    """A backfill's range (the admin's *Backfill* page)."""
+
+    start = forms.CharField(
+        label="From",
+        help_text="The first instant, included (ISO 8601 with an offset: 2026-11-01T00:00Z).",
+    )
+    end = forms.CharField(
+        label="To", help_text="The end of the range, excluded; not later than now."
+    )
+    limit = forms.IntegerField(
+        initial=100, min_value=1, max_value=100_000, label="Limit", help_text="The most instants."
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean()
+        for name in ("start", "end"):
+            text = cleaned.get(name)
+            if text:
+                try:
+                    cleaned[name] = _instant(name, str(text).strip(), "UTC")
+                except InvalidValue as exc:
+                    self.add_error(name, ValidationError(exc.reason))
+        return cleaned
