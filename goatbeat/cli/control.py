@@ -151,9 +151,9 @@ def _options(given: dict[str, Any], *, edit: bool) -> dict[str, Any]:
     return out
 
 
-def _print(stored: StoredSchedule, as_json: bool, line: str, **extra: Any) -> None:
+def _print(app: BeatLike, stored: StoredSchedule, as_json: bool, line: str, **extra: Any) -> None:
     if as_json:
-        data = stored_to_json(stored)
+        data = stored_to_json(stored, now=app.store.now())
         data.update(extra)
         click.echo(json.dumps(data, indent=2, default=str))
     else:
@@ -177,6 +177,7 @@ def add(
         beat = _beat(app)
         stored = beat.create(name=name, task=task, enabled=not disabled, **options)
         _print(
+            app,
             stored,
             as_json,
             f"added: {name} ({stored.trigger.describe()}; next run {iso(stored.next_run_at)})",
@@ -205,14 +206,14 @@ def edit(ctx: click.Context, /, name: str, task: str | None, as_json: bool, **gi
             if changed
             else f"{name}: nothing changed"
         )
-        _print(stored, as_json, line, changes=[c.to_dict() for c in changed])
+        _print(app, stored, as_json, line, changes=[c.to_dict() for c in changed])
 
 
 def _toggle(ctx: click.Context, name: str, enabled: bool, as_json: bool) -> None:
     with open_app(ctx) as app:
         stored = _beat(app).set_enabled(name, enabled)
         word = "enabled" if enabled else "disabled"
-        _print(stored, as_json, f"{word}: {name} (next run {iso(stored.next_run_at)})")
+        _print(app, stored, as_json, f"{word}: {name} (next run {iso(stored.next_run_at)})")
 
 
 @click.command("enable")
@@ -253,6 +254,7 @@ def pause(ctx: click.Context, name: str, note: str, by: str | None, as_json: boo
         stored = _beat(app).pause(name, note=note, by=by if by is not None else _who())
         why = f": {stored.pause_note}" if stored.pause_note else ""
         _print(
+            app,
             stored,
             as_json,
             f"paused: {name} at {iso(stored.paused_at)} by {stored.paused_by or '-'}{why}",
@@ -299,7 +301,7 @@ def resume(ctx: click.Context, name: str, catch_up: bool, as_json: bool) -> None
                 f"resumed: {name} from now; {more}{result.skipped} occurrence(s) of the pause "
                 f"skipped; next run {iso(stored.next_run_at)}"
             )
-        _print(stored, as_json, line, **extra)
+        _print(app, stored, as_json, line, **extra)
 
 
 _BACKFILL_FIELDS = {"start": "--from", "end": "--to", "limit": "--limit"}

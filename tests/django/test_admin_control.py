@@ -5,6 +5,7 @@ required."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -222,3 +223,28 @@ def test_the_form_takes_the_control_options_and_names_a_missing_max_runtime(
         timedelta(hours=1),
         "edited",
     )
+
+
+def test_manage_py_goatbeat_takes_the_same_control_commands(store: Any) -> None:
+    _publish()
+
+    def goatbeat(*args: str) -> str:
+        out = StringIO()
+        call_command("goatbeat", *args, stdout=out, stderr=StringIO())
+        return out.getvalue()
+
+    goatbeat("schedule", "pause", "ping", "--note", "incident 42", "--by", "ops")
+    stored = _stored(store, "ping")
+    assert stored.paused and (stored.pause_note, stored.paused_by) == ("incident 42", "ops")
+    listed = {d["name"]: d for d in json.loads(goatbeat("schedule", "list", "--json"))}
+    assert listed["ping"]["state"] == "paused" and listed["ping"]["pause_note"] == "incident 42"
+    assert json.loads(goatbeat("schedule", "resume", "ping", "--json"))["was_paused"] is True
+    added = json.loads(
+        goatbeat(
+            "schedule", "add", "cleanup", "--task", "tests.django.project.mail.tasks.send_email",
+            "--every", "1h", "--jitter", "1m", "--json",
+        )
+    )  # fmt: skip
+    assert added["source"] == "admin" and added["jitter"] == 60
+    edited = json.loads(goatbeat("schedule", "edit", "cleanup", "--every", "2h", "--json"))
+    assert edited["trigger_description"] == "every 2h"
