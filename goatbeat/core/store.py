@@ -433,7 +433,8 @@ class ScheduleStore(Protocol):
         transaction, as :meth:`claim_due` claims occurrences: check the lease row (holder,
         token, unexpired by the store's clock; row-locked), then each execution of
         ``execution_ids`` that is ``manual``, still ``claimed`` and not yet claimed by a
-        scheduler (``fencing_token`` NULL) takes ``scheduler_id`` and the lease's token, and
+        scheduler (``fencing_token`` NULL) takes ``scheduler_id``, the lease's token and
+        ``claimed_at`` = the store's now (the request's instant stays its ``scheduled_at``), and
         counts as a run of its schedule: ``last_run_at`` becomes its instant when later,
         ``total_run_count`` + 1, ``last_status`` ``'claimed'`` (``next_run_at`` and
         ``version`` unchanged: the schedule's own phase does not move). A resubmission later

@@ -766,7 +766,9 @@ class MemoryStore:
                     or e["fencing_token"] is not None
                 ):
                     continue
-                e.update(scheduler_id=scheduler_id, fencing_token=lease.token)
+                e.update(
+                    scheduler_id=scheduler_id, fencing_token=lease.token, claimed_at=self.now()
+                )
                 claimed.append(execution_id)
                 schedule = self._schedules.get(e["schedule_id"])
                 if schedule is None:

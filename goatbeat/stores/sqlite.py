@@ -841,7 +841,12 @@ class SQLiteStore:
             for execution_id in wanted:
                 row = conn.execute(
                     self._q["claim_manual_run"],
-                    {"id": execution_id, "scheduler_id": scheduler_id, "token": lease.token},
+                    {
+                        "id": execution_id,
+                        "scheduler_id": scheduler_id,
+                        "token": lease.token,
+                        "now": self._now_text(),
+                    },
                 ).fetchone()
                 if row is None:
                     continue

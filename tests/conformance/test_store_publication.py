@@ -127,13 +127,19 @@ def test_the_leader_claims_a_run_now_with_its_id_and_token_and_it_counts_as_a_ru
     [pending] = store.pending(limit=10)
     assert pending.fencing_token is None
 
+    before = store.now()
     assert store.claim_manual_runs(
         grant, scheduler_id="leader-1", execution_ids=[pending.execution_id]
     ) == [pending.execution_id]
+    after = store.now()
 
     [claimed] = store.executions(name="adhoc")
     assert claimed.status is ExecutionStatus.CLAIMED
     assert (claimed.scheduler_id, claimed.fencing_token) == ("leader-1", grant.token)
+    # claimed_at is when the leader claimed it (fencing tokens follow claim order); the
+    # request's instant stays in scheduled_at and the key.
+    assert before <= claimed.claimed_at <= after
+    assert claimed.scheduled_at == at
     schedule = store.get("adhoc")
     assert isinstance(schedule, Schedule)
     assert schedule.last_run_at == at and schedule.last_status == "claimed"

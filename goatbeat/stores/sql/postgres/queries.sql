@@ -366,7 +366,7 @@ WITH lease AS (
     FOR SHARE OF l
 ), claimed AS (
     UPDATE goatbeat_execution AS e SET
-        scheduler_id = %(scheduler_id)s, fencing_token = %(token)s
+        scheduler_id = %(scheduler_id)s, fencing_token = %(token)s, claimed_at = now()
     WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind IN ('manual', 'backfill')
       AND e.status = 'claimed'
       AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)

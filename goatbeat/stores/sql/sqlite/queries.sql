@@ -239,7 +239,10 @@ RETURNING schedule_id, scheduled_at, status;
 -- name: claim_manual_run
 -- A run-now (or backfill) execution is claimed by the leader that submits it (its id and
 -- fencing token), once: a resubmission carries the same token, as for a claimed occurrence.
-UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token
+-- claimed_at becomes the moment of that claim (the request's instant stays in scheduled_at
+-- and the key).
+UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token,
+    claimed_at = :now
 WHERE id = :id AND kind IN ('manual', 'backfill') AND status = 'claimed'
   AND fencing_token IS NULL
 RETURNING schedule_id, scheduled_at;
