@@ -28,3 +28,14 @@ def broken_report() -> None:
 def immediate_report(kind: str = "now") -> str:
     _trace(f"immediate:{kind}")
     return kind
+
+
+@task(queue_name="reports")
+def slow_report(seconds: float = 3.0) -> None:
+    """Outlasts its schedule's interval: the overlap tests read when each run started and
+    ended (wall clock, one line each)."""
+    import time
+
+    _trace(f"start {time.time():.3f}")
+    time.sleep(seconds)
+    _trace(f"end {time.time():.3f}")
