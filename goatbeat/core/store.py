@@ -209,8 +209,8 @@ class ScheduleStore(Protocol):
           the same definition with a later last run than the row's moves ``last_run_at`` to it
           and ``next_run_at`` forward to ``first_run_after(later)`` (never backwards), version
           bumped, reported in ``refreshed``. ``last_run_at`` never moves backwards.
-        - The row's ``enabled`` flag is NEVER changed by publish (an operator's toggle survives
-          redeploys); a new row takes ``schedule.enabled``.
+        - The row's ``enabled`` flag and its pause are NEVER changed by publish (an operator's
+          toggle survives redeploys); a new row takes ``schedule.enabled``, unpaused.
         - Every row publish writes (or finds unchanged) records a fingerprint of the definition
           it published, so :meth:`edited_since_publish` can tell an edit made since.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
@@ -312,7 +312,7 @@ class ScheduleStore(Protocol):
 
     def delete(self, name: str) -> None:
         """Delete a schedule; its executions stay as history (schedule id set to NULL), and
-        those still ``claimed`` (never submitted) become ``submit_failed`` with the reason,
+        those still ``claimed`` or ``buffered`` (never submitted) become ``submit_failed`` with the reason,
         since nothing can submit them any more. ``ScheduleNotFound`` if absent."""
         ...
 
@@ -350,7 +350,10 @@ class ScheduleStore(Protocol):
     # -- claiming -------------------------------------------------------------------------------
 
     def next_due_at(self) -> datetime | None:
-        """The earliest ``next_run_at`` of an enabled schedule (uses the index). Read-only."""
+        """The earliest instant a claim has work: the earliest ``next_run_at`` of an enabled,
+        unpaused schedule (uses the index), or of a ``buffered`` occurrence, the end of the
+        run it waits for (at once when that run ended; its submission plus the schedule's
+        ``max_runtime``; none while that run is still ``claimed``). Read-only."""
         ...
 
     def claim_due(
@@ -366,8 +369,12 @@ class ScheduleStore(Protocol):
         1. Check the lease row: holder and token equal ``lease``'s and unexpired by the store's
            clock, row-locked (``FOR SHARE``). Otherwise return ``ClaimResult(refused=True)``
            having written nothing.
-        2. Read enabled schedules with ``next_run_at <= now`` ordered by ``next_run_at``,
-           at most ``limit``; plan each with :func:`goatbeat.core.misfire.plan`. A row that
+        2. Read enabled, unpaused schedules with ``next_run_at <= now`` ordered by
+           ``next_run_at``, at most ``limit``; plan each with
+           :func:`goatbeat.core.misfire.plan`, and split the plan by the schedule's overlap
+           policy (:func:`goatbeat.stores._common.split_overlap`: whether the run
+           ``active_execution_id`` names is still running, judged at ``now``, and whether an
+           occurrence of it is already ``buffered``). A row that
            cannot be decoded is quarantined instead (compare-and-set on version): ``next_run_at``
            NULL, ``last_status='invalid'``, ``version+1``; it is returned in ``quarantined``.
         3. Advance each with compare-and-set: ``next_run_at``, ``last_run_at`` (latest planned
@@ -375,18 +382,33 @@ class ScheduleStore(Protocol):
            ``version+1`` WHERE ``version`` = the version read. A row changed meanwhile is
            skipped (counted in ``conflicts``): the concurrent edit wins. ``one_off`` schedules
            are disabled after their claim.
-        4. Insert one execution per planned instant for the rows advanced: status ``claimed``,
-           key :func:`~goatbeat.core.model.idempotency_key`, the fencing token, scheduler id,
-           ``ON CONFLICT (idempotency_key) DO NOTHING``. Only inserted rows become occurrences.
-        Touches: due schedule rows, new execution rows.
-        ``schedules_seen`` counts every due row read, damaged ones included."""
+           ``skipped_count`` grows by the occurrences the overlap policy skips;
+           ``total_run_count`` counts the ones started.
+        4. Insert one execution per planned instant for the rows advanced: status ``claimed``
+           (``buffered`` or ``skipped`` as the overlap policy says), key
+           :func:`~goatbeat.core.model.idempotency_key`, the fencing token, scheduler id,
+           ``ON CONFLICT (idempotency_key) DO NOTHING``. A claimed occurrence of a schedule
+           with ``jitter`` whose jittered instant (:mod:`goatbeat.core.jitter`) is later than
+           ``now`` gets ``retry_at`` = that instant and is not returned (counted in
+           ``deferred``: :meth:`pending` returns it then); the others become occurrences
+           (``due_at`` = the jittered instant). A schedule whose overlap is not allow records
+           the occurrence it started in ``active_execution_id``.
+        5. Start the ``buffered`` occurrences whose run has ended (or is older than its
+           schedule's ``max_runtime``, by the store's clock): status ``claimed`` with this
+           lease's token and scheduler id, ``claimed_at`` now, returned as occurrences; each
+           becomes its schedule's ``active_execution_id`` and counts as a run.
+        Touches: due schedule rows, new execution rows, buffered executions and their
+        schedules. ``schedules_seen`` counts every due row read, damaged ones included."""
         ...
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         """Executions in status ``claimed`` (left by a crash between claim and bookkeeping, or
-        manual run requests), oldest first, as occurrences to (re)submit, leaving out rows
-        backing off from a failed submission (``retry_at`` later than the store's now) and the
-        execution ids in ``exclude``. Each occurrence carries its schedule's ``misfire_grace``.
+        manual run requests and backfills), oldest first, as occurrences to (re)submit, leaving
+        out rows backing off from a failed submission or waiting for their jittered instant
+        (``retry_at`` later than the store's now) and the execution ids in ``exclude``. Each
+        occurrence carries its schedule's ``misfire_grace`` and its ``due_at``: a backfill's
+        ``claimed_at``, a scheduled occurrence's jittered instant (recomputed from the
+        schedule's ``jitter``), else None.
         Read-only, except that a row whose schedule cannot be decoded becomes ``submit_failed``
         with the reason (nothing could ever submit it) instead of being returned."""
         ...
@@ -429,10 +451,10 @@ class ScheduleStore(Protocol):
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
     ) -> list[int]:
-        """Claim run-now executions for the lease holder before it submits them, in ONE
-        transaction, as :meth:`claim_due` claims occurrences: check the lease row (holder,
-        token, unexpired by the store's clock; row-locked), then each execution of
-        ``execution_ids`` that is ``manual``, still ``claimed`` and not yet claimed by a
+        """Claim run-now (and backfill) executions for the lease holder before it submits
+        them, in ONE transaction, as :meth:`claim_due` claims occurrences: check the lease row
+        (holder, token, unexpired by the store's clock; row-locked), then each execution of
+        ``execution_ids`` that is ``manual`` or ``backfill``, still ``claimed`` and not yet claimed by a
         scheduler (``fencing_token`` NULL) takes ``scheduler_id``, the lease's token and
         ``claimed_at`` = the store's now (the request's instant stays its ``scheduled_at``), and
         counts as a run of its schedule: ``last_run_at`` becomes its instant when later,
@@ -446,7 +468,9 @@ class ScheduleStore(Protocol):
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
         """The backend reported completion (Django Tasks signal, inline submitter): status
-        ``succeeded`` or ``failed``, ``finished_at``. Returns whether a row matched."""
+        ``succeeded`` or ``failed``, ``finished_at``. When an occurrence of its schedule is
+        ``buffered``, the channel is notified (``schedule:<id>``) so the leader starts it.
+        Returns whether a row matched."""
         ...
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
