@@ -88,6 +88,8 @@ ERROR_BACKOFF_CAP = 30.0
 MIN_IDLE_SLEEP = 0.01
 """Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
 (a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
+_REQUESTED = frozenset({ExecutionKind.MANUAL, ExecutionKind.BACKFILL})
+"""Kinds of the executions that arrive unclaimed, on request."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
 
@@ -433,14 +435,10 @@ class Scheduler:
                 return
 
     def _claim_manual_runs(self, rows: list[Occurrence], grant: LeaseGrant) -> list[Occurrence]:
-        """Run-now requests arrive unclaimed: claim them (this scheduler's id and token, a run
+        """Run-now requests and backfills arrive unclaimed: claim them (this scheduler's id and token, a run
         of their schedule) before submitting, as a claim would. Those another leader claimed
         meanwhile, or all of them when the lease is gone, are left out."""
-        fresh = [
-            o.execution_id
-            for o in rows
-            if o.kind is ExecutionKind.MANUAL and o.fencing_token is None
-        ]
+        fresh = [o.execution_id for o in rows if o.kind in _REQUESTED and o.fencing_token is None]
         if not fresh:
             return rows
         claimed = set(
