@@ -17,7 +17,7 @@ from goatbeat.core.errors import (
     InvalidValue,
     ScheduleNotFound,
 )
-from goatbeat.core.model import MisfirePolicy, Routing, Schedule
+from goatbeat.core.model import MisfirePolicy, OverlapPolicy, Routing, Schedule
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger, OnceTrigger, SolarTrigger
 
 __version__ = "0.1.0"
@@ -35,6 +35,7 @@ __all__ = [
     "InvalidValue",
     "MisfirePolicy",
     "OnceTrigger",
+    "OverlapPolicy",
     "Routing",
     "Schedule",
     "ScheduleNotFound",

@@ -697,7 +697,8 @@ class PostgresStore:
                             self._q["started_runs"],
                             {"ids": list(started), "execution_ids": list(started.values())},
                         )
-            occurrences += self._promote_buffered(conn, lease, scheduler_id, check["now"])
+            if check["buffered"]:
+                occurrences += self._promote_buffered(conn, lease, scheduler_id, check["now"])
         # Committed: only now may the cache believe the rows are at their new versions.
         for adv in advs:
             if adv.schedule.id in advanced:

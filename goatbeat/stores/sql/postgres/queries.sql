@@ -235,7 +235,10 @@ WHERE name = %(name)s;
 -- and its locks go with it; a claimer that wakes up after that finds its transaction gone.
 -- set_config(..., true) is SET LOCAL: it ends with the transaction. With own = false (the claim
 -- runs inside a caller's transaction, as a savepoint) nothing is set: it would outlive the claim.
+-- It also says whether any occurrence is buffered (overlap buffer_one), so the claim asks
+-- for them only then: nearly always a probe of an empty index, and no extra round trip.
 SELECT now() AS now,
+       EXISTS (SELECT 1 FROM goatbeat_execution WHERE status = 'buffered') AS buffered,
        CASE WHEN %(own)s THEN set_config('statement_timeout', c.ms, true) END AS statement_ms,
        CASE WHEN %(own)s THEN set_config('idle_in_transaction_session_timeout', c.ms, true) END
            AS idle_ms
