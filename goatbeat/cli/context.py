@@ -209,6 +209,8 @@ def _django_app() -> BeatLike:
         ) from None
     try:
         app: BeatLike = cli_app()
+    except GoatbeatError as exc:  # schedules.py declares something invalid: every problem
+        raise UserError(str(exc)) from None
     except Exception as exc:  # ImproperlyConfigured, a schedules.py that fails...
         raise UserError(f"the Django project cannot be loaded: {describe_error(exc)}") from None
     return app

@@ -69,6 +69,13 @@ def _declared() -> set[str]:
     return set(get_registry().names())
 
 
+def _declaration_problems() -> list[str]:
+    """What discovery found wrong in the project's ``schedules.py`` files."""
+    from goatbeat.django.registry import get_registry
+
+    return list(get_registry().problems)
+
+
 def _history(changes: Sequence[FieldChange]) -> str:
     """A History line naming each changed field old -> new (the trigger in words)."""
     return "Changed " + "; ".join(c.describe() for c in changes) + "."
@@ -271,8 +278,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return obj is not None and obj.pk is not None and obj.source == Source.CODE.value
 
     def is_orphaned(self, obj: ScheduleRow | None) -> bool:
-        """A code schedule this project's code no longer declares."""
+        """A code schedule this project's code no longer declares (never said while a
+        schedules.py is broken: what it would have declared is unknown)."""
+        if _declaration_problems():
+            return False
         return self.is_code(obj) and obj is not None and obj.name not in _declared()
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        problems = _declaration_problems()
+        if problems and request.method == "GET":
+            self.message_user(
+                request,
+                f"The project's schedules.py files have {len(problems)} problem(s); code "
+                "schedules are not published and the scheduler does not start until they are "
+                "fixed (manage.py check lists them): " + "; ".join(problems),
+                level=messages.ERROR,
+            )
+        return super().changelist_view(request, extra_context)
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any

@@ -139,3 +139,16 @@ def test_help_under_django_hides_app_database_and_demo_and_lists_django_options(
     django_help = manage("help", "goatbeat")
     assert django_help.returncode == 0
     assert "scheduler" in django_help.stdout and "--app" not in django_help.stdout
+
+
+@pytest.mark.postgres
+def test_scheduler_before_migrate_says_to_run_manage_py_migrate(pg_dsn: str) -> None:
+    from urllib.parse import urlsplit
+
+    empty = {"GOATBEAT_TEST_DB_NAME": urlsplit(pg_dsn).path.lstrip("/")}
+    for args in (["--once"], []):  # without --once it used to retry forever
+        done = manage("goatbeat", "scheduler", *args, env=empty)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("goatbeat: error: goatbeat's tables are missing from postgres ")
+        assert line.endswith(": run `python manage.py migrate` first")

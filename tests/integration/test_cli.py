@@ -198,6 +198,18 @@ def test_demo_ignores_a_django_project_in_the_environment(db, monkeypatch):
     assert "goatbeat demo: examples.demo:beat on sqlite" in result.output
 
 
+@pytest.mark.postgres
+def test_scheduler_before_migrate_says_to_migrate_instead_of_retrying(app_dir, pg_dsn):
+    app = write_app(app_dir, APP)
+    db = pg_dsn  # PostgreSQL is migrated explicitly (SQLite migrates itself on opening)
+    for args in (["--once"], []):  # without --once it used to retry forever
+        result = invoke("--app", app, "--database", db, "scheduler", *args)
+        assert_one_line_error(result, "goatbeat's tables are missing from postgres ")
+        assert "run `goatbeat migrate` first, with the same --app and --database" in result.stderr
+    assert invoke("--app", app, "--database", db, "migrate").exit_code == 0
+    assert invoke("--app", app, "--database", db, "scheduler", "--once").exit_code == 0
+
+
 def test_app_comes_from_the_environment_when_not_given(app_dir, db, monkeypatch):
     monkeypatch.setenv("GOATBEAT_APP", write_app(app_dir, APP))
     result = invoke("--database", db, "schedule", "list", "--json")
