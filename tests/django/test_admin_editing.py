@@ -171,9 +171,11 @@ def test_every_imported_trigger_shows_in_words_and_saves_unchanged(
     page = root.get(change_url(before)).content.decode()
     words = {
         "solar": "sunrise at 48.8566°N 2.3522°E (latitude 48.8566, longitude 2.3522)",
-        "celery_crontab": "celery crontab 0 9 1-7 * mon (Europe/Paris), days ANDed",
-        "once": "once at 2031-05-04T07:30:15.000500+00:00",
-        "cron": "cron */10 8-18 * * mon-fri (America/New_York)",
+        "celery_crontab": "At 09:00, between day 1 and 7 of the month, on Monday, when both "
+        "days match (celery crontab 0 9 1-7 * mon, Europe/Paris)",
+        "once": "Once, at 2031-05-04 07:30:15 UTC",
+        "cron": "Every 10 minutes, between 08:00 and 18:59, Monday through Friday "
+        "(cron */10 8-18 * * mon-fri, America/New_York)",
     }[trigger.kind]
     assert words in page
     form = page_form(root, change_url(before))
