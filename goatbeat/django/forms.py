@@ -54,7 +54,7 @@ __all__ = [
 TRIGGER_KINDS = [
     ("cron", "cron expression"),
     ("interval", "interval"),
-    ("once", "one-off (once, at an instant)"),
+    ("once", "one-off (once, at an instant: django-celery-beat's clocked)"),
     ("solar", "solar event (sunrise, sunset ...)"),
 ]
 CELERY_CRONTAB = ("celery_crontab", "celery crontab (day-of-month AND day-of-week)")

@@ -413,3 +413,36 @@ def test_the_admin_passes_django_s_system_checks() -> None:
     from django.core import checks
 
     assert checks.run_checks(tags=["admin"]) == []
+
+
+def test_reimporting_never_overwrites_an_admin_edit_without_saying_so(
+    root: Client, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.project.settings")
+    beat_schedule = {
+        "nightly": {"task": TASK, "schedule": timedelta(minutes=10), "args": (1,)},
+    }
+    source = ["--from-app", "tests.django.project.celery_app:app", "--no-check-tasks"]
+    with override_settings(CELERY_BEAT_SCHEDULE=beat_schedule):
+        call_command(
+            "goatbeat", "import_celery_beat", *source, stdout=StringIO(), stderr=StringIO()
+        )
+        nightly = store.get("nightly")
+        response = resubmit(root, change_url(nightly), trigger_kind="interval", every="15m")
+        assert response.status_code == 302, response.content.decode()[:2000]
+
+        out = StringIO()
+        with pytest.raises(CommandError):  # exit status 1: there is a conflict to look at
+            call_command("goatbeat", "import_celery_beat", *source, stdout=out, stderr=out)
+        assert "conflict  nightly: edited in goatbeat since it was imported" in out.getvalue()
+        assert store.get("nightly").trigger == IntervalTrigger("15m")  # the edit stands
+
+        out = StringIO()
+        call_command(
+            "goatbeat", "import_celery_beat", *source, "--overwrite", stdout=out, stderr=out
+        )
+    assert "update  nightly" in out.getvalue()
+    assert store.get("nightly").trigger.every == timedelta(minutes=10)  # type: ignore[attr-defined]
