@@ -96,6 +96,10 @@ def test_the_project_handlers_get_the_fields_as_record_attributes(
     assert orphaned.schedule == "retired"  # type: ignore[attr-defined]
     line = logging.Formatter("%(message)s %(schedule)s").format(orphaned)
     assert line == "schedule.orphaned retired"
+    (published,) = [r for r in caplog.records if r.getMessage() == "schedule.published"]
+    # A field named like a LogRecord attribute keeps the attribute and travels prefixed.
+    assert published.goatbeat_created == ["daily-report", "weekly-report", "broken-report", "ping"]  # type: ignore[attr-defined]
+    assert isinstance(published.created, float)
 
 
 def test_the_json_formatter_takes_goatbeat_events_and_plain_records_with_extra() -> None:
