@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.durations import parse_duration
@@ -45,7 +46,7 @@ from goatbeat.core.model import (
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.store import PublishResult, ScheduleStore
-from goatbeat.core.submit import TaskSubmitter
+from goatbeat.core.submit import TaskSubmitter, known_tasks
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
     CronTrigger,
@@ -269,6 +270,7 @@ class Beat:
         self._store: ScheduleStore | None = None
         self._declared: dict[str, Schedule] = {}
         self._callables: dict[str, Callable[..., Any]] = {}
+        self._allow_list: TaskAllowList | None = None
 
     def __repr__(self) -> str:
         return (
@@ -553,6 +555,28 @@ class Beat:
             )
         return {**(headers or {}), **options}
 
+    # -- the allow-list --------------------------------------------------------------------------
+
+    def task_allow_list(self, settings: Settings | None = None) -> TaskAllowList:
+        """The tasks schedules stored outside code may name (:mod:`goatbeat.core.allowlist`):
+        the tasks of this app's code schedules, the tasks its submitter's backend registered,
+        and the ``allowed_tasks`` patterns of ``settings`` (default: the app's)."""
+        patterns = (settings or self.settings).allowed_tasks
+        return TaskAllowList(
+            patterns=patterns,
+            declared=lambda: {s.task for s in self._declared.values()},
+            registered=lambda: known_tasks(self.submitter),
+        )
+
+    def check_task(self, task: str) -> None:
+        """Raise :class:`~goatbeat.core.errors.TaskNotAllowed` (field ``task``) unless a
+        schedule created outside code (admin, API, importer) may name ``task``. Imports
+        nothing ``task`` names. The one check every such entry point calls."""
+        allow = self._allow_list
+        if allow is None or allow.patterns != self.settings.allowed_tasks:
+            allow = self._allow_list = self.task_allow_list()
+        allow.check(task)
+
     # -- talking to the store ----------------------------------------------------------------------
 
     def migrate(self) -> None:
@@ -601,11 +625,18 @@ class Beat:
         return execution
 
     def scheduler(self, **overrides: Any) -> Scheduler:
-        """A :class:`Scheduler` on this store and submitter; ``overrides`` are settings keys."""
+        """A :class:`Scheduler` on this store and submitter; ``overrides`` are settings keys.
+        It refuses stored schedules whose task is outside :meth:`task_allow_list`."""
         settings = self.settings
         if overrides:
             settings = parse_settings(overrides, defaults=dataclasses.asdict(settings))
-        return Scheduler(self.store, self.submitter, settings=settings, clock=self.clock)
+        return Scheduler(
+            self.store,
+            self.submitter,
+            settings=settings,
+            clock=self.clock,
+            allowed=self.task_allow_list(settings),
+        )
 
     def run(self, **overrides: Any) -> None:
         """Publish (and prune with ``prune_on_publish``), then run the scheduler until

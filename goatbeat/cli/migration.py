@@ -308,13 +308,26 @@ def import_celery_beat(
         raise
     except (GoatbeatError, ImportError) as exc:
         raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+    check_task = _allow_list_check(ctx)
+    if check_task is None:
+        lines.append(
+            "tasks not checked against an allow-list (no --app): the scheduler refuses those "
+            "outside its own (allowed_tasks) when it runs them"
+        )
     with open_target_store(ctx, database) as target:
         if not as_json:
             click.echo(f"target: {target.label}{' (dry run)' if dry_run else ''}")
         store = _checked(target, dry_run=dry_run)
         if dry_run and store is not target.store:
             lines.append("the goatbeat database has no tables yet: everything would be created")
-        report = _run(store, entries, dry_run=dry_run, quiet=as_json, overwrite=overwrite)
+        report = _run(
+            store,
+            entries,
+            dry_run=dry_run,
+            quiet=as_json,
+            overwrite=overwrite,
+            check_task=check_task,
+        )
     if as_json:
         data = report.to_dict()
         data["target"] = target.label
@@ -331,6 +344,25 @@ def _one_line(exc: BaseException) -> str:
     return describe_exception(exc)
 
 
+def _allow_list_check(ctx: click.Context) -> Callable[[str], None] | None:
+    """The app's allow-list check (``Beat.check_task``: the Django project's, or ``--app``'s),
+    so an imported task outside it is a FAILED line; None without an app."""
+    obj = ctx.find_object(CliContext)
+    if obj is None or not (obj.app_spec or os.environ.get("GOATBEAT_APP") or _django()):
+        return None
+    try:
+        app = obj.app()
+    except click.ClickException:
+        return None
+    ctx.call_on_close(obj.close)
+    check = getattr(app, "check_task", None)
+    return check if callable(check) else None
+
+
+def _django() -> bool:
+    return bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+
 def _run(
     store: ScheduleStore,
     entries: list[SourceEntry],
@@ -338,15 +370,23 @@ def _run(
     dry_run: bool,
     quiet: bool,
     overwrite: bool,
+    check_task: Callable[[str], None] | None = None,
 ) -> ImportReport:
     if len(entries) < _PROGRESS_THRESHOLD or quiet:
-        return import_entries(store, entries, dry_run=dry_run, overwrite=overwrite)
+        return import_entries(
+            store, entries, dry_run=dry_run, overwrite=overwrite, check_task=check_task
+        )
     total = len(entries)
     stream = sys.stderr
     bar: Any = click.progressbar(length=total, label="importing", file=stream)
     with bar:
         return import_entries(
-            store, entries, dry_run=dry_run, overwrite=overwrite, progress=bar.update
+            store,
+            entries,
+            dry_run=dry_run,
+            overwrite=overwrite,
+            progress=bar.update,
+            check_task=check_task,
         )
 
 

@@ -62,6 +62,14 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Do not publish code schedules at start (publish them as a release step instead, "
     "so a replica of an older release can never revert a definition).",
 )
+@click.option(
+    "--max-submit-retries",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Retries a failed submission gets even when its misfire grace is shorter (default 5); "
+    "within the grace it is retried until the grace runs out.",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -73,6 +81,7 @@ def scheduler(
     claim_ahead: str | None,
     batch_size: int | None,
     no_publish: bool,
+    max_submit_retries: int | None,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -84,6 +93,7 @@ def scheduler(
             ("max_sleep", max_sleep),
             ("claim_ahead", claim_ahead),
             ("batch_size", batch_size),
+            ("max_submit_retries", max_submit_retries),
         )
         if value is not None
     }

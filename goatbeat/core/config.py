@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from goatbeat.core.allowlist import parse_patterns
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import ConfigError, InvalidValue, short_repr
 from goatbeat.core.timeutil import get_zone
@@ -48,12 +49,17 @@ class Settings:
     before. 0 claims only what is already due."""
     batch_size: int = 500
     max_submit_retries: int = 5
+    """Retries a failed submission gets even when its misfire grace is shorter; within the
+    grace it is retried until the grace runs out (:mod:`goatbeat.core.submission`)."""
     scheduler_id: str = field(default_factory=default_scheduler_id)
     prune_on_publish: bool = False
     """Whether a scheduler, when it starts and publishes, also disables the code schedules
     the code no longer declares (as ``schedule prune``). Off by default: during a rolling
     deploy an old replica that restarts would disable the schedules only the new code
     declares."""
+    allowed_tasks: tuple[str, ...] = ()
+    """Glob patterns of task names that admin, API and imported schedules may name besides
+    the known tasks (:mod:`goatbeat.core.allowlist`)."""
 
 
 KEYS = (
@@ -67,6 +73,7 @@ KEYS = (
     "max_submit_retries",
     "scheduler_id",
     "prune_on_publish",
+    "allowed_tasks",
 )
 
 
@@ -132,6 +139,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "max_submit_retries": _int_range(0, 1000),
     "scheduler_id": _text(255),
     "prune_on_publish": _flag,
+    "allowed_tasks": parse_patterns,
 }
 
 

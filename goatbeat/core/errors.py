@@ -11,8 +11,9 @@ also inherits the builtin a caller would naturally catch::
     │   ├── InvalidCoordinate               latitude / longitude / solar event
     │   └── InvalidSchedule                 any other schedule field (args, name, misfire...)
     │       ├── UnsupportedOption           a routing option the submitter cannot honour
-    │       └── DamagedRow                  a stored row that cannot be read back; names the
-    │                                       schedule and the column
+    │       ├── DamagedRow                  a stored row that cannot be read back; names the
+    │       │                               schedule and the column
+    │       └── TaskNotAllowed              a task outside the allow-list (allowed_tasks)
     ├── ConfigError (ValueError)            settings; carries every problem at once
     ├── NotFound (LookupError)
     │   └── ScheduleNotFound
@@ -101,6 +102,11 @@ class DamagedRow(InvalidSchedule):
             value,
             f"stored schedule {short_repr(schedule)} has a damaged {column} column: {detail}",
         )
+
+
+class TaskNotAllowed(InvalidSchedule):
+    """A schedule stored outside code names a task that is not a known task: neither declared
+    in code, nor registered with a backend, nor matching ``allowed_tasks``."""
 
 
 class ConfigError(GoatbeatError, ValueError):

@@ -60,7 +60,9 @@ class MisfirePolicy(enum.StrEnum):
 class ExecutionStatus(enum.StrEnum):
     CLAIMED = "claimed"  # recorded, not yet accepted by the backend
     SUBMITTED = "submitted"  # the backend accepted it
-    SUBMIT_FAILED = "submit_failed"  # gave up after max_submit_retries
+    # Not accepted, for good: a permanent error, a refused task, or retries until the
+    # occurrence's misfire grace ran out (then also counted in the schedule's missed_count).
+    SUBMIT_FAILED = "submit_failed"
     SUCCEEDED = "succeeded"  # the backend reported completion (Django Tasks, inline)
     FAILED = "failed"  # the backend reported the task failed
 
@@ -543,6 +545,9 @@ class Occurrence:
     kind: ExecutionKind = ExecutionKind.SCHEDULED
     fencing_token: int | None = None
     attempts: int = 0
+    misfire_grace: timedelta | None = None
+    """The schedule's grace: a failed submission is retried until ``scheduled_at`` plus this
+    (a manual run's ``scheduled_at`` is its request). None: unknown (retries by count only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -588,6 +593,10 @@ class SubmitOutcome:
     backend_task_id: str | None = None
     error: str | None = None
     final: bool = False  # a failure that will not be retried: mark submit_failed
+    retry_in: float | None = None
+    """Not final: seconds (from the store's now) before the row may be retried; None: at once."""
+    missed: bool = False
+    """Final because the occurrence's misfire grace ran out: counted in ``missed_count``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -49,6 +49,8 @@ EVENTS = frozenset(
         "schedule.pruned",
         "schedule.deleted",
         "schedule.run_requested",
+        "schedule.refused",
+        "submitter.unchecked",
         "store.frozen",
         "delivery.skipped",
         "delivery.error",

@@ -6,14 +6,16 @@ One :meth:`Scheduler.run_once` is one iteration:
    (``scheduler.error``), the lease is dropped locally and the loop backs off; it never crashes.
 2. Not the holder (or past the local deadline): dispatch nothing; sleep until the lease could
    expire or a release NOTIFY arrives.
-3. On becoming leader (a new fencing token), resubmit every ``claimed`` execution the store
-   holds (``pending()``): a crash between submission and bookkeeping left them; their key is
-   unchanged, so dispatch is at least once. Every iteration also submits pending rows that are
-   not waiting for a retry: manual run requests arrive that way.
+3. Resubmit the ``claimed`` executions the store holds (``pending()``): a crash between
+   submission and bookkeeping left them (their key is unchanged, so dispatch is at least
+   once), manual run requests arrive that way, and failed submissions come back when their
+   retry is due. The backoff is in the rows, so a new leader keeps the old one's.
 4. Claim due occurrences in batches of ``batch_size`` while full batches come back and the local
    deadline still holds, submit them, and record the outcomes of each batch in one call.
 5. Sleep (``store.wait``, so a NOTIFY ends it early) until the earliest of the next
-   ``next_run_at`` (less ``claim_ahead``), the lease renewal, a submit retry, and ``max_sleep``.
+   ``next_run_at`` (less ``claim_ahead``), the lease renewal, the next submit retry
+   (``next_retry_at()``, asked only after becoming leader or a failed submission), and
+   ``max_sleep``.
 
 Claiming ahead. When the earliest ``next_run_at`` is less than ``claim_ahead`` (250 ms by
 default) away by the store's clock, the iteration claims the schedules due at that instant
@@ -24,6 +26,14 @@ taken after the query, so the mapping can only err late — and submitted then, 
 Rows another scheduler claimed ahead and left ``claimed`` wait for their instant the same way.
 A schedule disabled or edited inside that window keeps the occurrence already claimed, as it
 would a moment later.
+
+Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
+``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
+sent. An occurrence of a stored schedule whose task is outside it (an admin row, an import, a
+row written with SQL) is refused through the store (``refuse``: the claimed executions
+``submit_failed`` with the reason, ``last_status='refused'``, and a schedule not declared in
+code taken out of scheduling), ``schedule.refused`` is logged once per schedule and process,
+and nothing of it reaches the backend.
 
 Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
 the retries with backoff after a failed submission, the bookkeeping of every outcome in one
@@ -43,6 +53,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any
 
+from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import StoreError, short_repr
@@ -87,10 +98,16 @@ class IterationResult:
     retrying: int = 0
     """Failed submissions that will be retried."""
     failed: int = 0
-    """Failed submissions marked ``submit_failed``."""
+    """Failed submissions marked ``submit_failed`` (missed ones included)."""
     missed: int = 0
+    """Occurrences dropped by misfire policies, and those whose grace ran out while their
+    submission was being retried."""
     conflicts: int = 0
     refused: bool = False
+    """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
+    refused_schedules: int = 0
+    """Stored schedules refused for the first time (by this scheduler) because their task is
+    not allowed."""
     error: str | None = None
     sleep: float = 0.0
 
@@ -104,6 +121,7 @@ class _Tally:
         "failed",
         "missed",
         "conflicts",
+        "refused_schedules",
         "refused",
     )
 
@@ -115,6 +133,7 @@ class _Tally:
         self.failed = 0
         self.missed = 0
         self.conflicts = 0
+        self.refused_schedules = 0
         self.refused = False
 
     def add(self, batch: BatchCounts) -> None:
@@ -122,6 +141,7 @@ class _Tally:
         self.resubmitted += batch.resubmitted
         self.retrying += batch.retrying
         self.failed += batch.failed
+        self.missed += batch.missed
 
     def result(self, **fields: Any) -> IterationResult:
         """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
@@ -141,8 +161,12 @@ class Scheduler:
         settings: Settings,
         clock: Clock | None = None,
         lease_name: str = "scheduler",
+        allowed: TaskAllowList | None = None,
     ) -> None:
         self.store = store
+        self.allowed = allowed
+        """The tasks stored schedules may name; None: every task (no check)."""
+        self._refusals_logged: set[tuple[int, str]] = set()
         self.submitter = submitter
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -164,6 +188,8 @@ class Scheduler:
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
         self._due_read: tuple[datetime | None] | None = None
         self._error_streak = 0
+        # Whether a claimed row may be backing off, so the sleep must ask for the next retry.
+        self._retries_possible = True
         self.submission = Submission(
             store,
             submitter,
@@ -308,8 +334,8 @@ class Scheduler:
                     self._leader_token = grant.token
                     self._standby_logged = False
                     self._standby_iterations = 0
-                    # Backoff state belongs to the previous reign; pending rows go out now.
-                    self.submission.backoff.clear()
+                    # Rows another reign left backing off: wake for their retries.
+                    self._retries_possible = True
                 else:
                     log_event(
                         "lease.renewed",
@@ -324,7 +350,7 @@ class Scheduler:
             grant = self.lease.grant
             assert grant is not None
             stage = "pending"
-            self._submit_pending(grant, tally, force=became_leader)
+            self._submit_pending(grant, tally)
             stage = "claim"
             self._claim_and_submit(grant, tally)
             stage = "sleep"
@@ -383,15 +409,14 @@ class Scheduler:
 
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
 
-    def _submit_pending(self, grant: LeaseGrant, tally: _Tally, *, force: bool) -> None:
+    def _submit_pending(self, grant: LeaseGrant, tally: _Tally) -> None:
         """Submit ``claimed`` rows page by page while pages come back full. Rows backing off
-        from a failed submission are left out of the query, so every page is ready however
-        many wait, and this always ends: a row leaves the next page by being submitted, by
-        failing for good, or by failing again (it then backs off)."""
+        from a failed submission are left out by the store (their ``retry_at``), so every
+        page is ready however many wait, and this always ends: a row leaves the next page by
+        being submitted, by failing for good, or by failing again (it then backs off)."""
         limit = self.settings.batch_size
         while self.lease.is_held() and not self._stop.is_set():
-            waiting = [] if force else self.submission.backoff.waiting()
-            rows = self.store.pending(limit=limit, exclude=waiting)
+            rows = self.store.pending(limit=limit)
             if not rows:
                 return
             if self._store_ref is None:
@@ -399,8 +424,9 @@ class Scheduler:
                 self._store_reference()
             page = len(rows)
             rows = self._claim_manual_runs(rows, grant)
-            self._submit_batch(rows, grant, tally, pending=True)
-            force = False
+            allowed = self._screen(rows, grant, tally)
+            if allowed:
+                self._submit_batch(allowed, grant, tally, pending=True)
             if page < limit:
                 return
 
@@ -449,8 +475,8 @@ class Scheduler:
                 )
                 self._drop_lease()
                 return
-            occurrences = result.occurrences
             self._log_claim(result, grant, tally)
+            occurrences = self._screen(result.occurrences, grant, tally)
             more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
             if not (occurrences and more and self.submission.threaded):
                 if occurrences:
@@ -465,6 +491,42 @@ class Scheduler:
             finally:
                 # Even when that claim failed: what was sent must be recorded.
                 self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
+
+    def _screen(
+        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally
+    ) -> Sequence[Occurrence]:
+        """``occurrences`` whose task is allowed; the schedules of the others are refused by
+        the store (once each), so nothing of theirs is ever submitted."""
+        allow = self.allowed
+        if allow is None or all(allow.allows(occ.task) for occ in occurrences):
+            return occurrences
+        kept: list[Occurrence] = []
+        refused: dict[int, Occurrence] = {}
+        for occ in occurrences:
+            if allow.allows(occ.task):
+                kept.append(occ)
+            else:
+                refused.setdefault(occ.schedule_id, occ)
+        for occ in refused.values():
+            reason = f"refused: {allow.reason(occ.task)}"
+            if not self.store.refuse(occ.schedule_id, occ.task, reason=reason):
+                # An edit named another task meanwhile (its claimed rows go out with it on the
+                # next pass), or the schedule is gone (its rows ended with it).
+                continue
+            if (occ.schedule_id, occ.task) in self._refusals_logged:
+                continue
+            self._refusals_logged.add((occ.schedule_id, occ.task))
+            tally.refused_schedules += 1
+            log_event(
+                "schedule.refused",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                schedule=occ.schedule_name,
+                task=short_repr(occ.task),
+                error=reason,
+            )
+        return kept
 
     def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:
         return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit, now=target)
@@ -567,7 +629,10 @@ class Scheduler:
         pending: bool,
         sent: list[Sent | None] | None = None,
     ) -> None:
-        tally.add(self.submission.submit(occurrences, grant, pending=pending, sent=sent))
+        counts = self.submission.submit(occurrences, grant, pending=pending, sent=sent)
+        if counts.retrying:
+            self._retries_possible = True
+        tally.add(counts)
 
     # -- sleeping -------------------------------------------------------------------------------
 
@@ -587,9 +652,12 @@ class Scheduler:
             # enough to claim ahead of the instant.
             until = nxt - self._store_now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
-        retry_in = self.submission.backoff.next_retry_in()
-        if retry_in is not None:
-            candidates.append(retry_in)
+        if self._retries_possible:
+            retry_at = self.store.next_retry_at()
+            if retry_at is None:
+                self._retries_possible = False
+            else:
+                candidates.append((retry_at - self._store_now()).total_seconds())
         sleep = max(0.0, min(candidates))
         if sleep < MIN_IDLE_SLEEP and not (tally.claimed or tally.submitted or tally.failed):
             sleep = MIN_IDLE_SLEEP

@@ -60,7 +60,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,20 +296,46 @@ class ScheduleStore(Protocol):
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
         """Executions in status ``claimed`` (left by a crash between claim and bookkeeping, or
-        manual run requests), oldest first, as occurrences to (re)submit, leaving out the
-        execution ids in ``exclude`` (rows the caller is backing off from). Read-only, except
-        that a row whose schedule cannot be decoded becomes ``submit_failed`` with the reason
-        (nothing could ever submit it) instead of being returned."""
+        manual run requests), oldest first, as occurrences to (re)submit, leaving out rows
+        backing off from a failed submission (``retry_at`` later than the store's now) and the
+        execution ids in ``exclude``. Each occurrence carries its schedule's ``misfire_grace``.
+        Read-only, except that a row whose schedule cannot be decoded becomes ``submit_failed``
+        with the reason (nothing could ever submit it) instead of being returned."""
+        ...
+
+    def next_retry_at(self) -> datetime | None:
+        """The earliest ``retry_at`` of a ``claimed`` execution backing off (store clock), or
+        None when none is. Read-only."""
         ...
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         """Bookkeeping after submission, one transaction for the batch.
 
         ``ok``: status ``submitted``, ``submitted_at``, ``backend_task_id``, attempts+1.
-        not ok and ``final``: ``submit_failed`` with the error, attempts+1.
-        not ok, not final: stays ``claimed``, attempts+1, error recorded (retried later).
-        Also sets the schedule's ``last_status``. Only rows still ``claimed`` change.
-        Touches: those execution rows and their schedules' ``last_status``."""
+        not ok and ``final``: ``submit_failed`` with the error, attempts+1; with ``missed``
+        (the occurrence's grace ran out) its schedule's ``missed_count`` grows by one.
+        not ok, not final: stays ``claimed``, attempts+1, error recorded, ``retry_at`` set to
+        the store's now plus ``retry_in`` (``pending`` leaves it out until then; the backoff
+        outlives the process that failed, so a new leader keeps it).
+        Also sets the schedule's ``last_status`` to the status of its latest occurrence in
+        the batch (``'missed'`` for a missed one). Only rows still ``claimed`` change.
+        Touches: those execution rows and their schedules' ``last_status`` and
+        ``missed_count``."""
+        ...
+
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        """The scheduler will not run ``task`` (outside its allow-list). If schedule
+        ``schedule_id`` still names ``task``: its ``claimed`` executions end as
+        ``submit_failed`` with ``reason`` and its ``last_status`` becomes ``'refused'``; a
+        schedule not declared in code (``source`` other than ``code``) is also taken out of
+        scheduling (``next_run_at`` NULL, ``version+1``, unless it already is; ``enabled``
+        unchanged), so it is not claimed again until an edit, or disabling and enabling it,
+        schedules it again. A ``code`` row keeps its schedule: the replica that refuses it may
+        run older code than the one that declared it, and publishing rewrites a row whose task
+        was changed behind goatbeat's back. Returns whether the row still named ``task``;
+        nothing happens when it is gone or names another task (an edit fixed it meanwhile:
+        its claimed executions then go out with the new task).
+        Touches: that schedule row and its claimed executions."""
         ...
 
     def claim_manual_runs(

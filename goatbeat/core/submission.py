@@ -15,10 +15,14 @@ one batch at a time:
 - Bookkeeping. Every outcome of a batch goes to the store in ONE ``record_outcomes`` call, then
   to the submitter's ``after_bookkeeping``. A :class:`~goatbeat.core.errors.PermanentSubmitError`
   is final at once (``submit_failed``). Anything else is retried with exponential backoff
-  (:func:`retry_delay`: 1 s, 2 s, 4 s ... 60 s) until ``1 + max_submit_retries`` attempts have
-  failed; the row stays ``claimed`` with ``attempts`` counted in the store, so a new leader
-  continues the count. :class:`Backoff` holds the waiting rows: the loop leaves them out of
-  ``pending()`` and wakes for the earliest.
+  (:func:`retry_delay`: 1 s, 2 s, 4 s ... 60 s) for as long as the occurrence is owed: until
+  its own misfire grace runs out (``scheduled_at + misfire_grace`` by the store's clock; the
+  last try lands on that instant), and in any case ``max_submit_retries`` times. Then it is
+  *missed*: ``submit_failed``, counted in its schedule's ``missed_count``, logged
+  ``occurrence.missed``. The backoff lives in the execution row (``attempts``, ``retry_at``,
+  set by the store's clock): the row stays ``claimed`` and ``pending()`` leaves it out until
+  its retry is due, so a store error, a restart or a new leader neither resets the backoff
+  nor retries early.
 - Logging on the hot path. ``occurrence.submitted`` is logged at INFO for every occurrence of a
   batch of up to :data:`LOG_EACH_LIMIT`; a larger burst gets one INFO summary and the
   per-occurrence records at DEBUG. Nothing is built for a disabled level.
@@ -56,7 +60,6 @@ from goatbeat.core.submit import (
 __all__ = [
     "CRASH_ENV",
     "LOG_EACH_LIMIT",
-    "Backoff",
     "BatchCounts",
     "Sent",
     "Submission",
@@ -86,43 +89,6 @@ def retry_delay(attempts: int) -> float:
     return float(min(RETRY_CAP, RETRY_BASE * 2 ** max(0, attempts - 1)))
 
 
-class Backoff:
-    """Executions whose last submission failed and that wait for their retry, each until a
-    local monotonic instant. It belongs to one reign: the loop clears it on becoming leader,
-    so pending rows go out at once."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._until: dict[int, float] = {}
-
-    def __len__(self) -> int:
-        return len(self._until)
-
-    def hold(self, execution_id: int, attempts: int) -> float:
-        """Hold ``execution_id`` for :func:`retry_delay` of ``attempts``; returns that delay."""
-        delay = retry_delay(attempts)
-        self._until[execution_id] = self._clock.monotonic() + delay
-        return delay
-
-    def release(self, execution_id: int) -> bool:
-        """Forget ``execution_id`` (submitted, or failed for good); whether it was held."""
-        return self._until.pop(execution_id, None) is not None
-
-    def waiting(self) -> list[int]:
-        """The executions whose retry is not due yet."""
-        now = self._clock.monotonic()
-        return [execution_id for execution_id, at in self._until.items() if at > now]
-
-    def next_retry_in(self) -> float | None:
-        """Seconds until the earliest retry (negative when overdue); None when none waits."""
-        if not self._until:
-            return None
-        return min(self._until.values()) - self._clock.monotonic()
-
-    def clear(self) -> None:
-        self._until.clear()
-
-
 @dataclass(slots=True)
 class BatchCounts:
     """What became of one batch."""
@@ -133,6 +99,9 @@ class BatchCounts:
     """Pending rows (left ``claimed`` earlier, or manual requests) submitted successfully."""
     retrying: int = 0
     failed: int = 0
+    """Marked ``submit_failed`` (permanent errors, and missed occurrences)."""
+    missed: int = 0
+    """Marked ``submit_failed`` because their misfire grace ran out while retrying."""
 
 
 class Submission:
@@ -158,7 +127,6 @@ class Submission:
         self.clock = clock
         self.scheduler_id = scheduler_id
         self.max_attempts = 1 + max_submit_retries
-        self.backoff = Backoff(clock)
         self._lease_held = lease_held
         self._wait_for_instant = wait_for_instant
         # 0: the submitter is called from the scheduler's thread only.
@@ -209,12 +177,16 @@ class Submission:
         # Lateness is judged by the store's clock, like due-ness: a host whose clock is skewed
         # must not log hours of lateness. One store read per batch gives the offset, made
         # after the first submission: it must not delay what is due.
-        skew: list[timedelta] = []
+        skew: list[timedelta | None] = []
+
+        def known_store_now() -> datetime | None:
+            """The store's clock; None when it cannot be read right now."""
+            if not skew:
+                skew.append(_read_skew(self.store, self.clock))
+            return None if skew[0] is None else self.clock.now() + skew[0]
 
         def store_now() -> datetime:
-            if not skew:
-                skew.append(store_skew(self.store, self.clock))
-            return self.clock.now() + skew[0]
+            return known_store_now() or self.clock.now()
 
         submitted: list[Occurrence] = []
         for one in self._send_all(occurrences) if sent is None else sent:
@@ -222,7 +194,7 @@ class Submission:
                 continue  # the local deadline passed first: left claimed
             occ, task_id, exc = one
             if exc is not None:
-                outcomes.append(self._failed(occ, exc, grant, counts))
+                outcomes.append(self._failed(occ, exc, grant, counts, known_store_now))
                 continue
             outcomes.append(
                 SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
@@ -230,8 +202,7 @@ class Submission:
             counts.submitted += 1
             if pending:
                 counts.resubmitted += 1
-                was_retry = self.backoff.release(occ.execution_id)
-                if info and occ.kind is ExecutionKind.SCHEDULED and not was_retry:
+                if info and occ.kind is ExecutionKind.SCHEDULED and not occ.attempts:
                     # A row another leader (or a crash) left claimed, now actually resubmitted.
                     log_event(
                         "occurrence.resubmitted",
@@ -258,34 +229,92 @@ class Submission:
         return counts
 
     def _failed(
-        self, occ: Occurrence, exc: Exception, grant: LeaseGrant, counts: BatchCounts
+        self,
+        occ: Occurrence,
+        exc: Exception,
+        grant: LeaseGrant,
+        counts: BatchCounts,
+        store_now: Callable[[], datetime | None],
     ) -> SubmitOutcome:
-        """The outcome of a failed submission: final, or held back for a retry."""
+        """The outcome of a failed submission: final, or held back for a retry.
+
+        Retried while the occurrence's grace lasts (the retry is brought forward to the end of
+        the grace, so the last try lands on it) and, whatever the grace, until
+        ``max_submit_retries`` retries were made. Without the store's clock nothing is called
+        missed: the row is retried later."""
         attempts = occ.attempts + 1
-        final = isinstance(exc, PermanentSubmitError) or attempts >= self.max_attempts
         error = f"{type(exc).__name__}: {exc}"
-        if final:
-            counts.failed += 1
-            self.backoff.release(occ.execution_id)
-            log_event(
-                "occurrence.submit_failed",
-                level=logging.ERROR,
-                **occurrence_fields(occ, self.scheduler_id, grant),
-                attempts=attempts,
-                error=error,
-            )
-        else:
-            counts.retrying += 1
-            delay = self.backoff.hold(occ.execution_id, attempts)
-            log_event(
-                "occurrence.submit_retry",
-                level=logging.WARNING,
-                **occurrence_fields(occ, self.scheduler_id, grant),
-                attempts=attempts,
-                retry_in=delay,
-                error=error,
-            )
-        return SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=final)
+        if isinstance(exc, PermanentSubmitError):
+            return self._give_up(occ, grant, counts, attempts=attempts, error=error)
+        delay = retry_delay(attempts)
+        grace = occ.misfire_grace
+        left: float | None = None
+        if grace is not None:
+            now = store_now()
+            if now is not None:
+                left = (occ.scheduled_at + grace - now).total_seconds()
+        if left is not None and left > 0:
+            delay = min(delay, left)
+        elif attempts >= self.max_attempts and (grace is None or left is not None):
+            if grace is None:
+                return self._give_up(occ, grant, counts, attempts=attempts, error=error)
+            return self._missed(occ, grant, counts, attempts=attempts, error=error, grace=grace)
+        counts.retrying += 1
+        log_event(
+            "occurrence.submit_retry",
+            level=logging.WARNING,
+            **occurrence_fields(occ, self.scheduler_id, grant),
+            attempts=attempts,
+            retry_in=delay,
+            error=error,
+        )
+        return SubmitOutcome(
+            execution_id=occ.execution_id, ok=False, error=error, final=False, retry_in=delay
+        )
+
+    def _give_up(
+        self, occ: Occurrence, grant: LeaseGrant, counts: BatchCounts, *, attempts: int, error: str
+    ) -> SubmitOutcome:
+        counts.failed += 1
+        log_event(
+            "occurrence.submit_failed",
+            level=logging.ERROR,
+            **occurrence_fields(occ, self.scheduler_id, grant),
+            attempts=attempts,
+            error=error,
+        )
+        return SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=True)
+
+    def _missed(
+        self,
+        occ: Occurrence,
+        grant: LeaseGrant,
+        counts: BatchCounts,
+        *,
+        attempts: int,
+        error: str,
+        grace: timedelta,
+    ) -> SubmitOutcome:
+        """The grace ran out while the backend kept refusing: the occurrence is missed."""
+        counts.failed += 1
+        counts.missed += 1
+        seconds = grace.total_seconds()
+        log_event(
+            "occurrence.missed",
+            level=logging.ERROR,
+            **occurrence_fields(occ, self.scheduler_id, grant),
+            reason="submit_failed",
+            misfire_grace=seconds,
+            attempts=attempts,
+            error=error,
+        )
+        message = (
+            f"missed: not accepted within its misfire grace ({seconds:g}s) after "
+            f"{attempts} attempt{'s' if attempts != 1 else ''}; last error: {error}"
+        )
+        return SubmitOutcome(
+            execution_id=occ.execution_id, ok=False, error=message, final=True, missed=True
+        )
 
     def _log_burst(self, submitted: list[Occurrence], grant: LeaseGrant, now: datetime) -> None:
         log_event(
@@ -390,10 +419,15 @@ class Submission:
 
 def store_skew(store: ScheduleStore, clock: Clock) -> timedelta:
     """The store's clock minus ours (zero when the store cannot answer right now)."""
+    return _read_skew(store, clock) or timedelta(0)
+
+
+def _read_skew(store: ScheduleStore, clock: Clock) -> timedelta | None:
+    """The store's clock minus ours; None when the store cannot answer right now."""
     try:
         return store.now() - clock.now()
     except StoreError:
-        return timedelta(0)
+        return None
 
 
 def occurrence_fields(occ: Occurrence, scheduler_id: str, grant: LeaseGrant) -> dict[str, Any]:

@@ -33,11 +33,15 @@ TaskSubmitter:
   options (``Beat.schedule(options=...)``: RQ's ``job_timeout``, Dramatiq's ``max_retries``...),
   which travel with ``routing.headers`` and which ``validate`` checks; ``None`` takes any name.
   Without it, a schedule's ``options`` are refused at declaration.
+- ``known_tasks() -> Collection[str] | None``: the task names the backend has registered
+  (Celery's ``app.tasks``, the Dramatiq broker's actors, Django ``Task`` objects), found without
+  importing what a schedule names; None (or no method): the backend keeps no registry (RQ).
+  The allow-list (:mod:`goatbeat.core.allowlist`) counts them as known. See :func:`known_tasks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import ClassVar, Protocol, runtime_checkable
 
 from goatbeat.core.errors import (
@@ -54,6 +58,7 @@ __all__ = [
     "submit_concurrency",
     "many_submitter",
     "submit_all",
+    "known_tasks",
     "SubmitMany",
     "SUBMIT_MANY_CHUNK",
     "SubmitError",
@@ -138,6 +143,16 @@ def many_submitter(submitter: object) -> SubmitMany | None:
     """``submitter``'s ``submit_many`` when it offers one, else None (submit one at a time)."""
     method = getattr(submitter, "submit_many", None)
     return method if callable(method) else None
+
+
+def known_tasks(submitter: object) -> Collection[str] | None:
+    """The task names ``submitter``'s backend registered (its ``known_tasks()``), or None when
+    it keeps no registry."""
+    method = getattr(submitter, "known_tasks", None)
+    if not callable(method):
+        return None
+    names: Collection[str] | None = method()
+    return names
 
 
 def submit_all(

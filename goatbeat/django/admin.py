@@ -139,6 +139,7 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
         "kind",
         "status",
         "attempts",
+        "retry_at",
         "scheduler_id",
         "submitted",
         "finished",
@@ -632,6 +633,7 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "submitted_at",
         "finished_at",
         "backend_task_id",
+        "short_error",
     )
     list_filter = ("status", "kind")
     search_fields = ("schedule_name", "idempotency_key", "backend_task_id")
@@ -640,6 +642,12 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(_alias())
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def short_error(self, obj: ExecutionRow) -> str:
+        """Why a run failed or was missed (the whole text is on its page)."""
+        error = str(obj.error or "")
+        return error if len(error) <= 120 else error[:119] + "…"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
         return [f.name for f in ExecutionRow._meta.fields]

@@ -226,8 +226,11 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             self.check_name(self.schedule.name)
             from goatbeat.django.registry import get_registry
 
+            registry = get_registry()
+            # Only a known task (allow-list), checked before anything could import the name.
+            registry.check_task(self.schedule.task)
             # The backend's own checks, as for a code declaration (task found, options honoured).
-            get_registry().submitter.validate(self.schedule)
+            registry.submitter.validate(self.schedule)
         except InvalidValue as exc:
             self.schedule = None
             self.add_invalid(exc)

@@ -100,6 +100,8 @@ class Execution(models.Model):  # type: ignore[misc]
     attempts = models.IntegerField(default=0)
     backend_task_id = models.CharField(max_length=255, null=True, blank=True)
     error = models.TextField(null=True, blank=True)
+    retry_at = models.DateTimeField(null=True, blank=True)
+    """A failed submission is retried from this instant on (database clock); NULL: not waiting."""
 
     class Meta:
         db_table = "goatbeat_execution"

@@ -36,6 +36,10 @@ _REVERSE = {
         "ALTER TABLE goatbeat_schedule DROP COLUMN IF EXISTS published_fingerprint;"
         "DELETE FROM goatbeat_schema_version WHERE version = 3;"
     ),
+    4: (
+        "ALTER TABLE goatbeat_execution DROP COLUMN IF EXISTS retry_at;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 4;"
+    ),
 }
 
 

@@ -2,9 +2,12 @@
 
 A Django project may declare Django Tasks, Celery tasks, Dramatiq actors and RQ functions side
 by side. This submitter hands each occurrence to the backend its task belongs to: the one
-recorded when the task object was declared in ``schedules.py``, else the one found by importing
-the task's dotted path (admin schedules, imports), unless ``GOATBEAT['submitter']`` pins one
-backend for everything. Backends are created on first use with ``GOATBEAT['submitter_options']``.
+recorded when the task object was declared in ``schedules.py``; else the backend whose registry
+knows the name (a task of the Celery app, an actor of the configured Dramatiq broker: admin
+schedules and imports name them by plain string); else the one found by importing the task's
+dotted path — unless ``GOATBEAT['submitter']`` pins one backend for everything. Backends are
+created on first use with ``GOATBEAT['submitter_options']``; Dramatiq's broker is the one given
+there or set with ``dramatiq.set_broker()``, never Dramatiq's default on localhost.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
+from goatbeat.core.errors import InvalidSchedule, InvalidValue, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, submit_all
+from goatbeat.core.submit import TaskSubmitter, known_tasks, submit_all
 from goatbeat.submitters.dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "backend_of", "import_task"]
@@ -83,15 +86,11 @@ class DjangoRoutingSubmitter:
         known = self.backends.get(task) or self._detected.get(task)
         if known is not None:
             return known
-        try:
-            obj = import_task(task)
-        except LookupError:
-            celery_app = _current_celery_app()
-            if celery_app is not None and task in celery_app.tasks:
-                # A Celery task name that is not a dotted path ("reports.daily").
-                self._detected[task] = "celery"
-                return "celery"
-            raise
+        registered = self._registered_backend(task)
+        if registered is not None:
+            self._detected[task] = registered
+            return registered
+        obj = import_task(task)
         backend = backend_of(obj)
         if backend is None:
             raise LookupError(f"{task!r} is a {type(obj).__name__}, not a task")
@@ -99,6 +98,36 @@ class DjangoRoutingSubmitter:
             self._celery_apps.setdefault("celery", getattr(obj, "app", None))
         self._detected[task] = backend
         return backend
+
+    def _registered_backend(self, task: str) -> str | None:
+        """The backend whose registry knows the name ``task`` (a Celery task name such as
+        ``"reports.daily"``, a Dramatiq actor name such as ``"send_digest"``), without
+        importing anything; None when none does."""
+        loaded = self._submitters.get("celery")
+        celery_app = (
+            getattr(loaded, "app", None) or self._celery_apps.get("celery") or _current_celery_app()
+        )
+        if celery_app is not None and task in celery_app.tasks:
+            return "celery"
+        if self._dramatiq_configured():
+            try:
+                broker = getattr(self.submitter_for("dramatiq"), "broker", None)
+            except (InvalidValue, LookupError):
+                broker = None
+            if task in (getattr(broker, "actors", None) or {}):
+                return "dramatiq"
+        return None
+
+    def _dramatiq_configured(self) -> bool:
+        """Whether a Dramatiq broker is given (the option, or ``dramatiq.set_broker()``):
+        asking Dramatiq for one would create its default on localhost."""
+        if "broker" in self.options.get("dramatiq", {}):
+            return True
+        try:
+            import dramatiq.broker
+        except ImportError:
+            return False
+        return dramatiq.broker.global_broker is not None
 
     def submitter_for(self, backend: str) -> TaskSubmitter:
         found = self._submitters.get(backend)
@@ -113,10 +142,8 @@ class DjangoRoutingSubmitter:
                         "no Celery app: set GOATBEAT['submitter_options']['celery']['app']"
                     )
                 options["app"] = app
-            if backend == "dramatiq" and "broker" not in options:
-                import dramatiq
-
-                options["broker"] = dramatiq.get_broker()
+            # Dramatiq without a broker: the submitter takes dramatiq.set_broker()'s, and
+            # refuses (naming GOATBEAT['submitter_options']['dramatiq']['broker']) when none.
             found = load_submitter(backend, **options)
             bind = getattr(found, "bind", None)
             if self._store is not None and callable(bind):
@@ -127,6 +154,25 @@ class DjangoRoutingSubmitter:
                     register(path, func)
             self._submitters[backend] = found
         return found
+
+    def known_tasks(self) -> frozenset[str]:
+        """What the project's backends registered: the Celery app's tasks, the configured
+        Dramatiq broker's actors, the installed apps' Django ``Task`` objects (only the pinned
+        backend's with ``GOATBEAT['submitter']``). RQ keeps no registry. Nothing a schedule
+        names is imported, and no backend is invented (no Dramatiq broker unless configured)."""
+        backends = [self.pinned] if self.pinned else ["celery", "dramatiq", "django_tasks"]
+        names: set[str] = set()
+        for backend in backends:
+            if backend == "dramatiq" and not self._dramatiq_configured():
+                continue
+            if backend == "celery" and "celery" not in self.options and not _celery_installed():
+                continue
+            try:
+                submitter = self.submitter_for(backend)
+            except (LookupError, InvalidValue, ImportError):
+                continue
+            names.update(known_tasks(submitter) or ())
+        return frozenset(names)
 
     # -- TaskSubmitter --------------------------------------------------------------------------------
 
@@ -140,7 +186,8 @@ class DjangoRoutingSubmitter:
     def submit(self, occurrence: Occurrence) -> str | None:
         try:
             submitter = self.submitter_for(self.backend_for(occurrence.task))
-        except LookupError as exc:
+        except (LookupError, InvalidValue) as exc:
+            # Not an outage: retrying cannot find the task or configure the backend.
             raise PermanentSubmitError(f"task {occurrence.task!r}: {exc}") from None
         return submitter.submit(occurrence)
 
@@ -153,7 +200,7 @@ class DjangoRoutingSubmitter:
             try:
                 backend = self.backend_for(occ.task)
                 self.submitter_for(backend)
-            except LookupError as exc:
+            except (LookupError, InvalidValue) as exc:
                 results[i] = PermanentSubmitError(f"task {occ.task!r}: {exc}")
                 continue
             shares.setdefault(backend, []).append(i)
@@ -188,6 +235,12 @@ class DjangoRoutingSubmitter:
         submitters, self._submitters = self._submitters, {}
         for submitter in submitters.values():
             submitter.close()
+
+
+def _celery_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("celery") is not None
 
 
 def _current_celery_app() -> Any:

@@ -171,7 +171,11 @@ EDITED = (
 
 
 def plan_import(
-    store: ScheduleStore, entries: Sequence[SourceEntry], *, overwrite: bool = False
+    store: ScheduleStore,
+    entries: Sequence[SourceEntry],
+    *,
+    overwrite: bool = False,
+    check_task: Callable[[str], None] | None = None,
 ) -> ImportPlan:
     """Decide, without writing, what importing ``entries`` changes in ``store``.
 
@@ -179,7 +183,9 @@ def plan_import(
     updated, the same definition that celery ran since is refreshed (the later last run
     wins: goatbeat's own runs are never repeated, celery's are not either). A row an operator
     edited in goatbeat since the last import (:meth:`ScheduleStore.edited_since_publish`) is
-    a conflict when the source differs from it, unless ``overwrite``."""
+    a conflict when the source differs from it, unless ``overwrite``. ``check_task`` (the
+    app's allow-list, ``Beat.check_task``) fails an entry whose task a schedule stored
+    outside code may not name."""
     existing = {s.name: s for s in store.list_schedules()}
     edited = store.edited_since_publish(
         [e.name for e in entries if e.schedule is not None and e.name in existing]
@@ -194,6 +200,12 @@ def plan_import(
         if entry.schedule is None:
             plan.failed.append((entry.name, entry.problem or "could not be converted"))
             continue
+        if check_task is not None:
+            try:
+                check_task(entry.schedule.task)
+            except InvalidValue as exc:
+                plan.failed.append((entry.name, str(exc)))
+                continue
         row = existing.get(entry.name)
         sched = _same_grid(entry.schedule, row if isinstance(row, Schedule) else None)
         if row is None:
@@ -253,6 +265,7 @@ def import_entries(
     overwrite: bool = False,
     chunk_size: int = 500,
     progress: Callable[[int], None] | None = None,
+    check_task: Callable[[str], None] | None = None,
 ) -> ImportReport:
     """Publish the convertible ``entries`` into ``store``; report everything else.
 
@@ -262,12 +275,13 @@ def import_entries(
     survives; an operator's edit of the definition is reported as a conflict and kept, unless
     ``overwrite``. Each entry is written whole or not at all, and a failing entry never undoes
     the others. ``dry_run`` reads the store and writes nothing. ``progress(n)`` is called as
-    ``n`` more entries are done."""
+    ``n`` more entries are done. ``check_task``: see :func:`plan_import` (an entry outside
+    the allow-list fails)."""
     report = ImportReport(dry_run=dry_run)
     for entry in entries:
         for note in entry.notes:
             report.notes.append((entry.name, note))
-    plan = plan_import(store, entries, overwrite=overwrite)
+    plan = plan_import(store, entries, overwrite=overwrite, check_task=check_task)
     report.failed.extend(plan.failed)
     report.conflicts.extend(plan.conflicts)
     report.unchanged.extend(plan.unchanged)

@@ -642,6 +642,7 @@ def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
         kind=ExecutionKind(row["kind"]),
         fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
         attempts=int(row["attempts"]),
+        misfire_grace=_grace(row.get("misfire_grace")),
     )
 
 
@@ -659,6 +660,15 @@ def decode_pending(
         except DamagedRow as exc:
             failed.append((int(row["execution_id"]), str(exc)))
     return out, failed
+
+
+def _grace(value: Any) -> timedelta | None:
+    """A pending row's schedule grace; None when absent or unreadable (retries by count)."""
+    try:
+        seconds = float(value)
+        return timedelta(seconds=seconds) if seconds >= 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 _DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
@@ -689,31 +699,40 @@ _TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at")
 class ScheduleCache:
     """Rows of the claim path -> Schedules, validating each definition once.
 
-    Keyed by ``(id, version)``: every change to a definition bumps the version (the
-    compare-and-set depends on it), so a row at a version already seen has its definition
-    built already and only its state columns are read. After a committed claim advances a row
-    the store re-files the entry under the new version, so a schedule claimed again and again
-    is built once. Bounded: the least recently used entries go first."""
+    Keyed by ``(id, version)``: every change goatbeat makes to a definition bumps the version
+    (the compare-and-set depends on it), so a row at a version already seen has its definition
+    built already and only its state columns are read. The definition columns as read are kept
+    with the entry and compared on every hit, so a column edited by hand without a version bump
+    (a restored dump, an ``UPDATE`` in psql) is noticed at once: the row is decoded afresh, and
+    quarantined if it no longer decodes. After a committed claim advances a row the store
+    re-files the entry under the new version, so a schedule claimed again and again is built
+    once. Bounded: the least recently used entries go first."""
 
     def __init__(self, maxsize: int = 20_000) -> None:
         self.maxsize = maxsize
-        self._entries: OrderedDict[tuple[int, int], Schedule] = OrderedDict()
+        self._entries: OrderedDict[tuple[int, int], tuple[tuple[Any, ...] | None, Schedule]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
-    def _put(self, key: tuple[int, int], schedule: Schedule) -> None:
+    def _put(
+        self, key: tuple[int, int], signature: tuple[Any, ...] | None, schedule: Schedule
+    ) -> None:
         with self._lock:
-            self._entries[key] = schedule
+            self._entries[key] = (signature, schedule)
             while len(self._entries) > self.maxsize:
                 self._entries.popitem(last=False)
 
     def from_row(self, row: Mapping[str, Any]) -> Schedule:
         key = (int(row["id"]), int(row["version"]))
+        signature = (row["source"], *[row[c] for c in DEFINITION_COLUMNS])
         with self._lock:
-            cached = self._entries.pop(key, None)
-        if cached is None:
+            entry = self._entries.pop(key, None)
+        if entry is None or entry[0] != signature:
             cached = trusted_schedule_from_row(row, json_text=True)
             schedule = cached
         else:
+            cached = entry[1]
             try:
                 schedule = _with_state(cached, row)
             except (TypeError, ValueError, AttributeError, OverflowError):
@@ -721,15 +740,17 @@ class ScheduleCache:
                 # row names it (DamagedRow), and the claim quarantines the row.
                 trusted_schedule_from_row(row, json_text=True)
                 raise
-        self._put(key, cached)
+        self._put(key, signature, cached)
         return schedule
 
     def advanced(self, schedule: Schedule, *, version: int) -> None:
         """The claim that read ``schedule`` committed it at ``version``: same definition."""
         assert schedule.id is not None
         with self._lock:
-            cached = self._entries.pop((schedule.id, schedule.version), None)
-        self._put((schedule.id, version), cached or schedule)
+            entry = self._entries.pop((schedule.id, schedule.version), None)
+        if entry is None:
+            return  # evicted meanwhile: the next read builds it again
+        self._put((schedule.id, version), entry[0], entry[1])
 
 
 def decode_due(
@@ -829,6 +850,7 @@ def occurrence_for(
         kind=kind,
         fencing_token=token,
         attempts=0,
+        misfire_grace=schedule.misfire_grace,
     )
 
 

@@ -439,6 +439,7 @@ class MemoryStore:
             "attempts": 0,
             "backend_task_id": None,
             "error": None,
+            "retry_at": None,
         }
         self._by_key[key] = execution_id
         return execution_id
@@ -447,6 +448,7 @@ class MemoryStore:
         common.check_positive("limit", limit)
         skip = set(common.execution_ids("exclude", exclude))
         with self._lock:
+            now = self.now()
             rows = sorted(
                 (
                     e
@@ -454,6 +456,7 @@ class MemoryStore:
                     if e["status"] == ExecutionStatus.CLAIMED.value
                     and e["schedule_id"] in self._schedules
                     and e["id"] not in skip
+                    and (e.get("retry_at") is None or e["retry_at"] <= now)
                 ),
                 key=lambda e: (e["claimed_at"], e["id"]),
             )[:limit]
@@ -470,10 +473,20 @@ class MemoryStore:
                 )
             return out
 
+    def next_retry_at(self) -> datetime | None:
+        with self._lock:
+            waiting = [
+                e["retry_at"]
+                for e in self._executions.values()
+                if e["status"] == ExecutionStatus.CLAIMED.value and e.get("retry_at") is not None
+            ]
+        return min(waiting, default=None)
+
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         with self._lock:
             now = self.now()
-            latest: dict[int, dict[str, Any]] = {}
+            latest: dict[int, tuple[datetime, str]] = {}
+            missed: dict[int, int] = {}
             for outcome in outcomes:
                 e = self._executions.get(outcome.execution_id)
                 if e is None or e["status"] != ExecutionStatus.CLAIMED.value:
@@ -484,21 +497,46 @@ class MemoryStore:
                         submitted_at=now,
                         backend_task_id=outcome.backend_task_id,
                         error=None,
+                        retry_at=None,
                     )
                 else:
                     status = (
                         ExecutionStatus.SUBMIT_FAILED if outcome.final else ExecutionStatus.CLAIMED
                     )
-                    e.update(status=status.value, error=outcome.error)
+                    retry_at = None
+                    if not outcome.final and outcome.retry_in is not None:
+                        retry_at = now + timedelta(seconds=max(0.0, float(outcome.retry_in)))
+                    e.update(status=status.value, error=outcome.error, retry_at=retry_at)
                 e["attempts"] += 1
                 sid = e["schedule_id"]
-                if sid is not None and (
-                    sid not in latest or latest[sid]["scheduled_at"] <= e["scheduled_at"]
-                ):
-                    latest[sid] = e
-            for sid, e in latest.items():
+                if sid is None:
+                    continue
+                was_missed = not outcome.ok and outcome.final and outcome.missed
+                if was_missed:
+                    missed[sid] = missed.get(sid, 0) + 1
+                shown = "missed" if was_missed else e["status"]
+                if sid not in latest or latest[sid][0] <= e["scheduled_at"]:
+                    latest[sid] = (e["scheduled_at"], shown)
+            for sid, (_, shown) in latest.items():
                 if sid in self._schedules:
-                    self._schedules[sid]["last_status"] = e["status"]
+                    self._schedules[sid]["last_status"] = shown
+                    self._schedules[sid]["missed_count"] += missed.get(sid, 0)
+
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._lock:
+            row = self._schedules.get(int(schedule_id))
+            if row is None or row["task"] != task:
+                return False
+            for e in self._executions.values():
+                if e["schedule_id"] == row["id"] and e["status"] == ExecutionStatus.CLAIMED.value:
+                    e.update(
+                        status=ExecutionStatus.SUBMIT_FAILED.value, error=reason, retry_at=None
+                    )
+            parked = row["last_status"] == "refused" and row["next_run_at"] is None
+            if row["source"] != Source.CODE.value and not parked:
+                row.update(next_run_at=None, version=row["version"] + 1, updated_at=self.now())
+            row["last_status"] = "refused"
+        return True
 
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]

@@ -642,6 +642,12 @@ class PostgresStore:
                     )
         return occurrences
 
+    def next_retry_at(self) -> datetime | None:
+        with self._session() as conn:
+            row = self._fetch_one(conn, "next_retry_at")
+        at = None if row is None else row["at"]
+        return None if at is None else at.astimezone(UTC)
+
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
@@ -652,6 +658,11 @@ class PostgresStore:
                     "ids": [o.execution_id for o in outcomes],
                     "ok": [bool(o.ok) for o in outcomes],
                     "final": [bool(o.final) for o in outcomes],
+                    "missed": [bool(o.missed) for o in outcomes],
+                    "retry_in": [
+                        None if o.retry_in is None else max(0.0, float(o.retry_in))
+                        for o in outcomes
+                    ],
                     "backend_task_ids": [o.backend_task_id for o in outcomes],
                     "errors": [o.error for o in outcomes],
                 },
@@ -676,6 +687,13 @@ class PostgresStore:
                 },
             )
         return sorted(int(r["id"]) for r in rows)
+
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._session() as conn:
+            row = self._fetch_one(
+                conn, "refuse", {"id": int(schedule_id), "task": task, "reason": reason}
+            )
+        return row is not None and int(row["matched"]) > 0
 
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None

@@ -584,7 +584,9 @@ class SQLiteStore:
         common.check_positive("limit", limit)
         skip = json.dumps(common.execution_ids("exclude", exclude))
         with self._session() as conn:
-            rows = conn.execute(self._q["pending"], {"limit": limit, "exclude": skip}).fetchall()
+            rows = conn.execute(
+                self._q["pending"], {"limit": limit, "exclude": skip, "now": self._now_text()}
+            ).fetchall()
         occurrences, failed = common.decode_pending([_decode(r) for r in rows])
         if failed:
             with self._write() as conn:
@@ -592,13 +594,25 @@ class SQLiteStore:
                     conn.execute(self._q["abandon_damaged"], {"id": execution_id, "error": error})
         return occurrences
 
+    def next_retry_at(self) -> datetime | None:
+        with self._session() as conn:
+            row = conn.execute(self._q["next_retry_at"]).fetchone()
+        return None if row is None else decode_time(row["at"])
+
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
         with self._write() as conn:
-            now = self._now_text()
+            at = self.now()
+            now = encode_time(at)
             latest: dict[int, tuple[str, str]] = {}
+            missed: dict[int, int] = {}
             for outcome in outcomes:
+                retry_at = None
+                if outcome.retry_in is not None:
+                    retry_at = encode_time(
+                        at + timedelta(seconds=max(0.0, float(outcome.retry_in)))
+                    )
                 row = conn.execute(
                     self._q["record_outcome"],
                     {
@@ -608,15 +622,41 @@ class SQLiteStore:
                         "backend_task_id": outcome.backend_task_id,
                         "error": outcome.error,
                         "now": now,
+                        "retry_at": retry_at,
                     },
                 ).fetchone()
                 if row is None or row["schedule_id"] is None:
                     continue
                 sid = int(row["schedule_id"])
+                status = row["status"]
+                if not outcome.ok and outcome.final and outcome.missed:
+                    missed[sid] = missed.get(sid, 0) + 1
+                    status = "missed"
                 if sid not in latest or latest[sid][0] <= row["scheduled_at"]:
-                    latest[sid] = (row["scheduled_at"], row["status"])
+                    latest[sid] = (row["scheduled_at"], status)
             for sid, (_, status) in latest.items():
-                conn.execute(self._q["schedule_last_status"], {"id": sid, "status": status})
+                conn.execute(
+                    self._q["schedule_last_status"],
+                    {"id": sid, "status": status, "missed": missed.get(sid, 0)},
+                )
+
+    def refuse(self, schedule_id: int, task: str, *, reason: str) -> bool:
+        with self._write() as conn:
+            target = conn.execute(
+                self._q["refuse_target"], {"id": int(schedule_id), "task": task}
+            ).fetchone()
+            if target is None:
+                return False
+            conn.execute(self._q["refuse_executions"], {"id": int(schedule_id), "reason": reason})
+            conn.execute(
+                self._q["refuse"],
+                {
+                    "id": int(schedule_id),
+                    "park": int(bool(target["park"])),
+                    "now": self._now_text(),
+                },
+            )
+        return True
 
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
@@ -661,7 +701,7 @@ class SQLiteStore:
             if row["schedule_id"] is not None:
                 conn.execute(
                     self._q["schedule_last_status"],
-                    {"id": row["schedule_id"], "status": row["status"]},
+                    {"id": row["schedule_id"], "status": row["status"], "missed": 0},
                 )
             return True
 

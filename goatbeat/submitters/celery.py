@@ -23,6 +23,7 @@ support publish each message at once inside the same call.
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -37,6 +38,7 @@ from goatbeat.core.errors import (
     RetryableSubmitError,
 )
 from goatbeat.core.model import Occurrence, Schedule
+from goatbeat.core.observability import log_event
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
@@ -181,6 +183,25 @@ class CelerySubmitter:
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._modules_loaded = False
+
+    def known_tasks(self) -> frozenset[str]:
+        """The app's registered tasks (``app.tasks``), once the modules its configuration
+        names are loaded as a worker loads them (``imports``/``include``, and what
+        ``autodiscover_tasks()`` finds in the installed apps): never a module a schedule
+        names. A module that fails to import is logged and skipped."""
+        if not self._modules_loaded:
+            self._modules_loaded = True
+            try:
+                self.app.loader.import_default_modules()
+            except Exception as exc:  # the registry is what loaded; the failure is logged
+                log_event(
+                    "submitter.unchecked",
+                    level=logging.WARNING,
+                    submitter=self.name,
+                    error=f"loading the Celery app's task modules failed: {exc!r}",
+                )
+        return frozenset(self.app.tasks)
 
     def validate(self, schedule: Schedule) -> None:
         check_supported(self, schedule)

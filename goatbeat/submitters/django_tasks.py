@@ -27,12 +27,14 @@ when the schedule is published.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError, RetryableSubmitError
 from goatbeat.core.model import Occurrence, Schedule
+from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters.dotted import import_dotted
@@ -40,6 +42,7 @@ from goatbeat.submitters.dotted import import_dotted
 __all__ = [
     "DjangoTasksSubmitter",
     "SUBMITTER",
+    "installed_django_tasks",
     "TaskLedger",
     "note_finished_in_flight",
     "resolve_django_task",
@@ -65,6 +68,43 @@ def resolve_django_task(path: str) -> Any:
             "(decorate it with @django.tasks.task)"
         )
     return obj
+
+
+def installed_django_tasks() -> frozenset[str]:
+    """The ``module_path`` of every ``django.tasks.Task`` of the installed apps.
+
+    Each installed app's ``tasks`` module is imported (as the admin imports ``admin.py``: the
+    modules ``INSTALLED_APPS`` names, never one a schedule names; one that fails to import is
+    logged and skipped), then every imported module of an installed app is searched."""
+    import importlib
+    import sys
+
+    from django.apps import apps
+    from django.tasks import Task
+    from django.utils.module_loading import module_has_submodule
+
+    roots = [config.name for config in apps.get_app_configs()]
+    for config in apps.get_app_configs():
+        try:
+            if module_has_submodule(config.module, "tasks"):
+                importlib.import_module(f"{config.name}.tasks")
+        except Exception as exc:  # one broken module must not hide the others' tasks
+            log_event(
+                "submitter.unchecked",
+                level=logging.WARNING,
+                submitter="django_tasks",
+                error=f"importing {config.name}.tasks failed: {exc!r}",
+            )
+    names: set[str] = set()
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not any(
+            module_name == root or module_name.startswith(root + ".") for root in roots
+        ):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, Task):
+                names.add(value.module_path)
+    return frozenset(names)
 
 
 class TaskLedger(Protocol):
@@ -163,6 +203,9 @@ class DjangoTasksSubmitter:
         if self._database is None:
             self._database = self.ledger.database
         return self._database
+
+    def known_tasks(self) -> frozenset[str]:
+        return installed_django_tasks()
 
     def resolve(self, path: str) -> Any:
         task = self._tasks.get(path)

@@ -231,6 +231,11 @@ class DramatiqSubmitter:
 
     # -- declaration ------------------------------------------------------------------------------
 
+    def known_tasks(self) -> frozenset[str] | None:
+        """The broker's actors (None for a bare Redis URL: it knows none)."""
+        actors = getattr(self.broker, "actors", None)
+        return frozenset(actors) if actors else None
+
     def validate(self, schedule: Schedule) -> None:
         check_supported(self, schedule)
         if not _NAME.fullmatch(schedule.task):

@@ -6,16 +6,25 @@ Everything a process does that the checker needs is appended to its own record f
 SIGKILL right after cannot lose it (only a host crash could, and the harness never crashes the
 host, so no fsync). Records, all with ``t`` = real wall time (``time.time()``, never skewed):
 
-- ``submit``: the submitter accepted an occurrence (key, execution id, its fencing token, kind).
+- ``submit-start``: the submitter is about to hand an occurrence to the broker (key, id).
+- ``submit``: the broker accepted an occurrence (key, execution id, its fencing token, kind).
+- ``submit-error``: the submission failed (key, id, ``error``, and ``landed``: whether the
+  broker may have taken the message anyway, i.e. the call timed out after sending it).
 - ``pending``: the store is about to read ``claimed`` rows for resubmission; ``t`` is taken
   BEFORE the query, so a row booked before ``t`` cannot be in the answer.
 - ``booked``: ``record_outcomes`` committed; ``ids`` are the executions it marked submitted.
 
-Environment: ``GB_CHAOS_DSN``, ``GB_CHAOS_DIR``, ``GB_CHAOS_SID`` (scheduler id, also the
-connection's ``application_name`` so the harness can terminate this process's backends),
-``GB_CLOCK_OFFSET`` (seconds added to this process's wall clock: a skewed host),
-``GB_CHAOS_FAIL_RATE`` and ``GB_CHAOS_SEED`` (transient submit failures, deterministic per key
-and attempt, never more than two in a row so nothing ends ``submit_failed``).
+The broker is a real Redis (``GB_CHAOS_REDIS``): each accepted occurrence is one ``LPUSH`` of
+its key on the list :data:`DELIVERIES`, with no client-side retry (redis-py would otherwise
+resend a command after a timeout, unseen) and a socket timeout longer than the lease, so a
+frozen Redis can hold a leader inside the call while a standby takes over.
+
+Environment: ``GB_CHAOS_DSN``, ``GB_CHAOS_REDIS``, ``GB_CHAOS_DIR``, ``GB_CHAOS_SID`` (scheduler
+id, also the connection's ``application_name`` so the harness can terminate this process's
+backends), ``GOATBEAT_CLOCK_OFFSET`` (goatbeat's own test hook: seconds added to the wall clock
+of the whole process, a skewed host), ``GOATBEAT_FREEZE_IN_CLAIM`` (the PostgreSQL store's test
+hook: SIGSTOP inside the n-th claim transaction), ``GB_CHAOS_FAIL_RATE`` and ``GB_CHAOS_SEED``
+(transient submit failures, deterministic per key and attempt, never more than two in a row).
 """
 
 from __future__ import annotations
@@ -25,23 +34,34 @@ import os
 import random
 import time
 from collections.abc import Collection, Sequence
-from datetime import timedelta
 from typing import Any, ClassVar
 
 from goatbeat.beat import Beat
-from goatbeat.core.clock import SystemClock
 from goatbeat.core.errors import RetryableSubmitError
 from goatbeat.core.model import Occurrence, SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
 from tests.doubles import AcceptingSubmitter
 
-__all__ = ["beat", "Recorder", "RecordingSubmitter", "RecordingPostgresStore", "CODE_SCHEDULES"]
+__all__ = [
+    "beat",
+    "Recorder",
+    "RecordingSubmitter",
+    "RecordingPostgresStore",
+    "CODE_SCHEDULES",
+    "DELIVERIES",
+    "BROKER_TIMEOUT",
+]
 
 CODE_SCHEDULES = 20
 """Schedules declared in code (published by every process at start, identical each time)."""
 
 APP_NAME_PREFIX = "chaos:"
+DELIVERIES = "chaos:deliveries"
+"""The Redis list every accepted occurrence's key is pushed on."""
+BROKER_TIMEOUT = 5.0
+"""Socket timeout of the broker calls: longer than the lease (3 s), so a frozen broker can
+hold a leader inside its call past its lease (README, guarantee case 3)."""
 
 
 class Recorder:
@@ -57,15 +77,52 @@ class Recorder:
 
 
 class RecordingSubmitter(AcceptingSubmitter):
-    """Records every accepted submission; optionally fails some attempts (retryable)."""
+    """Pushes every occurrence's key on a real Redis list and records each attempt; optionally
+    fails some attempts before the broker is called (retryable)."""
 
     name: ClassVar[str] = "chaos-recording"
 
-    def __init__(self, recorder: Recorder, sid: str, *, fail_rate: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        recorder: Recorder,
+        sid: str,
+        *,
+        redis_url: str | None = None,
+        fail_rate: float = 0.0,
+        seed: int = 0,
+    ):
         self.recorder = recorder
         self.sid = sid
         self.fail_rate = fail_rate
         self.seed = seed
+        self.client: Any = None
+        if redis_url:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            self.client = redis.Redis.from_url(
+                redis_url,
+                socket_timeout=BROKER_TIMEOUT,
+                socket_connect_timeout=BROKER_TIMEOUT,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+            )
+
+    def _record(self, kind: str, occurrence: Occurrence, **extra: Any) -> None:
+        self.recorder.write(
+            {
+                "type": kind,
+                "key": occurrence.idempotency_key,
+                "id": occurrence.execution_id,
+                "sid": self.sid,
+                "token": occurrence.fencing_token,
+                "kind": occurrence.kind.value,
+                "attempts": occurrence.attempts,
+                **extra,
+                "t": time.time(),
+            }
+        )
 
     def submit(self, occurrence: Occurrence) -> str | None:
         key = occurrence.idempotency_key
@@ -74,20 +131,26 @@ class RecordingSubmitter(AcceptingSubmitter):
             and occurrence.attempts < 2
             and random.Random(f"{self.seed}:{key}:{occurrence.attempts}").random() < self.fail_rate
         ):
+            self._record("submit-error", occurrence, error="injected", landed=False)
             raise RetryableSubmitError(f"chaos: injected failure of {key}")
-        self.recorder.write(
-            {
-                "type": "submit",
-                "key": key,
-                "id": occurrence.execution_id,
-                "sid": self.sid,
-                "token": occurrence.fencing_token,
-                "kind": occurrence.kind.value,
-                "attempts": occurrence.attempts,
-                "t": time.time(),
-            }
-        )
+        if self.client is not None:
+            self._record("submit-start", occurrence)
+            try:
+                self.client.lpush(DELIVERIES, key)
+            except Exception as exc:
+                # Only a refused connection sent nothing. After connecting, the command may
+                # have been run: a timeout (a frozen server runs it when it wakes), a
+                # connection closed by a server shutting down after appending it.
+                landed = "refused" not in str(exc)
+                error = f"{type(exc).__name__}: {exc}"[:200]
+                self._record("submit-error", occurrence, error=error, landed=landed)
+                raise RetryableSubmitError(f"chaos broker: {error}") from None
+        self._record("submit", occurrence)
         return key
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
 
 
 class RecordingPostgresStore(PostgresStore):
@@ -154,19 +217,14 @@ def beat() -> Beat:
     sid = os.environ.get("GB_CHAOS_SID", f"chaos-{os.getpid()}")
     directory = os.environ.get("GB_CHAOS_DIR")
     recorder = Recorder(os.path.join(directory, f"rec-{sid}.jsonl") if directory else None)
-    offset = timedelta(seconds=float(os.environ.get("GB_CLOCK_OFFSET", "0")))
     submitter = RecordingSubmitter(
         recorder,
         sid,
+        redis_url=os.environ.get("GB_CHAOS_REDIS") or None,
         fail_rate=float(os.environ.get("GB_CHAOS_FAIL_RATE", "0")),
         seed=int(os.environ.get("GB_CHAOS_SEED", "0")),
     )
-    app = ChaosBeat(
-        os.environ["GB_CHAOS_DSN"],
-        recorder,
-        sid,
-        submitter=submitter,
-        clock=SystemClock(offset=offset),
-    )
+    # No clock given: every SystemClock of the process takes GOATBEAT_CLOCK_OFFSET.
+    app = ChaosBeat(os.environ["GB_CHAOS_DSN"], recorder, sid, submitter=submitter)
     declare_code_schedules(app)
     return app

@@ -13,9 +13,26 @@ What is asserted, and what is allowed (and why):
 
 ``not-submitted`` / ``unknown-submission`` / ``wrong-token``
     Every execution appears at least once in the submission logs and ends ``submitted`` (the
-    harness lets the cluster settle before stopping it, so leftovers of a crash are resubmitted
-    and no injected failure is ever final). Every submission is of a claimed row, carrying the
-    fencing token the row was claimed with.
+    harness lets the cluster settle and drains what is left, so leftovers of a crash are
+    resubmitted), except an occurrence *missed* because the broker stayed down past its grace
+    (``submit_failed``, error ``missed: ...``): that is allowed only when its failed attempts
+    fell in a broker fault, the last one after its grace ran out. Such a row may also have an
+    earlier accepted submission whose bookkeeping never landed (its scheduler died, lost its
+    connection or stalled): the one that gave up could not know; counted apart. Every submission is of a
+    claimed row, carrying the fencing token the row was claimed with.
+
+``refused`` / ``damaged``
+    A schedule written with SQL naming a task outside the allow-list (``os.system``) reaches
+    the broker never: its executions end ``submit_failed`` with ``refused: ...`` and the row
+    ends ``last_status='refused'``. A schedule whose row was damaged with SQL (the ``damage`` fault) is
+    tolerated only as "that schedule does not run": no claim of it after the damage; every
+    other guarantee still holds for every other schedule.
+
+``lost-message`` / ``broker-duplicate``
+    What reached the real broker (Redis, kept on disk) is compared with the submissions: each
+    accepted submission is in the broker; a key in the broker more often than it was accepted
+    is allowed only for failed attempts that may have landed (a call that timed out after
+    sending: README guarantee case 4).
 
 ``unjustified-duplicate``
     A key submitted more than once is allowed only when the row was still ``claimed`` when the
@@ -23,8 +40,12 @@ What is asserted, and what is allowed (and why):
     the earlier submission and its bookkeeping. Precisely: a resubmission must come from a
     ``pending`` read of that row by the same process, and no ``booked`` record of the row may
     predate that read (``booked`` is written after the commit, ``pending`` before the query, and
-    all processes share the host's real clock). Each justified duplicate is classified by
-    what hit the first submitter (died / bookkeeping failed / booked late).
+    all processes share the host's real clock). Each justified duplicate is classified by the
+    case of the README's guarantee list that allows it, from what hit the first submitter:
+    1 it died between submission and bookkeeping; 2 its bookkeeping failed (lost connection);
+    3 it hung inside the broker call (the resubmitting read fell inside that call) or stalled
+    between the call and its bookkeeping (it booked later); 4 (broker side, above). There is
+    no other cause: a duplicate that fits none is a violation.
 
 ``misfire`` (lost or wrongly planned occurrences), per schedule and per definition segment
     A segment starts at the database time ``S`` a definition was written (creation or an edit)
@@ -45,6 +66,11 @@ What is asserted, and what is allowed (and why):
     just before an edit counts for the new segment too: its key exists, so it is not owed twice.
     How timely claims were is never asserted (no timing assertions); an outage longer than the
     grace makes occurrences late, and the policy decides what happens to them.
+
+``early``
+    No occurrence reaches the broker before its instant: every broker call of a scheduled
+    occurrence starts at or after ``scheduled_at`` (claims made ahead wait for it). The
+    records use the host's clock, which is also the database's.
 
 ``stale-claim`` / ``edit-overwritten``
     A claim whose instants are not the trigger's in force at its ``claimed_at`` (a stale claim
@@ -77,7 +103,20 @@ from typing import Any
 from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
+EVIL_PREFIX = "evil-"
+"""Names of the schedules the harness writes with SQL, naming a task nobody allowed."""
+
+CASES = {
+    1: "1 crash between submission and bookkeeping",
+    2: "2 database error between submission and bookkeeping",
+    3: "3 leader stalled in or after the broker call while a standby resubmitted",
+    4: "4 reported failed, but the broker had taken it",
+}
+"""The README's guarantee cases, the only causes of a duplicate."""
+
 __all__ = [
+    "CASES",
+    "EVIL_PREFIX",
     "Definition",
     "Segment",
     "ExecRow",
@@ -151,6 +190,8 @@ class ExecRow:
     token: int | None
     scheduler_id: str | None
     claimed_at: datetime
+    error: str | None = None
+    attempts: int = 0
 
 
 @dataclass
@@ -172,6 +213,16 @@ class Evidence:
     """(scheduler id, SIGSTOP wall time, SIGCONT wall time) of every pause."""
     events: dict[str, list[tuple[float, str]]] = field(default_factory=dict)
     """Lease-related log events (wall time, event) by scheduler id."""
+    broker: Counter[str] | None = None
+    """How many times each key reached the broker (None: no broker in this run)."""
+    broker_faults: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) wall times of every broker stop or freeze."""
+    damaged: dict[str, float] = field(default_factory=dict)
+    """Schedules damaged with SQL, and when."""
+    leader_faults: list[tuple[str, str, float]] = field(default_factory=list)
+    """(fault, scheduler id, wall time) of every fault aimed at the leader."""
+    fault_times: list[float] = field(default_factory=list)
+    """Wall time of every fault injected (of any kind)."""
 
 
 @dataclass
@@ -242,13 +293,57 @@ def check(ev: Evidence) -> Report:
     )
     _check_unique(ev, report)
     _check_submissions(ev, report)
+    _check_refused(ev, report)
+    _check_damaged(ev, report)
     _check_duplicates(ev, report)
+    _check_broker(ev, report)
+    _check_early(ev, report)
     _check_misfire(ev, report)
     _check_edits(ev, report)
     _check_tokens(ev, report)
     _check_pauses(ev, report)
     _check_liveness(ev, report)
+    _takeovers(ev, report)
     return report
+
+
+def _exempt(ev: Evidence, name: str) -> bool:
+    """Schedules the scheduling checks leave alone: refused (written with SQL, never run) and
+    damaged ones (checked by :func:`_check_refused` / :func:`_check_damaged`)."""
+    return name.startswith(EVIL_PREFIX) or name in ev.damaged
+
+
+def _in_broker_fault(ev: Evidence, t: float, slack: float = 1.0) -> bool:
+    # A call may start just before the fault and fail when its timeout ends after it.
+    from tests.chaos.app import BROKER_TIMEOUT
+
+    return any(a - slack <= t <= b + BROKER_TIMEOUT + slack for a, b in ev.broker_faults)
+
+
+def _missed_during_broker_fault(ev: Evidence, e: ExecRow, report: Report) -> bool:
+    """Whether ``e`` (``submit_failed``, ``missed: ...``) is a miss the spec allows: its
+    attempts failed during a broker fault and the last one came after its grace ran out."""
+    errors = [r for r in ev.records if r["type"] == "submit-error" and r["key"] == e.key]
+    if not errors or not any(_in_broker_fault(ev, r["t"]) for r in errors):
+        return False
+    last = max(r["t"] for r in errors)
+    segments = ev.segments.get(e.name) or []
+    if segments:
+        # The grace in force when it was retried: an edit may have shortened it since the claim.
+        first = _segment_index(segments, e.claimed_at)
+        graces = [
+            seg.definition.grace
+            for i, seg in enumerate(segments)
+            if i >= first and seg.start.timestamp() <= last
+        ]
+        due = (e.scheduled_at + min(graces)).timestamp()
+        if last < due - 1.0:  # decided by the store's clock; the records use the host's
+            report.add(
+                "early-miss",
+                f"{e.key} declared missed after its attempt at {last:.3f}, before its grace "
+                f"ran out at {due:.3f}",
+            )
+    return True
 
 
 def _check_unique(ev: Evidence, report: Report) -> None:
@@ -264,13 +359,31 @@ def _check_unique(ev: Evidence, report: Report) -> None:
 def _check_submissions(ev: Evidence, report: Report) -> None:
     by_key = {e.key: e for e in ev.executions}
     submitted = Counter(r["key"] for r in ev.records if r["type"] == "submit")
+    booked = {i for r in ev.records if r["type"] == "booked" for i in r["ids"]}
+    missed = delivered_anyway = 0
     for e in ev.executions:
+        if _exempt(ev, e.name):
+            continue
+        if (
+            e.status == "submit_failed"
+            and (e.error or "").startswith("missed:")
+            and e.id not in booked
+            and _missed_during_broker_fault(ev, e, report)
+        ):
+            # With a submission on record, its outcome was unknown to the scheduler that gave
+            # up (cases 1-3 of the guarantee: it died, failed its bookkeeping or stalled), so
+            # the row says missed while that copy reached the broker.
+            missed += 1
+            delivered_anyway += bool(submitted.get(e.key) or (ev.broker or {}).get(e.key))
+            continue
         if not submitted.get(e.key):
             report.add("not-submitted", f"{e.key} (status {e.status}) never submitted")
         elif e.status != "submitted":
             report.add(
                 "not-submitted", f"{e.key} ends {e.status} after {submitted[e.key]} submissions"
             )
+    report.figures["missed_in_broker_outages"] = missed
+    report.figures["missed_though_delivered"] = delivered_anyway
     for r in ev.records:
         if r["type"] != "submit":
             continue
@@ -289,9 +402,12 @@ def _check_submissions(ev: Evidence, report: Report) -> None:
 
 def _check_duplicates(ev: Evidence, report: Report) -> None:
     submits: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    starts: dict[tuple[str, int], list[float]] = defaultdict(list)
     pending: dict[tuple[str, int], list[float]] = defaultdict(list)
     booked: dict[int, list[tuple[float, str]]] = defaultdict(list)
     for r in ev.records:
+        if r["type"] == "submit-start":
+            starts[(r["src"], r["id"])].append(r["t"])
         if r["type"] == "submit":
             submits[r["id"]].append(r)
         elif r["type"] == "pending":
@@ -305,10 +421,17 @@ def _check_duplicates(ev: Evidence, report: Report) -> None:
     for exec_id, subs in submits.items():
         if len(subs) < 2:
             continue
-        subs.sort(key=lambda r: r["t"])
+
+        def began(r: dict[str, Any], exec_id: int = exec_id) -> float:
+            """When the broker call of submission ``r`` began (its record is written after
+            the call returned, which for a hung call is after a standby's resubmission)."""
+            calls = [t for t in starts.get((r["src"], exec_id), []) if t <= r["t"]]
+            return max(calls) if calls else float(r["t"])
+
+        subs.sort(key=began)
         for earlier, later in zip(subs, subs[1:], strict=False):
             extra += 1
-            reads = [t for t in pending.get((later["src"], exec_id), []) if t <= later["t"]]
+            reads = [t for t in pending.get((later["src"], exec_id), []) if t <= began(later)]
             if not reads:
                 report.add(
                     "unjustified-duplicate",
@@ -325,15 +448,139 @@ def _check_duplicates(ev: Evidence, report: Report) -> None:
                     f"{read_at - min(before):.3f}s after its bookkeeping had committed",
                 )
                 continue
+            in_call = began(earlier) <= read_at <= earlier["t"]
             first_booking = [t for t, src in booked.get(exec_id, []) if src == earlier["src"]]
-            if first_booking:
-                causes["booked-late (pause or slow bookkeeping)"] += 1
+            if in_call or first_booking:
+                causes[CASES[3]] += 1
             elif earlier["src"] in ev.died:
-                causes["submitter died before bookkeeping"] += 1
+                causes[CASES[1]] += 1
             else:
-                causes["bookkeeping failed (lost connection)"] += 1
+                causes[CASES[2]] += 1
     report.figures["duplicate_submissions"] = extra
-    report.figures["duplicate_causes"] = dict(causes)
+    report.figures["duplicates_by_cause"] = dict(causes)
+
+
+def _check_broker(ev: Evidence, report: Report) -> None:
+    """What reached the broker, against what was accepted and what may have landed."""
+    if ev.broker is None:
+        return
+    accepted = Counter(r["key"] for r in ev.records if r["type"] == "submit")
+    # Calls that may have delivered without being counted as accepted: one that failed after
+    # sending (a timeout: case 4), and one cut short by the death of its process (case 1).
+    failed_after_sending = Counter(
+        r["key"] for r in ev.records if r["type"] == "submit-error" and r.get("landed")
+    )
+    ended = {
+        (r["src"], r["id"], r.get("attempts"))
+        for r in ev.records
+        if r["type"] in ("submit", "submit-error")
+    }
+    cut_by_death = Counter(
+        r["key"]
+        for r in ev.records
+        if r["type"] == "submit-start"
+        and r["src"] in ev.died
+        and (r["src"], r["id"], r.get("attempts")) not in ended
+    )
+    causes: Counter[str] = Counter()
+    for key in sorted(set(accepted) | set(ev.broker)):
+        there, took = ev.broker.get(key, 0), accepted.get(key, 0)
+        if there < took:
+            report.add("lost-message", f"{key}: accepted {took} times, in the broker {there}")
+            continue
+        extra = there - took
+        died = min(extra, cut_by_death.get(key, 0))
+        timed_out = min(extra - died, failed_after_sending.get(key, 0))
+        if extra > died + timed_out:
+            report.add(
+                "broker-duplicate",
+                f"{key}: in the broker {there} times, accepted {took}; no documented cause "
+                f"for {extra - died - timed_out} of the copies",
+            )
+        # Duplicates are the copies beyond the first; those of accepted submissions are
+        # classified by _check_duplicates. A lone copy from a call cut short is no duplicate.
+        unseen = max(0, there - max(took, 1))
+        causes[CASES[1]] += min(unseen, died)
+        causes[CASES[4]] += max(0, unseen - died)
+    found = report.figures.setdefault("duplicates_by_cause", {})
+    for cause, n in causes.items():
+        if n:
+            found[cause] = found.get(cause, 0) + n
+    report.figures["broker_messages"] = sum(ev.broker.values())
+    report.figures["broker_duplicates"] = sum(n - 1 for n in ev.broker.values() if n > 1)
+
+
+def _check_early(ev: Evidence, report: Report) -> None:
+    by_key = {e.key: e for e in ev.executions if e.kind == "scheduled"}
+    early = 0
+    for r in ev.records:
+        if r["type"] not in ("submit-start", "submit"):
+            continue
+        row = by_key.get(r["key"])
+        # "submit" alone (no broker) is the accepted call; with a broker, its start counts.
+        if row is None or (r["type"] == "submit" and ev.broker is not None):
+            continue
+        ahead = row.scheduled_at.timestamp() - float(r["t"])
+        if ahead > 0.001:
+            early += 1
+            report.add("early", f"{r['key']} handed to the broker {ahead:.3f}s before its instant")
+    report.figures["early"] = early
+
+
+def _check_refused(ev: Evidence, report: Report) -> None:
+    """Schedules written with SQL naming ``os.system``: refused, never submitted."""
+    names = sorted(n for n in ev.final if n.startswith(EVIL_PREFIX))
+    sent = {r["key"] for r in ev.records if r["type"] in ("submit", "submit-start")}
+    for name in names:
+        final = ev.final[name]
+        if final.last_status != "refused" or final.next_run_at is not None:
+            report.add("refused", f"{name} ends {final.last_status}, next {final.next_run_at}")
+        for e in ev.executions:
+            if e.name != name:
+                continue
+            if e.key in sent:
+                report.add("refused", f"{e.key} of a task outside the allow-list was submitted")
+            if e.status != "submit_failed" or not (e.error or "").startswith("refused: "):
+                report.add("refused", f"{e.key} ends {e.status} ({e.error})")
+    report.figures["refused_schedules"] = len(names)
+
+
+def _check_damaged(ev: Evidence, report: Report) -> None:
+    """A damaged schedule does not run after the damage (a claim in flight may still land)."""
+    for name, at in sorted(ev.damaged.items()):
+        late = [
+            e.key
+            for e in ev.executions
+            if e.name == name and e.kind == "scheduled" and e.claimed_at.timestamp() > at + 1.0
+        ]
+        if late:
+            report.add("damaged", f"{name} damaged at {at:.3f} still claimed {late[:3]}")
+    report.figures["damaged_schedules"] = len(ev.damaged)
+
+
+def _takeovers(ev: Evidence, report: Report) -> None:
+    """Seconds from a fault aimed at the leader to the next occurrence a scheduler handed to
+    the broker: another one for a kill, a SIGSTOP or a freeze inside the claim; any one after
+    its connections were terminated (it may keep the lease). Samples another fault overlapped
+    are left out. Figures only, never asserted."""
+    submits = sorted((float(r["t"]), str(r["src"])) for r in ev.records if r["type"] == "submit")
+    out: dict[str, list[float]] = defaultdict(list)
+    for kind, sid, t in ev.leader_faults:
+        after = [at for at, src in submits if at > t and (kind == "terminate" or src != sid)]
+        if not after:
+            continue
+        # Only where no other fault (a broker outage, say) began meanwhile: that one's delay.
+        if any(t < other <= after[0] for other in ev.fault_times):
+            continue
+        out[kind].append(after[0] - t)
+    report.figures["takeover_s"] = {
+        kind: {
+            "n": len(v),
+            "p50": round(sorted(v)[len(v) // 2], 2),
+            "max": round(max(v), 2),
+        }
+        for kind, v in sorted(out.items())
+    }
 
 
 def _segment_index(segments: Sequence[Segment], at: datetime) -> int:
@@ -361,6 +608,8 @@ def _check_misfire(ev: Evidence, report: Report) -> None:
         if e.kind == "scheduled":
             groups_by_name[e.name][e.claimed_at].append(e.scheduled_at)
     for name, schedule in sorted(ev.final.items()):
+        if _exempt(ev, name):
+            continue
         segments = ev.segments.get(name)
         if not segments:
             report.add("misfire", f"{name}: no definition history")
@@ -445,7 +694,7 @@ def _check_misfire(ev: Evidence, report: Report) -> None:
 def _check_edits(ev: Evidence, report: Report) -> None:
     edits = 0
     for name, segments in ev.segments.items():
-        if len(segments) < 2:
+        if len(segments) < 2 or _exempt(ev, name):
             continue
         edits += len(segments) - 1
         last = segments[-1]
@@ -549,6 +798,8 @@ def _check_liveness(ev: Evidence, report: Report) -> None:
     if ev.faults_stopped_at is None:
         return
     for name, s in sorted(ev.final.items()):
+        if _exempt(ev, name):
+            continue
         if s.enabled and (s.next_run_at is None or s.next_run_at <= ev.faults_stopped_at):
             report.add(
                 "stalled",
@@ -585,7 +836,7 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(
             "SELECT id, schedule_name, scheduled_at, idempotency_key, kind, status, "
-            "fencing_token, scheduler_id, claimed_at FROM goatbeat_execution"
+            "fencing_token, scheduler_id, claimed_at, error, attempts FROM goatbeat_execution"
         ).fetchall()
     executions = [
         ExecRow(
@@ -598,6 +849,8 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
             token=None if r[6] is None else int(r[6]),
             scheduler_id=r[7],
             claimed_at=r[8].astimezone(UTC),
+            error=r[9],
+            attempts=int(r[10]),
         )
         for r in rows
     ]
@@ -647,15 +900,36 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
     died: set[str] = set()
     stopped_at = None
     pauses: list[tuple[str, float, float]] = []
+    broker_faults: list[tuple[float, float]] = []
+    broker_down: float | None = None
+    damaged: dict[str, float] = {}
+    leader_faults: list[tuple[str, str, float]] = []
+    fault_times: list[float] = []
     faults_path = workdir / "faults.jsonl"
     for rec in _read_jsonl(faults_path) if faults_path.exists() else []:
+        kind = rec.get("fault")
+        if kind not in (None, "start", "exit", "drain", "broker-back", "thawed", "end"):
+            fault_times.append(float(rec["t"]))
         if rec.get("died"):
             died.add(rec["died"])
-        if rec.get("fault") == "stop":
+        if kind in ("stop", "frozen"):
             t = float(rec["t"])
             pauses.append((rec["sid"], t, t + float(rec["seconds"])))
-        if rec.get("fault") == "end":
+        if kind in ("kill", "stop", "terminate", "frozen"):
+            leader_faults.append((str(kind), str(rec["sid"]), float(rec["t"])))
+        if kind in ("broker-stop", "broker-freeze"):
+            broker_down = float(rec["t"])
+        if kind == "broker-back" and broker_down is not None:
+            broker_faults.append((broker_down, float(rec["t"])))
+            broker_down = None
+        if kind == "damage":
+            damaged[str(rec["name"])] = float(rec["t"])
+        if kind == "end":
             stopped_at = datetime.fromtimestamp(float(rec["t"]), UTC)
+    if broker_down is not None:
+        broker_faults.append((broker_down, float("inf")))
+    broker_path = workdir / "broker.json"
+    broker = Counter(json.loads(broker_path.read_text())) if broker_path.exists() else None
     return Evidence(
         executions=executions,
         final=final,
@@ -667,4 +941,9 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
         faults_stopped_at=stopped_at,
         pauses=pauses,
         events=dict(events),
+        broker=broker,
+        broker_faults=broker_faults,
+        damaged=damaged,
+        leader_faults=leader_faults,
+        fault_times=fault_times,
     )

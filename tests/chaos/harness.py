@@ -13,12 +13,26 @@ seconds injects faults drawn from ``random.Random(seed)``:
 ``terminate``  ``pg_terminate_backend`` on every connection of the leader
 ``restart``    restart PostgreSQL cleanly (``-m fast``)
 ``outage``     kill PostgreSQL (``-m immediate``) and keep it down 0.5-4 s
-Each restarted node gets a new scheduler id and a random clock skew (``GB_CLOCK_OFFSET``:
-none, minutes or hours, either way). A thread edits admin schedules all along (trigger,
-misfire policy, grace) and asks for manual runs; another polls the lease row.
+``freeze-claim``  restart a node with ``GOATBEAT_FREEZE_IN_CLAIM=n``: it SIGSTOPs itself inside
+               its n-th claim transaction (after the compare-and-set, locks held); a watcher
+               sends SIGCONT 0.5-3 s after its lease could have expired
+``broker-stop``   stop the broker (a real Redis, kept on disk) for 1-8 s, then start it again
+``broker-freeze`` SIGSTOP the broker for 1-6 s (often past the lease: a leader then hangs
+               inside its broker call while a standby takes over), then SIGCONT
+``evil-row``   write a schedule with SQL naming ``os.system``: the scheduler must refuse it
+``damage``     corrupt an admin schedule's trigger JSON (a zone that does not exist) with SQL:
+               the damaged-row quarantine takes that schedule out (``schedule.invalid``) and
+               nothing else may stop running
+Each restarted node gets a new scheduler id and a random clock skew for the whole process
+(``GOATBEAT_CLOCK_OFFSET``, goatbeat's own hook: none, minutes or hours, either way), and
+``--max-submit-retries 2``, so a broker outage longer than an occurrence's grace makes it
+missed. A thread edits admin schedules all along (trigger, misfire policy, grace) and asks for
+manual runs; another polls the lease row.
 
 At the end faults stop, every node is brought up, the cluster settles (leftovers resubmitted),
-and the nodes get SIGTERM. Everything goes into ``workdir`` for :mod:`tests.chaos.checker`.
+and the nodes get SIGTERM; a last ``--once`` scheduler drains what is still owed. The broker's
+list is saved (``broker.json``). Everything goes into ``workdir`` for
+:mod:`tests.chaos.checker`.
 The seed and the fault schedule are printed, so ``--seed`` replays the same decisions (the
 timing of the processes themselves is not deterministic).
 """
@@ -40,18 +54,35 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from goatbeat.core.clock import OFFSET_ENV
 from goatbeat.core.errors import ConflictError, StoreError
 from goatbeat.core.model import MisfirePolicy, Schedule, Source
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger, Trigger
-from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
-from tests.chaos.app import APP_NAME_PREFIX
-from tests.chaos.checker import Definition
+from goatbeat.stores.postgres import FREEZE_ENV, DsnConnectionProvider, PostgresStore
+from tests.chaos.app import APP_NAME_PREFIX, DELIVERIES
+from tests.chaos.checker import EVIL_PREFIX, Definition
 from tests.chaos.pg import ChaosPostgres
+from tests.services import RedisServer
 
-__all__ = ["ChaosConfig", "ChaosRun", "FAULTS"]
+__all__ = ["ChaosConfig", "ChaosRun", "FAULTS", "OPTIONAL_FAULTS"]
 
 ROOT = Path(__file__).resolve().parents[2]
-FAULTS = ("kill", "crash", "stop", "terminate", "restart", "outage")
+FAULTS = (
+    "kill",
+    "crash",
+    "stop",
+    "terminate",
+    "restart",
+    "outage",
+    "freeze-claim",
+    "broker-stop",
+    "broker-freeze",
+    "evil-row",
+    "damage",
+)
+OPTIONAL_FAULTS: tuple[str, ...] = ()
+"""Faults only a ``--faults`` list asks for (see the module docstring)."""
+MAX_SUBMIT_RETRIES = 2
 _SKEWS = (0.0, 0.0, 90.0, -300.0, 3600.0, -7200.0, 5 * 3600.0)
 _TRIGGERS: tuple[Callable[[], Trigger], ...] = (
     lambda: IntervalTrigger("1s"),
@@ -95,6 +126,7 @@ class _Node:
     skew: float = 0.0
     stopped: bool = False
     expected_exit: bool = False
+    freeze_armed: bool = False
 
 
 @dataclass
@@ -114,6 +146,8 @@ class ChaosRun:
         self.workdir = workdir
         self.rng = random.Random(config.seed)
         self.server: ChaosPostgres | None = None
+        self.broker: RedisServer | None = None
+        self._broker_frozen = False
         self.dsn = ""
         self.nodes = [_Node(name=f"node{i}") for i in range(config.schedulers)]
         self.stats = RunStats()
@@ -159,6 +193,7 @@ class ChaosRun:
         )
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.server = ChaosPostgres().start()
+        self.broker = RedisServer(data_dir=self.workdir / "redis").start()
         try:
             self._run()
         finally:
@@ -176,6 +211,7 @@ class ChaosRun:
             self._start(node)
         self._spawn(self._lease_poller)
         self._spawn(self._editor)
+        self._spawn(self._freeze_watcher)
         self._edits_on.set()
         deadline = time.monotonic() + cfg.duration
         self._sleep(min(3.0, cfg.duration / 4))
@@ -212,27 +248,42 @@ class ChaosRun:
         for thread in self._threads:
             thread.join(timeout=20)
         self._drain()
+        self._save_broker()
 
     def _drain(self) -> None:
-        """One last leader, ``scheduler --once`` without injected failures: what the cluster
-        left ``claimed`` at SIGTERM (a retry not yet due) is what any next leader resubmits."""
-        for attempt in range(20):
-            node = _Node(name="drain", incarnation=attempt)
-            self._start(node, fail_rate=0.0, extra=["--once", "--batch-size", "100000"])
-            assert node.proc is not None
-            node.proc.wait(timeout=60)
-            self._append(
-                "faults.jsonl",
-                {"fault": "drain", "t": time.time(), "sid": node.sid, "rc": node.proc.returncode},
-            )
-            log = (self.workdir / f"log-{node.sid}.jsonl").read_text(errors="replace")
-            if '"event": "lease.acquired"' in log:
-                return
-            time.sleep(0.5)
-        raise RuntimeError("the drain scheduler never got the lease")
+        """One last leader at a time, ``scheduler --once`` without injected failures, until
+        nothing is left ``claimed``: what the cluster left at SIGTERM (a retry not yet due) is
+        what any next leader submits when its retry is due."""
+        store = self._store("drain")
+        try:
+            for attempt in range(40):
+                node = _Node(name="drain", incarnation=attempt)
+                self._start(node, fail_rate=0.0, extra=["--once", "--batch-size", "100000"])
+                assert node.proc is not None
+                node.proc.wait(timeout=60)
+                self._append(
+                    "faults.jsonl",
+                    {
+                        "fault": "drain",
+                        "t": time.time(),
+                        "sid": node.sid,
+                        "rc": node.proc.returncode,
+                    },
+                )
+                if not store.pending(limit=1) and store.next_retry_at() is None:
+                    return
+                retry_at = store.next_retry_at()
+                wait = 0.5 if retry_at is None else (retry_at - store.now()).total_seconds()
+                time.sleep(min(max(wait, 0.1), 30.0))
+        finally:
+            store.close()
+        raise RuntimeError("the drain never submitted what was left claimed")
 
     def _shutdown(self) -> None:
         self._stop.set()
+        if self.broker is not None and self.broker.proc is not None and self._broker_frozen:
+            os.kill(self.broker.proc.pid, signal.SIGCONT)
+            self._broker_frozen = False
         for node in self.nodes:
             proc = node.proc
             if proc is not None and proc.poll() is None:
@@ -247,9 +298,26 @@ class ChaosRun:
         self._files.clear()
 
     def stop_server(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+    def _save_broker(self) -> None:
+        """What reached the broker, for the checker: every key pushed, in order."""
+        import redis
+
+        assert self.broker is not None
+        if self.broker.proc is None:
+            self.broker.start()
+        client = redis.Redis.from_url(self.broker.url)
+        try:
+            keys = [k.decode() for k in client.lrange(DELIVERIES, 0, -1)]
+        finally:
+            client.close()
+        (self.workdir / "broker.json").write_text(json.dumps(keys))
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -306,6 +374,7 @@ class ChaosRun:
         node: _Node,
         *,
         crash_after: int | None = None,
+        freeze_in_claim: int | None = None,
         fail_rate: float | None = None,
         extra: list[str] | None = None,
     ) -> None:
@@ -315,20 +384,25 @@ class ChaosRun:
         node.skew = self.rng.choice(_SKEWS)
         node.stopped = False
         node.expected_exit = crash_after is not None
+        node.freeze_armed = freeze_in_claim is not None
         env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
             "GB_CHAOS_DSN": self.dsn,
+            "GB_CHAOS_REDIS": self.broker.url if self.broker is not None else "",
             "GB_CHAOS_DIR": str(self.workdir),
             "GB_CHAOS_SID": node.sid,
-            "GB_CLOCK_OFFSET": str(node.skew),
+            OFFSET_ENV: str(node.skew),
             "GB_CHAOS_FAIL_RATE": str(cfg.fail_rate if fail_rate is None else fail_rate),
             "GB_CHAOS_SEED": str(cfg.seed),
         }
         env.pop("GOATBEAT_APP", None)
         env.pop("GOATBEAT_CRASH_AFTER_SUBMIT", None)
+        env.pop(FREEZE_ENV, None)
         if crash_after is not None:
             env["GOATBEAT_CRASH_AFTER_SUBMIT"] = str(crash_after)
+        if freeze_in_claim is not None:
+            env[FREEZE_ENV] = str(freeze_in_claim)
         log = open(self.workdir / f"log-{node.sid}.jsonl", "ab")  # noqa: SIM115
         node.proc = subprocess.Popen(
             [
@@ -348,6 +422,8 @@ class ChaosRun:
                 f"{cfg.lease_renew:g}s",
                 "--max-sleep",
                 "1s",
+                "--max-submit-retries",
+                str(MAX_SUBMIT_RETRIES),
                 *(extra or ["--batch-size", "100"]),
             ],
             cwd=self.workdir,
@@ -364,6 +440,7 @@ class ChaosRun:
                 "sid": node.sid,
                 "skew": node.skew,
                 "crash_after": crash_after,
+                "freeze_in_claim": freeze_in_claim,
             },
         )
 
@@ -447,6 +524,46 @@ class ChaosRun:
                     "faults.jsonl", {"fault": "exit", "t": time.time(), "died": node.sid, "rc": -9}
                 )
             self._start(node, crash_after=n)
+        elif kind == "freeze-claim":
+            # A fresh process freezes itself inside its n-th claim; prefer the leader's slot,
+            # so the frozen one leads (a standby's claims start only when it takes over).
+            node = self._leader() or self.rng.choice(self.nodes)
+            n = self.rng.randint(2, 6)
+            self.fault("freeze-claim", sid=node.sid, freeze_in_claim=n)
+            if node.proc is not None and node.proc.poll() is None:
+                node.expected_exit = True
+                node.proc.kill()
+                node.proc.wait()
+                self._append(
+                    "faults.jsonl", {"fault": "exit", "t": time.time(), "died": node.sid, "rc": -9}
+                )
+            self._start(node, freeze_in_claim=n)
+        elif kind == "broker-stop":
+            assert self.broker is not None
+            down = self.rng.uniform(1.0, 8.0)
+            self.fault("broker-stop", seconds=round(down, 2))
+            self.broker.stop()
+            self._sleep(down)
+            self.broker.start()
+            self._append("faults.jsonl", {"fault": "broker-back", "t": time.time()})
+        elif kind == "broker-freeze":
+            assert self.broker is not None and self.broker.proc is not None
+            frozen = self.rng.uniform(1.0, 6.0)
+            self.fault("broker-freeze", seconds=round(frozen, 2))
+            self._broker_frozen = True
+            os.kill(self.broker.proc.pid, signal.SIGSTOP)
+            self._sleep(frozen)
+            os.kill(self.broker.proc.pid, signal.SIGCONT)
+            self._broker_frozen = False
+            self._append("faults.jsonl", {"fault": "broker-back", "t": time.time()})
+        elif kind == "evil-row":
+            name = self._write_evil_row()
+            if name is not None:
+                self.fault("evil-row", name=name)
+        elif kind == "damage":
+            name = self._damage_row()
+            if name is not None:
+                self.fault("damage", name=name)
         elif kind == "restart":
             self.fault("restart")
             self.server.restart()
@@ -454,6 +571,69 @@ class ChaosRun:
             down = self.rng.uniform(0.5, 4.0)
             self.fault("outage", seconds=round(down, 2))
             self.server.crash(down_for=down)
+
+    def _write_evil_row(self) -> str | None:
+        """A schedule written with SQL behind goatbeat's back, naming a task nobody allowed."""
+        import psycopg
+
+        name = f"{EVIL_PREFIX}{self.stats.faults['evil-row']:03d}"
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                conn.execute(
+                    "INSERT INTO goatbeat_schedule (name, source, task, trigger, args, "
+                    "next_run_at) VALUES (%s, 'admin', 'os.system', %s, %s, now())",
+                    (name, json.dumps({"kind": "interval", "every": 1.0}),
+                     json.dumps(["touch /tmp/goatbeat-chaos-pwned"])),
+                )  # fmt: skip
+        except psycopg.Error:
+            return None
+        return name
+
+    def _damage_row(self) -> str | None:
+        """Corrupt an admin schedule's trigger JSON with SQL (a zone that does not exist)."""
+        import psycopg
+
+        with self._lock:
+            if len(self.admin_names) < 2:
+                return None
+            name = self.rng.choice(self.admin_names)
+            self.admin_names.remove(name)  # the editor must not repair it
+        spec = {"kind": "cron", "expression": "* * * * * *", "timezone": "Mars/Olympus"}
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+                conn.execute(
+                    "UPDATE goatbeat_schedule SET trigger = %s WHERE name = %s",
+                    (json.dumps(spec), name),
+                )
+        except psycopg.Error:
+            return None
+        return name
+
+    def _freeze_watcher(self) -> None:
+        """Resume a node frozen inside its claim (GOATBEAT_FREEZE_IN_CLAIM) once its lease
+        could have expired, and log the pause for the checker."""
+        cfg = self.config
+        while not self._stop.is_set():
+            for node in list(self.nodes):
+                proc = node.proc
+                if not node.freeze_armed or proc is None or proc.poll() is not None:
+                    continue
+                if not _is_stopped(proc.pid):
+                    continue
+                stopped_at = time.time()
+                node.freeze_armed = False
+                node.stopped = True
+                pause = cfg.lease_ttl + self.rng.uniform(0.5, 3.0)
+                self._append(
+                    "faults.jsonl",
+                    {"fault": "frozen", "t": stopped_at, "sid": node.sid, "seconds": pause},
+                )
+                self._stop.wait(pause)
+                if proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGCONT)
+                node.stopped = False
+                self._append("faults.jsonl", {"fault": "thawed", "t": time.time(), "sid": node.sid})
+            self._stop.wait(0.05)
 
     def _terminate(self, application_name: str) -> int:
         import psycopg
@@ -555,3 +735,13 @@ class ChaosRun:
                 "answered": time.time(),
             },
         )
+
+
+def _is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state ``T`` in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] == "T"

@@ -3,6 +3,7 @@
 ::
 
     python -m tests.chaos.run --duration 600 --seed 1234 --schedulers 3
+    ./dev soak                      # the same, 600 s by default; figures for docs/reliability.md
 
 Prints the seed first (replay a failure with ``--seed``), each fault as it is injected, then
 the checker's figures and violations. Exit status 0 when no guarantee was broken, 1 otherwise.
@@ -12,14 +13,16 @@ The evidence stays in ``--workdir`` (a temporary directory by default, printed).
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from tests.chaos.checker import Report, check, load_evidence
-from tests.chaos.harness import FAULTS, ChaosConfig, ChaosRun
+from tests.chaos.harness import FAULTS, OPTIONAL_FAULTS, ChaosConfig, ChaosRun
 
 __all__ = ["main", "run_chaos"]
 
@@ -60,12 +63,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--schedules", type=int, default=280, help="admin schedules")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--figures", type=Path, default=None, help="write the figures (JSON)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 2**31)
     faults = tuple(f for f in args.faults.split(",") if f)
-    unknown = set(faults) - set(FAULTS)
+    unknown = set(faults) - set(FAULTS) - set(OPTIONAL_FAULTS)
     if unknown:
-        parser.error(f"unknown faults {sorted(unknown)}; known: {', '.join(FAULTS)}")
+        known = ", ".join((*FAULTS, *OPTIONAL_FAULTS))
+        parser.error(f"unknown faults {sorted(unknown)}; known: {known}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"goatbeat-chaos-{seed}-"))
     config = ChaosConfig(
         seed=seed,
@@ -75,8 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         faults=faults,
         log=lambda line: print(line, flush=True),
     )
+    started = time.monotonic()
     _, report = run_chaos(config, workdir)
+    report.figures["wall_clock_s"] = round(time.monotonic() - started, 1)
     print(report.summary(limit=50), flush=True)
+    if args.figures is not None:
+        args.figures.write_text(json.dumps(report.figures, indent=2, default=str) + "\n")
     print(f"evidence in {workdir}; replay with --seed {seed}", flush=True)
     return 0 if report.ok else 1
 

@@ -4,13 +4,16 @@ nothing). Small hand-built evidence: a clean history passes, each tampering is n
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from goatbeat.core.model import MisfirePolicy, Schedule, Source, idempotency_key
 from goatbeat.core.triggers import IntervalTrigger
 from tests.chaos.checker import (
+    CASES,
     Definition,
     Evidence,
     ExecRow,
@@ -57,7 +60,7 @@ class History:
             )
             self.next_id += 1
             self.rows.append(row)
-            wall = at.timestamp() + 0.01
+            wall = max(at, t).timestamp() + 0.01  # claimed ahead: sent at its instant
             self.records.append(
                 {"type": "submit", "key": key, "id": row.id, "token": token, "src": sid, "t": wall}
             )
@@ -211,7 +214,7 @@ def test_a_resubmission_of_a_row_left_claimed_by_a_dead_submitter_is_justified()
     h.records.append(dict(first, t=first["t"] + 3.1, src="b"))
     report = check(h.evidence(nxt, died={"a"}))
     assert report.ok, report.summary()
-    assert report.figures["duplicate_causes"] == {"submitter died before bookkeeping": 1}
+    assert report.figures["duplicates_by_cause"] == {CASES[1]: 1}
 
 
 def test_a_claim_after_an_edit_that_follows_the_old_trigger_is_stale() -> None:
@@ -287,3 +290,167 @@ def test_a_paused_leader_may_finish_the_one_submission_in_flight_then_stands_dow
 
 def test_a_paused_leader_that_keeps_submitting_after_waking_is_reported() -> None:
     assert "no-stand-down" in kinds(paused_history(3))
+
+
+# -- the broker, missed runs, refused and damaged schedules --------------------------------------
+
+
+def test_a_leader_hung_inside_the_broker_call_is_case_3() -> None:
+    h = History()
+    nxt = steady(h)
+    first = h.records[0]
+    began = first["t"]
+    # It started the call at its instant, a standby read the row pending 1 s later and
+    # resubmitted; the hung call returned after 3 s, and booked after that.
+    first["t"] = began + 3
+    h.records.append({"type": "submit-start", "key": first["key"], "id": 1, "src": "a",
+                      "t": began})  # fmt: skip
+    h.records.append({"type": "pending", "ids": [1], "src": "b", "t": began + 1})
+    h.records.append(dict(first, t=began + 1.1, src="b"))
+    for r in h.records:
+        if r["type"] == "booked" and r["ids"] == [1]:
+            r["t"] = began + 3.5
+    broker = Counter({r.key: 1 for r in h.rows}) + Counter({first["key"]: 1})
+    report = check(h.evidence(nxt, broker=broker))
+    assert report.ok, report.summary()
+    assert report.figures["duplicates_by_cause"] == {CASES[3]: 1}
+
+
+def test_broker_copies_beyond_the_accepted_ones_need_an_attempt_that_may_have_landed() -> None:
+    h = History()
+    nxt = steady(h)
+    key = h.rows[0].key
+    broker = Counter({r.key: 1 for r in h.rows}) + Counter({key: 1})
+    assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))
+    h.records.append({"type": "submit-error", "key": key, "id": 1, "src": "a", "t": 0.0,
+                      "landed": True})  # fmt: skip
+    report = check(h.evidence(nxt, broker=broker))
+    assert report.ok, report.summary()
+    assert report.figures["duplicates_by_cause"] == {CASES[4]: 1}
+
+
+def test_an_accepted_submission_missing_from_the_broker_is_lost() -> None:
+    h = History()
+    nxt = steady(h)
+    broker = Counter({r.key: 1 for r in h.rows[1:]})
+    assert "lost-message" in kinds(h.evidence(nxt, broker=broker))
+
+
+def _missed(h: History, index: int, error_at: float) -> None:
+    row = h.rows[index]
+    h.rows[index] = dataclasses.replace(
+        row, status="submit_failed", error="missed: not accepted within its misfire grace"
+    )
+    h.records = [r for r in h.records if r.get("id") != row.id and row.id not in r.get("ids", [])]
+    h.records.append({"type": "submit-error", "key": row.key, "id": row.id, "src": "a",
+                      "t": error_at, "landed": False})  # fmt: skip
+
+
+def test_a_run_missed_while_the_broker_was_down_is_allowed_and_counted() -> None:
+    h = History()
+    nxt = steady(h)
+    due = (h.rows[2].scheduled_at + h.d.grace).timestamp()
+    _missed(h, 2, due + 0.5)
+    outage = [(due - 3, due + 1)]
+    report = check(h.evidence(nxt, broker_faults=outage))
+    assert report.ok, report.summary()
+    assert report.figures["missed_in_broker_outages"] == 1
+    # Without a broker fault, the same miss is a lost occurrence.
+    assert "not-submitted" in kinds(h.evidence(nxt))
+    # Declared missed long before its grace ran out: reported.
+    early = History()
+    nxt = steady(early)
+    due = (early.rows[2].scheduled_at + early.d.grace).timestamp()
+    _missed(early, 2, due - 1.5)
+    assert "early-miss" in kinds(early.evidence(nxt, broker_faults=[(due - 3, due)]))
+
+
+def _evil(name: str, *, status: str, error: str, submitted: bool = False) -> tuple[Any, ...]:
+    final = Schedule(
+        name=name,
+        task="os.system",
+        trigger=IntervalTrigger("1s"),
+        source=Source.ADMIN,
+        last_status="refused",
+        created_at=T0,
+    )
+    row = ExecRow(id=99, name=name, scheduled_at=T0, key=f"{name}:x", kind="scheduled",
+                  status=status, token=1, scheduler_id="a", claimed_at=T0, error=error)  # fmt: skip
+    records = [{"type": "submit", "key": row.key, "id": 99, "token": 1, "src": "a", "t": 1.0}]
+    return final, row, records if submitted else []
+
+
+def test_a_refused_schedule_must_never_reach_the_broker() -> None:
+    h = History()
+    nxt = steady(h)
+    final, row, _ = _evil("evil-000", status="submit_failed", error="refused: not known")
+    ev = h.evidence(nxt)
+    ok = dataclasses.replace(ev, final={**ev.final, "evil-000": final}, executions=[*h.rows, row])
+    assert check(ok).ok, check(ok).summary()
+    final, row, records = _evil("evil-000", status="submitted", error="", submitted=True)
+    bad = dataclasses.replace(
+        ev,
+        final={**ev.final, "evil-000": final},
+        executions=[*h.rows, row],
+        records=[*h.records, *records],
+    )
+    assert "refused" in kinds(bad)
+
+
+def test_a_damaged_schedule_may_only_stop_running() -> None:
+    h = History()
+    nxt = steady(h)
+    damaged_at = (T0 + 3 * S).timestamp()
+    report = check(h.evidence(nxt, damaged={"s": damaged_at + 5}))
+    assert report.ok, report.summary()
+    assert "damaged" in kinds(h.evidence(nxt, damaged={"s": damaged_at - 2}))
+
+
+def test_a_broker_copy_from_a_call_its_process_died_in_is_case_1() -> None:
+    h = History()
+    nxt = steady(h)
+    key = h.rows[0].key
+    broker = Counter({r.key: 1 for r in h.rows}) + Counter({key: 1})
+    h.records.append({"type": "submit-start", "key": key, "id": 1, "src": "x", "attempts": 0,
+                      "t": h.rows[0].scheduled_at.timestamp() + 0.5})  # fmt: skip
+    assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))  # x did not die
+    report = check(h.evidence(nxt, broker=broker, died={"x"}))
+    assert report.ok, report.summary()
+    assert report.figures["duplicates_by_cause"] == {CASES[1]: 1}
+
+
+def test_a_submission_before_its_instant_is_early() -> None:
+    h = History()
+    nxt = steady(h)
+    assert check(h.evidence(nxt)).figures["early"] == 0
+    h.records[0]["t"] = h.rows[0].scheduled_at.timestamp() - 0.2
+    assert "early" in kinds(h.evidence(nxt))
+
+
+def test_a_missed_run_whose_earlier_submission_was_never_booked_is_allowed() -> None:
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    due = (row.scheduled_at + h.d.grace).timestamp()
+    submit = next(r for r in h.records if r["type"] == "submit" and r["id"] == row.id)
+    _missed(h, 2, due + 0.5)
+    h.records.append(dict(submit, src="dead"))  # accepted, then its scheduler died unbooked
+    report = check(h.evidence(nxt, broker_faults=[(due - 3, due + 1)], died={"dead"}))
+    assert report.ok, report.summary()
+    assert report.figures["missed_though_delivered"] == 1
+    h.records.append({"type": "booked", "ids": [row.id], "src": "dead", "t": due})
+    assert "not-submitted" in kinds(h.evidence(nxt, broker_faults=[(due - 3, due + 1)]))
+
+
+def test_a_lone_copy_of_a_run_reported_failed_is_no_duplicate() -> None:
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    due = (row.scheduled_at + h.d.grace).timestamp()
+    _missed(h, 2, due + 0.5)
+    h.records[-1]["landed"] = True  # the connection closed after the broker appended it
+    broker = Counter({r.key: 1 for r in h.rows})
+    report = check(h.evidence(nxt, broker=broker, broker_faults=[(due - 3, due + 1)]))
+    assert report.ok, report.summary()
+    assert report.figures["duplicates_by_cause"] == {}
+    assert report.figures["missed_though_delivered"] == 1

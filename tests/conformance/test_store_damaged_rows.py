@@ -243,3 +243,32 @@ def test_enabling_schedules_a_quarantined_row_whose_mark_was_overwritten(
 
     assert isinstance(enabled, Schedule) and enabled.next_run_at is not None
     assert len(claim_all(store, grant, enabled.next_run_at)) == 1
+
+
+def test_a_row_edited_by_hand_after_claims_is_read_afresh_without_a_version_bump(
+    backend: Backend, store: ScheduleStore
+) -> None:
+    # A running scheduler has claimed both schedules (their definitions are cached); then an
+    # UPDATE in psql, version untouched, damages one and re-times the other. The next claim
+    # must see both edits: quarantine the damaged row, and run the other on its new trigger.
+    store.publish([hourly("damaged"), hourly("retimed")])
+    grant = lease(store)
+    first = store.claim_due(grant, scheduler_id="s1", limit=100, now=T0 + HOUR)
+    assert keys(first.occurrences) == [
+        "damaged:2031-03-01T13:00:00Z",
+        "retimed:2031-03-01T13:00:00Z",
+    ]
+    column, value, _ = DAMAGE["unknown-zone-column"]
+    write_raw(backend, store, "damaged", **{column: value})
+    write_raw(
+        backend, store, "retimed", trigger={"kind": "interval", "every": 1800.0, "anchor": None}
+    )
+
+    second = store.claim_due(grant, scheduler_id="s1", limit=100, now=T0 + 2 * HOUR)
+
+    assert [d.name for d in second.quarantined] == ["damaged"]
+    assert keys(second.occurrences) == ["retimed:2031-03-01T14:00:00Z"]
+    retimed = store.get("retimed")
+    assert isinstance(retimed, Schedule) and retimed.trigger == IntervalTrigger("30m")
+    # Advanced by the new trigger, not the cached one.
+    assert retimed.next_run_at == T0 + 2 * HOUR + HOUR / 2

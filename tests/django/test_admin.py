@@ -338,3 +338,103 @@ def test_a_damaged_schedule_can_be_deleted_from_the_admin(
     response = superuser_client.post(url, {"post": "yes"})
     assert response.status_code == 302
     assert not ScheduleRow.objects.filter(name="nightly-cleanup").exists()
+
+
+def test_failed_and_missed_runs_show_in_the_list_and_the_history(
+    superuser_client: Client, store: Any
+) -> None:
+    from goatbeat.core.model import SubmitOutcome
+
+    store.request_run("ping")
+    (occurrence,) = store.pending(limit=10)
+    error = "missed: not accepted within its misfire grace (60s) after 7 attempts; last error: x"
+    store.record_outcomes(
+        [
+            SubmitOutcome(
+                execution_id=occurrence.execution_id, ok=False, final=True, missed=True, error=error
+            )
+        ]
+    )
+    schedules = reverse(CHANGELIST)
+    missed = superuser_client.get(schedules, {"last_status": "missed"}).content.decode()
+    assert "ping" in missed and "daily-report" not in missed
+    assert ScheduleRow.objects.get(name="ping").missed_count == 1
+    history = reverse("admin:goatbeat_execution_changelist")
+    failed = superuser_client.get(history, {"status__exact": "submit_failed"}).content.decode()
+    assert "ping" in failed and "missed: not accepted within its misfire grace" in failed
+
+
+@pytest.fixture
+def editor_client(store: Any) -> Client:
+    """A staff user who may add and change schedules, nothing more (not a superuser)."""
+    _publish()
+    user = User.objects.create_user("editor", "editor@example.com", "pw", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="goatbeat",
+            codename__in=["view_schedule", "add_schedule", "change_schedule", "view_execution"],
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "task",
+    ["os.system", "shutil.rmtree", "subprocess.getoutput", "tests.django.untrusted_module.run"],
+)
+def test_a_direct_post_cannot_schedule_a_task_outside_the_allow_list(
+    editor_client: Client, store: Any, task: str
+) -> None:
+    import sys
+
+    sys.modules.pop("tests.django.untrusted_module", None)
+    response = editor_client.post(
+        reverse("admin:goatbeat_schedule_add"), _add_form(task=task, args='["rm -rf /"]')
+    )
+    assert response.status_code == 200  # the form again, with the error
+    errors = response.context["adminform"].form.errors
+    assert "task" in errors and "is not a known task" in errors["task"][0], errors
+    assert "allowed_tasks" in errors["task"][0]
+    assert not ScheduleRow.objects.filter(name="nightly-cleanup").exists()
+    assert "tests.django.untrusted_module" not in sys.modules  # never imported
+
+
+def test_a_direct_post_cannot_change_a_task_to_one_outside_the_allow_list(
+    editor_client: Client, superuser_client: Client, store: Any
+) -> None:
+    created = superuser_client.post(reverse("admin:goatbeat_schedule_add"), _add_form())
+    assert created.status_code == 302
+    row = ScheduleRow.objects.get(name="nightly-cleanup")
+    change = reverse("admin:goatbeat_schedule_change", args=[row.id])
+    response = editor_client.post(change, _add_form(task="os.system"))
+    assert response.status_code == 200
+    assert "task" in response.context["adminform"].form.errors
+    assert store.get("nightly-cleanup").task == "tests.django.project.mail.tasks.send_email"
+
+
+def test_known_tasks_are_the_projects_django_tasks_and_allowed_tasks_adds_more(
+    store: Any, settings: Any
+) -> None:
+    import sys
+
+    from goatbeat.core.errors import TaskNotAllowed
+    from goatbeat.django import conf
+    from goatbeat.django.registry import get_registry, rediscover
+
+    registry = get_registry()
+    # Django Task objects of the installed apps are known, declared in code or not.
+    registry.check_task("tests.django.project.reports.tasks.generate_report")
+    registry.check_task("tests.django.project.mail.tasks.send_email")
+    sys.modules.pop("tests.django.untrusted_module", None)
+    with pytest.raises(TaskNotAllowed):
+        registry.check_task("tests.django.untrusted_module.run")
+    assert "tests.django.untrusted_module" not in sys.modules
+    settings.GOATBEAT = {**settings.GOATBEAT, "allowed_tasks": ["tests.django.untrusted_*"]}
+    conf.reset()
+    try:
+        rediscover().check_task("tests.django.untrusted_module.run")
+    finally:
+        conf.reset()
+        rediscover()

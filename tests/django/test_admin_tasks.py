@@ -1,7 +1,9 @@
-"""The admin's task field offers the tasks the project is known to have (a datalist)."""
+"""The admin's task field offers the tasks the project is known to have (a datalist): exactly
+what the allow-list accepts, so nothing offered is refused on save."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +14,7 @@ from django.test import Client
 
 from goatbeat.core.model import Schedule, Source
 from goatbeat.core.triggers import IntervalTrigger
+from goatbeat.django.registry import get_registry
 
 ADD = "/admin/goatbeat/schedule/add/"
 
@@ -24,36 +27,28 @@ def root(store: Any) -> Client:
 
 
 @pytest.fixture
-def celery_app() -> Iterator[Any]:
-    from celery import Celery, _state
-
-    previous = _state.get_current_app()
-    app = Celery("offered", set_as_current=True)
+def celery_task() -> Iterator[str]:
+    """A task registered with the Celery app goatbeat's Celery backend uses."""
+    app = get_registry().submitter.submitter_for("celery").app  # type: ignore[attr-defined]
 
     @app.task(name="billing.charge")
     def charge() -> None:  # pragma: no cover - never run
         return None
 
     try:
-        yield app
+        yield "billing.charge"
     finally:
-        previous.set_current()
+        app.tasks.pop("billing.charge", None)
 
 
 @pytest.fixture
-def dramatiq_broker() -> Iterator[Any]:
-    import dramatiq
-    import dramatiq.broker
-    from dramatiq.brokers.stub import StubBroker
-
-    previous = dramatiq.broker.global_broker
-    broker = StubBroker()
-    dramatiq.set_broker(broker)
-    dramatiq.actor(lambda: None, actor_name="mailing.digest", broker=broker)
-    try:
-        yield broker
-    finally:
-        dramatiq.broker.global_broker = previous
+def allowed_tasks(monkeypatch: pytest.MonkeyPatch) -> tuple[str, ...]:
+    patterns = ("legacy.tasks.*", "ops.tasks.rotate_logs")
+    registry = get_registry()
+    monkeypatch.setattr(
+        registry, "settings", dataclasses.replace(registry.settings, allowed_tasks=patterns)
+    )
+    return patterns
 
 
 def offered(client: Client) -> list[str]:
@@ -63,39 +58,29 @@ def offered(client: Client) -> list[str]:
     return re.findall(r'<option value="([^"]*)">', datalist)
 
 
-def test_the_task_field_offers_every_known_task(
-    root: Client, store: Any, celery_app: Any, dramatiq_broker: Any
-) -> None:
+def _stored(store: Any, name: str, task: str) -> None:
     store.create(
-        Schedule(
-            name="imported",
-            task="legacy.tasks.cleanup",
-            trigger=IntervalTrigger("1h"),
-            source=Source.CELERY,
-        )
+        Schedule(name=name, task=task, trigger=IntervalTrigger("1h"), source=Source.CELERY)
     )
+
+
+def test_the_task_field_offers_every_known_task(
+    root: Client, store: Any, celery_task: str, allowed_tasks: tuple[str, ...]
+) -> None:
+    _stored(store, "imported", "legacy.tasks.cleanup")  # allowed by a pattern
+    _stored(store, "sneaked-in", "os.system")  # written with SQL, say: never offered
     tasks = offered(root)
     assert tasks == sorted(tasks)
     assert {
         "tests.django.project.reports.tasks.generate_report",  # declared in code
-        "tests.django.project.reports.tasks.immediate_report",  # a Django Task of an app
+        "tests.django.project.reports.tasks.immediate_report",  # an installed app's Django Task
         "tests.django.project.mail.tasks.send_email",
-        "legacy.tasks.cleanup",  # a stored schedule's
-        "billing.charge",  # registered with the Celery app
-        "mailing.digest",  # declared on the Dramatiq broker
+        celery_task,  # registered with the Celery app
+        "legacy.tasks.cleanup",  # a stored schedule's, allowed by allowed_tasks
+        "ops.tasks.rotate_logs",  # a plain name in allowed_tasks
     } <= set(tasks)
-    assert not [t for t in tasks if t.startswith("celery.")]  # Celery's own built-ins
+    assert "os.system" not in tasks
+    assert "legacy.tasks.*" not in tasks  # a pattern is not a task
     assert "tests.django.project.reports.tasks._trace" not in tasks  # a helper, not a task
-
-
-def test_an_allow_list_narrows_what_is_offered(
-    root: Client, store: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from goatbeat.django import known_tasks
-
-    monkeypatch.setattr(
-        known_tasks,
-        "allowed_patterns",
-        lambda: ["tests.django.project.mail.*", "ops.tasks.rotate_logs"],
-    )
-    assert offered(root) == ["ops.tasks.rotate_logs", "tests.django.project.mail.tasks.send_email"]
+    allow = get_registry().task_allow_list()
+    assert all(allow.allows(task) for task in tasks)  # nothing offered is refused on save

@@ -124,3 +124,38 @@ def test_django_celery_beat_tables_via_the_command(
 def test_no_source_is_a_usage_error(db: str) -> None:
     code, out = run("import_celery_beat", "--database", db)
     assert code == 2 and "nothing to import" in out
+
+
+def test_imported_tasks_outside_the_apps_allow_list_are_failed_lines(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The goatbeat app allows "reports.*" only (its inline backend registers nothing): the
+    # celery app's "ping" schedules are refused, "daily-report" is imported.
+    module = tmp_path / "gb_allow_app.py"
+    module.write_text(
+        "from goatbeat.beat import Beat\n"
+        f"beat = Beat({db!r}, settings={{'allowed_tasks': ['reports.*']}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = run(
+        "--app",
+        "gb_allow_app:beat",
+        "import_celery_beat",
+        "--from-app",
+        "tests.importers.celery_app:app",
+        "--database",
+        db,
+    )
+    assert code == 1
+    assert "create  daily-report" in out
+    for name in ("ping-5m", "ping-30s", "sunset"):
+        assert f"FAILED  {name}: task: 'ping' is not a known task" in out
+    names = names_in(db)
+    assert "daily-report" in names and not names & {"ping-5m", "ping-30s", "sunset"}
+
+
+def test_without_an_app_the_import_says_tasks_were_not_checked(db: str) -> None:
+    code, out = run(
+        "import_celery_beat", "--from-app", "tests.importers.celery_app:app", "--database", db
+    )
+    assert "tasks not checked against an allow-list" in out

@@ -437,3 +437,40 @@ def test_a_broken_django_project_is_one_line(monkeypatch):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("goatbeat: error: ")
     assert "Django" in lines[0]
+
+
+BROKER_DOWN_APP = """
+    from goatbeat.beat import Beat
+    from goatbeat.core.errors import RetryableSubmitError
+    from tests.doubles import AcceptingSubmitter
+
+    class BrokerDown(AcceptingSubmitter):
+        name = "broker-down"
+
+        def submit(self, occurrence):
+            raise RetryableSubmitError("Connection refused")
+
+    beat = Beat("{db}", submitter=BrokerDown())
+    beat.schedule(name="now", task="tasks.now", every="1h", misfire_grace="0s")
+"""
+
+
+def test_max_submit_retries_is_a_scheduler_option(app_dir, db):
+    spec = write_app(app_dir, BROKER_DOWN_APP.replace("{db}", db))
+    assert invoke("--app", spec, "publish").exit_code == 0  # `schedule run` never publishes
+    assert invoke("--app", spec, "schedule", "run", "now").exit_code == 0
+    # The manual run's grace (0 s) is over: the retries left decide.
+    result = invoke("--app", spec, "scheduler", "--once", "--max-submit-retries", "0")
+    assert result.exit_code == 0, result.output
+    assert '"failed": 1' in result.output and '"missed": 1' in result.output
+    assert invoke("--app", spec, "schedule", "run", "now").exit_code == 0
+    result = invoke("--app", spec, "scheduler", "--once", "--max-submit-retries", "3")
+    assert '"retrying": 1' in result.output and '"failed"' not in result.output
+
+
+def test_an_invalid_max_submit_retries_is_one_line_naming_it(app_dir, db):
+    spec = write_app(app_dir, APP)
+    result = invoke(
+        "--app", spec, "--database", db, "scheduler", "--once", "--max-submit-retries", "-1"
+    )
+    assert_one_line_error(result, "max_submit_retries: -1 is out of range 0..1000")

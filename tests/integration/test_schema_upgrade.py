@@ -1,13 +1,15 @@
 """Upgrading a populated older database keeps every schedule on its phase.
 
 A release's schema is the current one minus the versions it did not have yet, so the database
-is built with today's store (interval, cron and manual runs, executions in every state), then
-taken back to version 1 or 2 by the reverse of each later version, exactly as those releases
-left it: their columns and tables, nothing else. ``migrate()`` then applies what is missing.
-Nothing of the older versions changes, and claims afterwards land on the instants the
-schedules' phases give, with no repeat and no gap. Version 4 adds
-``goatbeat_schedule.published_fingerprint``: rows published before it have none, the first
-publish records it, and only then is an edit made in the admin told apart from an import.
+is built with today's store (interval, cron and manual runs, executions in every state, one
+left ``claimed`` after a failed submission), then taken back to version 1, 2 or 3 by the
+reverse of each later version, exactly as those releases left it: their columns and tables,
+nothing else. ``migrate()`` then applies what is missing. Nothing of the older versions
+changes, and claims afterwards land on the instants the schedules' phases give, with no repeat
+and no gap. Version 3 adds ``goatbeat_schedule.published_fingerprint``: rows published before
+it have none, the first publish records it, and only then is an edit made in the admin told
+apart from an import. Version 4 adds ``goatbeat_execution.retry_at``: a row that failed before
+it has none, so it is due at once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import pytest
 from goatbeat.core.model import SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
-from goatbeat.stores import open_store
+from goatbeat.stores import open_store, schema
 from goatbeat.stores.postgres import PostgresStore
 from goatbeat.stores.sqlite import SQLiteStore
 from tests.conformance.helpers import claim_all, hourly, keys
@@ -32,6 +34,10 @@ T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 
 # The reverse of each version after 1, newest first (the Django app's reverse SQL says the same).
 _REVERSE = {
+    4: [
+        "ALTER TABLE goatbeat_execution DROP COLUMN retry_at",
+        "DELETE FROM goatbeat_schema_version WHERE version = 4",
+    ],
     3: [
         "ALTER TABLE goatbeat_schedule DROP COLUMN published_fingerprint",
         "DELETE FROM goatbeat_schema_version WHERE version = 3",
@@ -84,7 +90,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2])
+@pytest.mark.parametrize("previous", [1, 2, 3])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -103,7 +109,8 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         first = _claim_minute_by_minute(store, grant, T0, T0 + timedelta(hours=1))
         assert first  # executions exist: some submitted, one failed for good, one left claimed
         store.record_outcomes(
-            [SubmitOutcome(execution_id=o.execution_id, ok=True) for o in first[:-2]]
+            [SubmitOutcome(execution_id=o.execution_id, ok=True) for o in first[:-3]]
+            + [SubmitOutcome(execution_id=first[-3].execution_id, ok=False, error="down")]
             + [SubmitOutcome(execution_id=first[-2].execution_id, ok=False, error="x", final=True)]
         )
         store.request_run("hourly", now=T0 + timedelta(minutes=61))
@@ -112,19 +119,23 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     finally:
         store.close()
     _back_to(database, previous)
-    assert "published_fingerprint" not in _columns(database)
+    assert ("published_fingerprint" in _columns(database)) == (previous >= 3)
 
     store = open_store(database)
     try:
         assert store.info()["schema_version"] == previous
         store.migrate()
 
-        assert store.info()["schema_version"] == 3
+        assert store.info()["schema_version"] == schema.latest_version("postgres")
         assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
         assert "published_fingerprint" in _columns(database)
         assert _everything(store) == before
-        # Rows published before version 3 carry no fingerprint: no edit can be claimed yet.
-        assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == set()
+        # The row that failed before the upgrade is due at once; nothing is backing off.
+        assert first[-3].execution_id in {p.execution_id for p in store.pending(limit=100)}
+        assert store.next_retry_at() is None
+        if previous < 3:
+            # Rows published before version 3 carry no fingerprint: no edit can be claimed yet.
+            assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == set()
         grant = store.acquire_lease("scheduler", "new", timedelta(minutes=5))
         assert grant is not None
         later = _claim_minute_by_minute(

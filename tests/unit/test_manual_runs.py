@@ -65,6 +65,7 @@ def test_a_run_now_retried_by_the_next_leader_keeps_its_claim() -> None:
     first_run = first.run_once()
     assert first_run.retrying == 1
     assert first.release()
+    clock.advance(2)  # past its backoff, which the row keeps across leaders
 
     second = _scheduler(store, clock, "leader-b")
     result = second.run_once()

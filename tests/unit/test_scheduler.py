@@ -214,11 +214,11 @@ def test_lateness_is_judged_by_the_stores_clock_not_a_skewed_host(store, submitt
 # -- submit failures ---------------------------------------------------------------------------
 
 
-def test_retryable_failures_back_off_exponentially_then_become_submit_failed(
+def test_retryable_failures_back_off_exponentially_then_become_submit_failed_past_the_grace(
     store, submitter, clock, caplog
 ):
     caplog.set_level(logging.INFO, logger="goatbeat")
-    store.publish([every("a", 100)])
+    store.publish([every("a", 100, misfire_grace=timedelta(0))])
     sched = make(store, submitter, clock, max_submit_retries=2)
     sched.run_once()
     submitter.failures = [RetryableSubmitError("broker down")] * 3
@@ -246,8 +246,10 @@ def test_retryable_failures_back_off_exponentially_then_become_submit_failed(
     assert statuses(store)[key] == (ExecutionStatus.SUBMIT_FAILED, 3)
     execution = store.executions(name="a")[0]
     assert execution.error is not None and "broker down" in execution.error
-    failed = [r for r in caplog.records if r.getMessage() == "occurrence.submit_failed"]
+    # Its grace (0 s) had run out: it is missed, and counted so.
+    failed = [r for r in caplog.records if r.getMessage() == "occurrence.missed"]
     assert [r.goatbeat["idempotency_key"] for r in failed] == [key]  # type: ignore[attr-defined]
+    assert store.get("a").missed_count == 1 and third.missed == 1
 
     clock.advance(60)
     assert sched.run_once().submitted == 0  # given up: never submitted again
@@ -255,7 +257,7 @@ def test_retryable_failures_back_off_exponentially_then_become_submit_failed(
 
 
 def test_an_unexpected_exception_is_retried_like_a_retryable_error(store, submitter, clock):
-    store.publish([every("a", 100)])
+    store.publish([every("a", 100, misfire_grace=timedelta(0))])
     sched = make(store, submitter, clock)
     sched.run_once()
     submitter.failures = [ConnectionResetError("reset by peer")]
@@ -268,7 +270,7 @@ def test_an_unexpected_exception_is_retried_like_a_retryable_error(store, submit
 
 
 def test_permanent_error_is_final_at_once(store, submitter, clock):
-    store.publish([every("a", 100)])
+    store.publish([every("a", 100, misfire_grace=timedelta(0))])
     sched = make(store, submitter, clock, max_submit_retries=5)
     sched.run_once()
     submitter.failures = [PermanentSubmitError("unknown task")]
@@ -278,8 +280,8 @@ def test_permanent_error_is_final_at_once(store, submitter, clock):
     assert statuses(store) == {"a:2026-03-01T12:01:40Z": (ExecutionStatus.SUBMIT_FAILED, 1)}
 
 
-def test_zero_retries_makes_the_first_failure_final(store, submitter, clock):
-    store.publish([every("a", 100)])
+def test_zero_retries_and_no_grace_make_the_first_failure_final(store, submitter, clock):
+    store.publish([every("a", 100, misfire_grace=timedelta(0))])
     sched = make(store, submitter, clock, max_submit_retries=0)
     sched.run_once()
     submitter.failures = [RetryableSubmitError("timeout")]
@@ -342,7 +344,7 @@ def test_a_full_page_backing_off_does_not_hold_back_the_rows_after_it(store, sub
     assert statuses(store)[manual.idempotency_key][0] is ExecutionStatus.SUBMITTED
 
 
-def test_becoming_leader_resubmits_even_rows_waiting_for_a_retry(store, submitter, clock):
+def test_a_new_reign_resubmits_a_row_whose_retry_is_due(store, submitter, clock):
     store.publish([every("a", 100)])
     sched = make(store, submitter, clock)
     sched.run_once()

@@ -15,7 +15,7 @@ import pytest
 from goatbeat.core.clock import FakeClock
 from goatbeat.core.errors import PermanentSubmitError, RetryableSubmitError
 from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, Routing, SubmitOutcome
-from goatbeat.core.submission import Backoff, Submission, retry_delay
+from goatbeat.core.submission import Submission, retry_delay
 from goatbeat.core.submit import SUBMIT_MANY_CHUNK
 from tests.doubles import AcceptingSubmitter
 
@@ -146,25 +146,21 @@ def test_a_failure_is_final_when_permanent_or_out_of_attempts_and_held_back_othe
     assert outcomes[0].error == "PermanentSubmitError: no task for 1"
     assert outcomes[3].backend_task_id == "task-4"
     assert (counts.submitted, counts.retrying, counts.failed) == (1, 1, 2)
-    # Only the retried row waits, for retry_delay(1) on the monotonic clock.
-    assert submission.backoff.waiting() == [2]
-    assert submission.backoff.next_retry_in() == pytest.approx(retry_delay(1))
-    clock.advance(retry_delay(1))
-    assert submission.backoff.waiting() == []
+    # Only the retried row waits, for retry_delay(1): the store keeps it out of pending()
+    # until then (without a misfire grace, the count alone decides).
+    assert [o.retry_in for o in outcomes] == [None, retry_delay(1), None, None]
 
 
-def test_a_retry_that_goes_through_leaves_the_backoff_and_is_not_called_a_resubmission(
+def test_a_retry_that_goes_through_is_not_called_a_resubmission(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="goatbeat")
     submitter = ScriptedSubmitter([])
     submission, _store, _clock = make(submitter)
-    submission.backoff.hold(5, attempts=1)
 
     counts = submission.submit([occurrence(5, attempts=1), occurrence(6)], GRANT, pending=True)
 
     assert (counts.submitted, counts.resubmitted) == (2, 2)
-    assert len(submission.backoff) == 0
     # Row 6 was left claimed by a crash or another leader: that one is worth a record.
     resubmitted = [r for r in caplog.records if r.getMessage() == "occurrence.resubmitted"]
     assert [r.goatbeat["schedule"] for r in resubmitted] == ["s006"]  # type: ignore[attr-defined]
@@ -273,18 +269,3 @@ def test_a_batch_sent_in_the_background_is_recorded_by_the_next_submit_call() ->
 def test_a_submitter_without_concurrent_submits_is_never_threaded() -> None:
     submission, _store, _clock = make(ScriptedSubmitter([]))
     assert not submission.threaded
-
-
-def test_backoff_answers_the_earliest_retry_and_forgets_what_is_released() -> None:
-    clock = FakeClock(START)
-    backoff = Backoff(clock)
-    assert backoff.next_retry_in() is None
-    assert backoff.hold(1, attempts=3) == 4.0
-    assert backoff.hold(2, attempts=1) == 1.0
-    assert backoff.next_retry_in() == 1.0
-    clock.advance(1.5)
-    assert backoff.waiting() == [1]
-    assert backoff.next_retry_in() == pytest.approx(-0.5)  # overdue: the loop wakes at once
-    assert backoff.release(2) and not backoff.release(2)
-    backoff.clear()
-    assert len(backoff) == 0

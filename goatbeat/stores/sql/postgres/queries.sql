@@ -219,21 +219,28 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id, idempotency_key;
 
 -- name: pending
+-- Rows backing off from a failed submission (retry_at in the future) wait for their turn.
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
        e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
-       s.routing_key, s.priority, s.expires, s.headers
+       s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
 WHERE e.status = 'claimed' AND e.id <> ALL(%(exclude)s::bigint[])
+  AND (e.retry_at IS NULL OR e.retry_at <= now())
 ORDER BY e.claimed_at, e.id
 LIMIT %(limit)s;
 
+-- name: next_retry_at
+SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
+
 -- name: record_outcomes
--- Only rows still 'claimed' change; the schedules get the status of their latest occurrence.
+-- Only rows still 'claimed' change; the schedules get the status of their latest occurrence
+-- ('missed' for one whose grace ran out) and count the missed ones.
 WITH o AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
+                         %(missed)b::boolean[], %(retry_in)b::float8[],
                          %(backend_task_ids)b::text[], %(errors)b::text[])
-             AS o(id, ok, final, backend_task_id, error)
+             AS o(id, ok, final, missed, retry_in, backend_task_id, error)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
         status = CASE WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
@@ -241,15 +248,27 @@ WITH o AS (
         submitted_at = CASE WHEN o.ok THEN now() ELSE e.submitted_at END,
         backend_task_id = CASE WHEN o.ok THEN o.backend_task_id ELSE e.backend_task_id END,
         error = CASE WHEN o.ok THEN NULL ELSE o.error END,
-        attempts = e.attempts + 1
+        attempts = e.attempts + 1,
+        retry_at = CASE WHEN o.ok OR o.final OR o.retry_in IS NULL THEN NULL
+                        ELSE now() + make_interval(secs => o.retry_in) END
     FROM o
     WHERE e.id = o.id AND e.status = 'claimed'
-    RETURNING e.schedule_id, e.scheduled_at, e.status
+    RETURNING e.schedule_id, e.scheduled_at,
+              CASE WHEN o.final AND o.missed AND NOT o.ok THEN 'missed' ELSE e.status END
+                  AS status,
+              (o.final AND o.missed AND NOT o.ok) AS missed
+), latest AS (
+    SELECT DISTINCT ON (schedule_id) schedule_id, status
+    FROM changed WHERE schedule_id IS NOT NULL
+    ORDER BY schedule_id, scheduled_at DESC
+), counts AS (
+    SELECT schedule_id, count(*) FILTER (WHERE missed) AS missed
+    FROM changed WHERE schedule_id IS NOT NULL GROUP BY schedule_id
 )
-UPDATE goatbeat_schedule AS s SET last_status = latest.status
-FROM (SELECT DISTINCT ON (schedule_id) schedule_id, status
-      FROM changed WHERE schedule_id IS NOT NULL
-      ORDER BY schedule_id, scheduled_at DESC) AS latest
+UPDATE goatbeat_schedule AS s SET
+    last_status = latest.status,
+    missed_count = s.missed_count + counts.missed
+FROM latest JOIN counts USING (schedule_id)
 WHERE s.id = latest.schedule_id;
 
 -- name: claim_manual_runs
@@ -280,6 +299,28 @@ WITH lease AS (
     RETURNING s.id
 )
 SELECT id FROM claimed;
+
+-- name: refuse
+-- Only while the row still names the refused task: an edit that fixed it wins. A row not
+-- declared in code leaves scheduling (once); a code row keeps its next run.
+WITH target AS (
+    SELECT id, source <> 'code' AND (next_run_at IS NOT NULL
+                                      OR last_status IS DISTINCT FROM 'refused') AS park
+    FROM goatbeat_schedule WHERE id = %(id)s AND task = %(task)s
+    FOR UPDATE
+), marked AS (
+    UPDATE goatbeat_schedule AS s SET
+        last_status = 'refused',
+        next_run_at = CASE WHEN target.park THEN NULL ELSE s.next_run_at END,
+        version = CASE WHEN target.park THEN s.version + 1 ELSE s.version END,
+        updated_at = CASE WHEN target.park THEN now() ELSE s.updated_at END
+    FROM target WHERE s.id = target.id
+), ended AS (
+    UPDATE goatbeat_execution AS e SET status = 'submit_failed', error = %(reason)s,
+        retry_at = NULL
+    FROM target WHERE e.schedule_id = target.id AND e.status = 'claimed'
+)
+SELECT count(*) AS matched FROM target;
 
 -- name: record_finished
 WITH changed AS (

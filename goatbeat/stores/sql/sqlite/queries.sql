@@ -151,14 +151,19 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING id;
 
 -- name: pending
+-- Rows backing off from a failed submission (retry_at in the future) wait for their turn.
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
        e.kind, e.fencing_token, e.attempts, s.task, s.args, s.kwargs, s.queue, s.exchange,
-       s.routing_key, s.priority, s.expires, s.headers
+       s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
 WHERE e.status = 'claimed' AND e.id NOT IN (SELECT value FROM json_each(:exclude))
+  AND (e.retry_at IS NULL OR e.retry_at <= :now)
 ORDER BY e.claimed_at, e.id
 LIMIT :limit;
+
+-- name: next_retry_at
+SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
 
 -- name: record_outcome
 UPDATE goatbeat_execution SET
@@ -166,7 +171,8 @@ UPDATE goatbeat_execution SET
     submitted_at = CASE WHEN :ok THEN :now ELSE submitted_at END,
     backend_task_id = CASE WHEN :ok THEN :backend_task_id ELSE backend_task_id END,
     error = CASE WHEN :ok THEN NULL ELSE :error END,
-    attempts = attempts + 1
+    attempts = attempts + 1,
+    retry_at = CASE WHEN :ok OR :final THEN NULL ELSE :retry_at END
 WHERE id = :id AND status = 'claimed'
 RETURNING schedule_id, scheduled_at, status;
 
@@ -187,7 +193,25 @@ UPDATE goatbeat_schedule SET
 WHERE id = :schedule_id;
 
 -- name: schedule_last_status
-UPDATE goatbeat_schedule SET last_status = :status WHERE id = :id;
+UPDATE goatbeat_schedule SET last_status = :status, missed_count = missed_count + :missed
+WHERE id = :id;
+
+-- name: refuse_target
+SELECT id, source <> 'code' AND (next_run_at IS NOT NULL OR last_status IS NOT 'refused') AS park
+FROM goatbeat_schedule WHERE id = :id AND task = :task;
+
+-- name: refuse
+-- A row not declared in code leaves scheduling (once); a code row keeps its next run.
+UPDATE goatbeat_schedule SET
+    last_status = 'refused',
+    next_run_at = CASE WHEN :park THEN NULL ELSE next_run_at END,
+    version = CASE WHEN :park THEN version + 1 ELSE version END,
+    updated_at = CASE WHEN :park THEN :now ELSE updated_at END
+WHERE id = :id;
+
+-- name: refuse_executions
+UPDATE goatbeat_execution SET status = 'submit_failed', error = :reason, retry_at = NULL
+WHERE schedule_id = :id AND status = 'claimed';
 
 -- name: record_finished
 UPDATE goatbeat_execution SET
