@@ -4,7 +4,9 @@
 ``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
 ``--no-publish``, then runs the loop until SIGTERM/SIGINT
 (graceful: the lease is released, exit 0); ``--once`` runs one iteration and prints its result
-as JSON. A database that is down at start-up is waited out, as a running replica would.
+as JSON. A database that is down at start-up is waited out, as a running replica would; one
+without goatbeat's tables (or with an older schema) is refused at once, saying which migrate
+command to run, rather than retried forever.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ from typing import Any
 
 import click
 
-from goatbeat.cli.context import BeatLike, open_app
-from goatbeat.cli.errors import OperationalError
+from goatbeat.cli.context import BeatLike, CliContext, cli_context, open_app
+from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
 from goatbeat.core.errors import StoreError
 from goatbeat.core.observability import log_event
+from goatbeat.stores import schema
 
-__all__ = ["migrate", "scheduler"]
+__all__ = ["migrate", "require_schema", "scheduler"]
 
 
 @click.command()
@@ -96,12 +99,14 @@ def scheduler(
     }
     with open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
+        obj = cli_context(ctx)
+        require_schema(app, obj)
         if no_publish:
             pass
         elif once:
             app.publish_at_start()
         else:
-            _publish_when_reachable(app)
+            _publish_when_reachable(app, obj)
         if once:
             try:
                 result = loop.run_once()
@@ -117,7 +122,35 @@ def scheduler(
         loop.run()
 
 
-def _publish_when_reachable(app: BeatLike) -> None:
+def require_schema(app: BeatLike, obj: CliContext) -> None:
+    """Refuse a database that has no goatbeat tables, or older ones, naming the command that
+    creates them: retrying would never help. An unreachable database passes (it is waited
+    out, as an outage is)."""
+    try:
+        info = app.store.info()
+    except StoreError:
+        return
+    kind = info.get("kind")
+    if kind not in ("postgres", "sqlite"):
+        return  # the memory store needs no tables
+    have = int(info.get("schema_version") or 0)
+    need = schema.latest_version(kind)
+    if have >= need:
+        return
+    where = f"{kind} {info.get('database') or ''}".strip()
+    state = (
+        f"goatbeat's tables are missing from {where}"
+        if have == 0
+        else f"goatbeat's tables in {where} are at schema version {have}, this release needs {need}"
+    )
+    if obj.django:
+        how = "run `python manage.py migrate` first"
+    else:
+        how = "run `goatbeat migrate` first, with the same --app and --database"
+    raise UserError(f"{state}: {how}")
+
+
+def _publish_when_reachable(app: BeatLike, obj: CliContext) -> None:
     """Publish code schedules, waiting out a database that is down at start-up (a replica
     restarted during an outage must back off like a running one, not exit)."""
     delay = 0.5
@@ -126,6 +159,7 @@ def _publish_when_reachable(app: BeatLike) -> None:
             app.publish_at_start()
             return
         except StoreError as exc:
+            require_schema(app, obj)  # back, but without the tables: say so and stop
             log_event(
                 "scheduler.error",
                 level=logging.WARNING,

@@ -182,6 +182,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._leader_token: int | None = None
         self._standby_logged = False
+        self._standby_iterations = 0
         # (local monotonic, store clock) read together: when a claimed occurrence is due here.
         self._store_ref: tuple[float, datetime] | None = None
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
@@ -332,6 +333,7 @@ class Scheduler:
                     became_leader = True
                     self._leader_token = grant.token
                     self._standby_logged = False
+                    self._standby_iterations = 0
                     # Rows another reign left backing off: wake for their retries.
                     self._retries_possible = True
                 else:
@@ -381,7 +383,17 @@ class Scheduler:
 
     def _on_standby(self) -> None:
         self._leader_token = None
+        self._standby_iterations += 1
         if self._standby_logged:
+            # A heartbeat: at DEBUG an operator sees the standby is alive and still trying.
+            log_event(
+                "lease.standby",
+                level=logging.DEBUG,
+                scheduler_id=self.scheduler_id,
+                lease=self.lease.name,
+                heartbeat=True,
+                iterations=self._standby_iterations,
+            )
             return
         self._standby_logged = True
         holder: str | None = None

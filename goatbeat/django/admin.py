@@ -27,11 +27,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.core.store import FieldChange
+from goatbeat.core.triggers import trigger_from_spec
 from goatbeat.django.forms import (
     ROUTING_FIELDS,
     EnabledOnlyForm,
@@ -41,6 +44,7 @@ from goatbeat.django.forms import (
 )
 from goatbeat.django.models import Execution as ExecutionRow
 from goatbeat.django.models import Schedule as ScheduleRow
+from goatbeat.django.words import instant, shows_seconds
 
 __all__ = ["ScheduleAdmin", "ExecutionAdmin", "UPCOMING_COUNT", "RECENT_EXECUTIONS"]
 
@@ -67,6 +71,40 @@ def _declared() -> set[str]:
     from goatbeat.django.registry import get_registry
 
     return set(get_registry().names())
+
+
+def _declaration_problems() -> list[str]:
+    """What discovery found wrong in the project's ``schedules.py`` files."""
+    from goatbeat.django.registry import get_registry
+
+    return list(get_registry().problems)
+
+
+def _in_current_zone(label: str) -> Any:
+    """A column header naming the time zone its times are shown in (the current one, which
+    Django activates per request: TIME_ZONE unless the project activates another)."""
+    return lazy(lambda: f"{label} ({timezone.get_current_timezone_name()})", str)()
+
+
+def _local(value: datetime | None, seconds: bool) -> str:
+    if value is None:
+        return "-"
+    local: datetime = timezone.localtime(value)
+    return local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def _seconds(obj: Any) -> bool:
+    """Whether the schedule's times need their seconds (it fires off whole minutes)."""
+    try:
+        return shows_seconds(trigger_from_spec(obj.trigger))
+    except (InvalidValue, TypeError, ValueError):
+        return True  # a damaged trigger: show everything
+
+
+def _execution_time(execution: ExecutionRow, value: datetime | None) -> str:
+    schedule = execution.schedule
+    zone = schedule.timezone if schedule is not None else "UTC"
+    return instant(value, zone, seconds=True)
 
 
 def _history(changes: Sequence[FieldChange]) -> str:
@@ -97,14 +135,14 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
     fk_name = "schedule"
     verbose_name_plural = f"Recent executions (latest {RECENT_EXECUTIONS})"
     fields = (
-        "scheduled_at",
+        "scheduled",
         "kind",
         "status",
         "attempts",
         "retry_at",
         "scheduler_id",
-        "submitted_at",
-        "finished_at",
+        "submitted",
+        "finished",
         "error",
     )
     readonly_fields = fields
@@ -114,8 +152,22 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
     show_change_link = True
     ordering = ("-scheduled_at",)
 
+    # Each time in the schedule's zone and in UTC, as on the rest of the schedule's page.
+
+    @admin.display(description="scheduled at")  # type: ignore[untyped-decorator]
+    def scheduled(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.scheduled_at)
+
+    @admin.display(description="submitted at")  # type: ignore[untyped-decorator]
+    def submitted(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.submitted_at)
+
+    @admin.display(description="finished at")  # type: ignore[untyped-decorator]
+    def finished(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.finished_at)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        qs = super().get_queryset(request).using(_alias())
+        qs = super().get_queryset(request).using(_alias()).select_related("schedule")
         # A slice cannot be filtered by the formset; a subquery of the latest ids can.
         latest = qs.order_by("-scheduled_at").values("pk")[:RECENT_EXECUTIONS]
         return qs.filter(pk__in=latest)
@@ -137,9 +189,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "source_label",
         "trigger_description",
         "enabled",
-        "next_run_at",
+        "next_run",
         "last_status",
-        "last_run_at",
+        "last_run",
         "missed_count",
         "damage",
     )
@@ -154,15 +206,15 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     _state_fields = (
         "damage",
         "source",
-        "next_run_at",
-        "last_run_at",
+        "next_run_zoned",
+        "last_run_zoned",
         "last_status",
         "total_run_count",
         "missed_count",
         "version",
         "upcoming",
-        "created_at",
-        "updated_at",
+        "created_zoned",
+        "updated_zoned",
     )
     _code_fields = (
         "name",
@@ -189,14 +241,54 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     class Media:
         js = ("goatbeat/trigger_kind.js",)
+        css = {"all": ("goatbeat/admin.css",)}
 
     @admin.display(description="trigger")  # type: ignore[untyped-decorator]
     def trigger_description(self, obj: ScheduleRow) -> str:
-        return describe_trigger(obj.trigger)
+        words = describe_trigger(obj.trigger, obj.timezone)
+        # "At 09:00 (cron 0 9 * * *, Europe/Paris)": the words, then what they describe, small.
+        said, paren, detail = words.partition(" (cron ")
+        if not paren:
+            said, paren, detail = words.partition(" (celery crontab ")
+        if not paren:
+            return words
+        return format_html(  # type: ignore[no-any-return]
+            '{}<br><small class="goatbeat-expression">{}{}</small>',
+            said,
+            paren.strip(" ("),
+            " " + detail.removesuffix(")"),
+        )
 
     @admin.display(description="current trigger")  # type: ignore[untyped-decorator]
     def current_trigger(self, obj: ScheduleRow) -> str:
-        return trigger_in_words(obj.trigger)
+        return trigger_in_words(obj.trigger, obj.timezone)
+
+    # Times: in the list, in the current time zone, which the column header names; on the
+    # schedule's page, in the schedule's zone and in UTC. Seconds where it fires off minutes.
+
+    @admin.display(description=_in_current_zone("next run"), ordering="next_run_at")  # type: ignore[untyped-decorator]
+    def next_run(self, obj: ScheduleRow) -> str:
+        return _local(obj.next_run_at, _seconds(obj))
+
+    @admin.display(description=_in_current_zone("last run"), ordering="last_run_at")  # type: ignore[untyped-decorator]
+    def last_run(self, obj: ScheduleRow) -> str:
+        return _local(obj.last_run_at, _seconds(obj))
+
+    @admin.display(description="next run at")  # type: ignore[untyped-decorator]
+    def next_run_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.next_run_at, obj.timezone, seconds=_seconds(obj))
+
+    @admin.display(description="last run at")  # type: ignore[untyped-decorator]
+    def last_run_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.last_run_at, obj.timezone, seconds=_seconds(obj))
+
+    @admin.display(description="created at")  # type: ignore[untyped-decorator]
+    def created_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.created_at, obj.timezone, seconds=True)
+
+    @admin.display(description="updated at")  # type: ignore[untyped-decorator]
+    def updated_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.updated_at, obj.timezone, seconds=True)
 
     @admin.display(description="source", ordering="source")  # type: ignore[untyped-decorator]
     def source_label(self, obj: ScheduleRow) -> str:
@@ -251,19 +343,12 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         times = schedule.next_fire_times(UPCOMING_COUNT, datetime.now(UTC))
         if not times:
             return "never fires again"
-        zone = schedule.timezone
-        from goatbeat.core.timeutil import get_zone
-
-        tz = get_zone(zone)
         return format_html(  # type: ignore[no-any-return]
             '<ol class="goatbeat-upcoming">{}</ol>',
             format_html_join(
                 "",
                 "<li><time datetime='{}'>{}</time></li>",
-                (
-                    (t.isoformat(), t.astimezone(tz).strftime(f"%Y-%m-%d %H:%M:%S ({zone})"))
-                    for t in times
-                ),
+                ((t.isoformat(), instant(t, schedule.timezone, seconds=True)) for t in times),
             ),
         )
 
@@ -272,8 +357,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return obj is not None and obj.pk is not None and obj.source == Source.CODE.value
 
     def is_orphaned(self, obj: ScheduleRow | None) -> bool:
-        """A code schedule this project's code no longer declares."""
+        """A code schedule this project's code no longer declares (never said while a
+        schedules.py is broken: what it would have declared is unknown)."""
+        if _declaration_problems():
+            return False
         return self.is_code(obj) and obj is not None and obj.name not in _declared()
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        problems = _declaration_problems()
+        if problems and request.method == "GET":
+            self.message_user(
+                request,
+                f"The project's schedules.py files have {len(problems)} problem(s); code "
+                "schedules are not published and the scheduler does not start until they are "
+                "fixed (manage.py check lists them): " + "; ".join(problems),
+                level=messages.ERROR,
+            )
+        return super().changelist_view(request, extra_context)
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any

@@ -31,6 +31,7 @@ OPTIONAL = (
     "ephem",
     "croniter",
     "cronsim",
+    "cron_descriptor",
 )
 
 
