@@ -21,13 +21,19 @@ from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.stores import open_store
 from goatbeat.stores.postgres import ConnectionProvider, PostgresStore
-from goatbeat.stores.schema import postgres_migration_sql, queries
+from goatbeat.stores.schema import (
+    latest_version,
+    migration_versions,
+    postgres_migration_sql,
+    queries,
+)
 
 pytestmark = pytest.mark.postgres
 
 T0 = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 SKEW = timedelta(hours=5)
+_VERSIONS = [(v,) for v in migration_versions("postgres")]
 
 
 def hourly(name: str) -> Schedule:
@@ -254,8 +260,8 @@ def test_migrate_twice_is_a_no_op_and_records_the_version(pg_dsn: str) -> None:
 
         assert _schema(pg_dsn) == schema
         assert _rows(pg_dsn, "SELECT version, applied_at FROM goatbeat_schema_version") == versions
-        assert [v for v, _ in versions] == [1, 2, 3]
-        assert store.info()["schema_version"] == 3
+        assert [(v,) for v, _ in versions] == _VERSIONS
+        assert store.info()["schema_version"] == latest_version("postgres")
         assert {r[0] for r in schema} >= {
             "goatbeat_schedule",
             "goatbeat_execution",
@@ -275,7 +281,7 @@ def test_migration_sql_run_by_hand_builds_what_migrate_builds(
 
     by_hand = create_database(postgres_server)
     try:
-        for version in (1, 2, 3):
+        for version in migration_versions("postgres"):
             with psycopg.connect(by_hand) as conn:  # a transaction, as Django's migration has
                 conn.execute(postgres_migration_sql(version))
         store = PostgresStore(pg_dsn)
@@ -283,10 +289,10 @@ def test_migration_sql_run_by_hand_builds_what_migrate_builds(
         store.close()
 
         assert _schema(by_hand) == _schema(pg_dsn)
-        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (3,)]
+        assert _rows(by_hand, "SELECT version FROM goatbeat_schema_version") == _VERSIONS
         again = PostgresStore(by_hand)
         again.migrate()  # recorded: nothing to do, and no error from re-creating tables
-        assert again.info()["schema_version"] == 3
+        assert again.info()["schema_version"] == latest_version("postgres")
         again.close()
     finally:
         drop_database(postgres_server, by_hand)
@@ -310,7 +316,7 @@ def test_concurrent_migrations_serialise(pg_dsn: str) -> None:
     for t in threads:
         t.join(60)
     assert errors == []
-    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(1,), (2,), (3,)]
+    assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == _VERSIONS
 
 
 def test_due_query_can_walk_the_partial_index(pg_dsn: str, stores: list[PostgresStore]) -> None:
