@@ -8,6 +8,7 @@ default silently.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from collections.abc import Callable, Mapping
@@ -54,6 +55,18 @@ class Settings:
     the code no longer declares (as ``schedule prune``). Off by default: during a rolling
     deploy an old replica that restarts would disable the schedules only the new code
     declares."""
+    # Operations (docs/operations.md).
+    alert_hook: str | None = None
+    """Dotted path of a callable the leading scheduler calls with each
+    :class:`~goatbeat.core.alerts.Alert` (``"myproj.alerts:page"``), from a thread of its own."""
+    alert_webhook: str | None = None
+    """An http(s) URL the leading scheduler POSTs each alert to, as JSON."""
+    alert_after_failures: int = 3
+    """Alert when a schedule's workers report this many failures in a row."""
+    overdue_after: timedelta = timedelta(minutes=10)
+    """A schedule is overdue when its run due this long ago was not claimed, or (when its
+    workers report completions) has not succeeded: the alert and the
+    ``goatbeat_schedule_overdue`` metric."""
 
 
 KEYS = (
@@ -67,6 +80,10 @@ KEYS = (
     "max_submit_retries",
     "scheduler_id",
     "prune_on_publish",
+    "alert_hook",
+    "alert_webhook",
+    "alert_after_failures",
+    "overdue_after",
 )
 
 
@@ -116,6 +133,30 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
+def _dotted(key: str, value: Any) -> str | None:
+    # Only the spelling here: the core imports nothing; the app resolves it when it starts.
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DOTTED.fullmatch(value) or not {".", ":"} & set(value):
+        raise InvalidValue(
+            key, value, f"{short_repr(value)} is not a dotted path such as 'myproj.alerts:page'"
+        )
+    return value
+
+
+def _http_url(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise InvalidValue(key, value, f"{short_repr(value)} is not an http:// or https:// URL")
+    if len(value) > 2000 or any(c.isspace() for c in value):
+        raise InvalidValue(key, value, f"{short_repr(value)} is not a URL")
+    return value
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
+
+
 def _timezone(key: str, value: Any) -> str:
     get_zone(value, key)
     return str(value)
@@ -132,6 +173,10 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "max_submit_retries": _int_range(0, 1000),
     "scheduler_id": _text(255),
     "prune_on_publish": _flag,
+    "alert_hook": _dotted,
+    "alert_webhook": _http_url,
+    "alert_after_failures": _int_range(1, 1000),
+    "overdue_after": _duration(timedelta(seconds=1)),
 }
 
 

@@ -52,6 +52,11 @@ EVENTS = frozenset(
         "delivery.skipped",
         "delivery.error",
         "schedule.invalid",
+        "alert.sent",
+        "alert.failed",
+        "alert.dropped",
+        "metrics.serving",
+        "occurrence.started",
     }
 )
 
