@@ -1,5 +1,6 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
+``scheduler --metrics-port`` also serves Prometheus metrics (:mod:`goatbeat.metrics`).
 ``scheduler`` publishes the app's code schedules (logging what it changed, and with
 ``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
 ``--no-publish``, then runs the loop until SIGTERM/SIGINT
@@ -19,10 +20,11 @@ from typing import Any
 import click
 
 from goatbeat.cli.context import BeatLike, open_app
-from goatbeat.cli.errors import OperationalError
+from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
 from goatbeat.core.errors import StoreError
 from goatbeat.core.observability import log_event
+from goatbeat.core.scheduler import Scheduler
 
 __all__ = ["migrate", "scheduler"]
 
@@ -59,6 +61,23 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Do not publish code schedules at start (publish them as a release step instead, "
     "so a replica of an older release can never revert a definition).",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://ADDRESS:PORT/metrics (goatbeat[metrics]; "
+    "9464 is the usual port).",
+)
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, metavar="ADDRESS")
+@click.option(
+    "--metrics-schedules",
+    type=click.IntRange(0, 100_000),
+    default=500,
+    show_default=True,
+    metavar="N",
+    help="At most N schedules get per-schedule series (the overdue and failing first).",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -70,6 +89,9 @@ def scheduler(
     claim_ahead: str | None,
     batch_size: int | None,
     no_publish: bool,
+    metrics_port: int | None,
+    metrics_address: str,
+    metrics_schedules: int,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -86,6 +108,8 @@ def scheduler(
     }
     with open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
+        if metrics_port is not None:
+            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules)
         if no_publish:
             pass
         elif once:
@@ -97,6 +121,7 @@ def scheduler(
                 result = loop.run_once()
             finally:
                 loop.release()
+                loop.close()  # delivers the alerts it raised
             summary = {
                 k: v for k, v in dataclasses.asdict(result).items() if v not in (None, 0, False)
             }
@@ -105,6 +130,33 @@ def scheduler(
                 raise OperationalError(f"store error: {result.error}")
             return
         loop.run()
+
+
+def _serve_metrics(
+    loop: Scheduler, app: BeatLike, port: int, address: str, schedule_limit: int
+) -> None:
+    """Serve the Prometheus metrics of ``loop`` (see :mod:`goatbeat.metrics.prometheus`)."""
+    try:
+        from goatbeat.metrics.prometheus import PrometheusObserver, serve
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise UserError(
+            "--metrics-port needs prometheus_client: pip install 'goatbeat[metrics]'"
+        ) from None
+    observer = PrometheusObserver(
+        app.store,
+        scheduler_id=loop.scheduler_id,
+        lease_name=loop.lease.name,
+        overdue_after=loop.settings.overdue_after,
+        schedule_limit=schedule_limit,
+        version=loop.version,
+    )
+    try:
+        serve(observer, port, address)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot serve on {address}: {exc}") from None
+    loop.observe(observer)
 
 
 def _publish_when_reachable(app: BeatLike) -> None:

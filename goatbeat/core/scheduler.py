@@ -213,7 +213,7 @@ class Scheduler:
         self._beat: tuple[Role, int | None] | None = None
         self._beat_at: float | None = None
         self._hostname = socket.gethostname()
-        self._version = _version()
+        self.version = _version()
 
     # -- control --------------------------------------------------------------------------------
 
@@ -700,7 +700,7 @@ class Scheduler:
             fencing_token=state[1],
             hostname=self._hostname,
             pid=os.getpid(),
-            version=self._version,
+            version=self.version,
             ttl=self.settings.lease_ttl + self.settings.lease_renew_interval,
         )
         if self._best_effort("heartbeat", self.store.heartbeat, beat):
