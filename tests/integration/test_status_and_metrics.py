@@ -209,3 +209,51 @@ def test_metrics_on_a_port_in_use_is_one_line_exit_2(database: str) -> None:
         )  # fmt: skip
     assert result.exit_code == 2
     assert result.stderr.startswith(f"goatbeat: error: --metrics-port {port}: cannot serve")
+
+
+def test_schedule_list_and_show_tell_the_real_last_outcome(database: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from goatbeat.core.health import Outcome
+    from goatbeat.core.model import Schedule, SubmitOutcome
+    from goatbeat.core.triggers import IntervalTrigger
+    from goatbeat.stores import open_store
+
+    store = open_store(database)
+    try:
+        store.migrate()
+        store.publish(
+            [Schedule(name="nightly", task="jobs.nightly", trigger=IntervalTrigger("1d"))]
+        )
+        grant = store.acquire_lease("scheduler", "s1", timedelta(minutes=5))
+        assert grant is not None
+        base = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+        for n, error in enumerate(["RuntimeError: disk full", "RuntimeError: disk still full"]):
+            run = store.request_run("nightly", now=base + timedelta(minutes=n))
+            store.claim_manual_runs(grant, scheduler_id="s1", execution_ids=[run.id])
+            store.record_outcomes([SubmitOutcome(execution_id=run.id, ok=True)])
+            store.record_started(run.idempotency_key, worker="w-1:42")
+            store.record_completion(
+                run.idempotency_key, outcome=Outcome.FAILED, error=error, runtime=2.5
+            )
+    finally:
+        store.close()
+
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["--database", database, "schedule", "list", "--json"])
+    [item] = json.loads(listed.output)
+    assert (item["last_status"], item["consecutive_failures"]) == ("failed", 2)
+    assert item["last_failure_at"] is not None and item["last_success_at"] is None
+    table = runner.invoke(cli, ["--database", database, "schedule", "list"]).output
+    assert "failed (2 in a row)" in table
+
+    shown = runner.invoke(cli, ["--database", database, "schedule", "show", "nightly"]).output
+    assert "outcomes:   last success -, last failure " in shown
+    assert "2 failure(s) in a row" in shown
+    assert "2.50s" in shown and "RuntimeError: disk still full" in shown
+    data = json.loads(
+        runner.invoke(cli, ["--database", database, "schedule", "show", "nightly", "--json"]).output
+    )
+    latest = data["executions"][0]
+    assert (latest["status"], latest["runtime"], latest["worker"]) == ("failed", 2.5, "w-1:42")
+    assert latest["started_at"] is not None and data["consecutive_failures"] == 2
