@@ -98,3 +98,15 @@ def test_missed_runs_are_listed(client: Client, store: Any) -> None:
     )
     page = client.get(reverse("admin:goatbeat_miss_changelist")).content.decode()
     assert "daily-report" in page and ">4<" in page
+
+
+def test_manage_py_goatbeat_status_is_the_same_probe(store: Any) -> None:
+    from tests.django.conftest import manage
+
+    down = manage("goatbeat", "status", "--check")
+    assert down.returncode == 1, down.stderr
+    assert down.stdout == "goatbeat: unhealthy: no scheduler has ever held the lease\n"
+    assert store.acquire_lease("scheduler", "web-1:7:abc", timedelta(seconds=30)) is not None
+    up = manage("goatbeat", "status", "--json")
+    assert up.returncode == 0, up.stderr
+    assert '"holder": "web-1:7:abc"' in up.stdout and '"healthy": true' in up.stdout
