@@ -75,6 +75,11 @@ def report_completions(database: Target = None) -> Reporter:
             error = error_text(retval) if isinstance(retval, BaseException) else str(retval)
         reporter.finished(key, outcome, error=error, runtime=runtime)
 
-    signals.task_prerun.connect(prerun, weak=False, dispatch_uid="goatbeat.completion.prerun")
-    signals.task_postrun.connect(postrun, weak=False, dispatch_uid="goatbeat.completion.postrun")
+    for signal, receiver, uid in (
+        (signals.task_prerun, prerun, "goatbeat.completion.prerun"),
+        (signals.task_postrun, postrun, "goatbeat.completion.postrun"),
+    ):
+        # A receiver already connected under this uid would be kept: replace it.
+        signal.disconnect(dispatch_uid=uid)
+        signal.connect(receiver, weak=False, dispatch_uid=uid)
     return reporter
