@@ -4,6 +4,7 @@ never fails the task (the backends themselves: tests/e2e/test_completions.py).""
 from __future__ import annotations
 
 import logging
+import os
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -34,9 +35,7 @@ def test_reports_reach_the_execution_with_the_workers_name() -> None:
         "ValueError: bad",
         0.5,
     )
-    assert execution.worker is not None and execution.worker.endswith(
-        ":" + str(__import__("os").getpid())
-    )
+    assert execution.worker is not None and execution.worker.endswith(f":{os.getpid()}")
     assert not reporter.started(None)  # not goatbeat's message: nothing done
     assert not reporter.finished("", Outcome.SUCCEEDED)
 
