@@ -2,8 +2,9 @@
 miss or fail lately.
 
 One read of the database (:meth:`~goatbeat.core.store.ScheduleStore.status`, indexed: its
-cost follows what is due, not the number of schedules), judged by the database clock. A table
-by default, ``--json`` for scripts (the field names are a contract, as in
+cost follows what is due, not the number of schedules), judged by the database clock, and,
+except with ``--check``, the overdue and failing schedules
+(:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`). A table by default, ``--json`` for scripts (the field names are a contract, as in
 :mod:`goatbeat.cli.output`). ``--check`` is for probes: ONE line, exit 0 when a scheduler holds
 the lease and nothing due waited longer than ``--max-lag``, 1 otherwise
 (:func:`goatbeat.core.health.check`). Whatever the mode, exit 2 when the question cannot be
@@ -13,16 +14,16 @@ answered: a bad option, an app that cannot load, a database that cannot be read.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import click
 
-from goatbeat.cli.context import open_app
+from goatbeat.cli.context import BeatLike, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import iso, store_info, table
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import GoatbeatError, InvalidValue
-from goatbeat.core.health import STATUS_WINDOW, StatusSnapshot, check
+from goatbeat.core.health import STATUS_WINDOW, ScheduleHealth, StatusSnapshot, check
 
 __all__ = ["status"]
 
@@ -63,6 +64,7 @@ def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_n
         if probe:
             click.echo(f"goatbeat: {'ok' if verdict.ok else 'unhealthy'}: {verdict.reason}")
             ctx.exit(0 if verdict.ok else 1)
+        troubled = _troubled(app)
         if as_json:
             data = snapshot.to_dict()
             data.update(
@@ -70,10 +72,27 @@ def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_n
                 reason=verdict.reason,
                 max_lag_seconds=limit.total_seconds(),
                 store=store_info(app.store),
+                schedules=[h.to_dict() for h in troubled],
             )
             click.echo(json.dumps(data, indent=2))
             return
-        click.echo(_text(snapshot, verdict.ok, verdict.reason, store_info(app.store)))
+        click.echo(_text(snapshot, verdict.ok, verdict.reason, store_info(app.store), troubled))
+
+
+TROUBLED_LIMIT = 20
+"""Schedules ``status`` names as overdue or failing, at most (the worst first)."""
+
+
+def _troubled(app: BeatLike) -> list[ScheduleHealth]:
+    """The overdue and failing schedules (not for ``--check``: this read passes over the
+    schedule table)."""
+    settings = getattr(app, "settings", None)
+    overdue_after = getattr(settings, "overdue_after", None) or timedelta(minutes=10)
+    try:
+        found = app.store.schedule_health(overdue_after=overdue_after, limit=TROUBLED_LIMIT)
+    except GoatbeatError as exc:
+        raise UserError(f"cannot read the schedules' health: {exc}") from None
+    return [h for h in found if h.overdue or h.consecutive_failures]
 
 
 def _ago(now: datetime, then: datetime) -> str:
@@ -93,7 +112,9 @@ def _span(seconds: float) -> str:
     return f"{seconds / 86400:.0f}d"
 
 
-def _text(s: StatusSnapshot, ok: bool, reason: str, store: str) -> str:
+def _text(
+    s: StatusSnapshot, ok: bool, reason: str, store: str, troubled: list[ScheduleHealth]
+) -> str:
     now = s.now
     lines = []
     if s.lease is None:
@@ -139,6 +160,14 @@ def _text(s: StatusSnapshot, ok: bool, reason: str, store: str) -> str:
     )
     hours = s.window.total_seconds() / 3600
     lines.append(f"last {hours:g}h:    {s.missed} missed, {s.failed} failed")
+    overdue = [h.name for h in troubled if h.overdue]
+    failing = [f"{h.name} ({h.consecutive_failures} in a row)" for h in troubled
+               if h.consecutive_failures]  # fmt: skip
+    lines.append(
+        "schedules:  "
+        + (f"overdue: {', '.join(overdue)}" if overdue else "none overdue")
+        + ("; failing: " + ", ".join(failing) if failing else "; none failing")
+    )
     lines.append(f"health:     {'ok' if ok else 'UNHEALTHY'}: {reason}")
     lines.append(f"database:   {store}, now {iso(now)}")
     return "\n".join(lines)

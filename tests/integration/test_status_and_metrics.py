@@ -257,3 +257,9 @@ def test_schedule_list_and_show_tell_the_real_last_outcome(database: str) -> Non
     latest = data["executions"][0]
     assert (latest["status"], latest["runtime"], latest["worker"]) == ("failed", 2.5, "w-1:42")
     assert latest["started_at"] is not None and data["consecutive_failures"] == 2
+
+    summary = runner.invoke(cli, ["--database", database, "status"]).output
+    # Its latest run, due two hours ago, has not succeeded: overdue as well as failing.
+    assert "schedules:  overdue: nightly; failing: nightly (2 in a row)" in summary
+    health = json.loads(runner.invoke(cli, ["--database", database, "status", "--json"]).output)
+    assert [(h["name"], h["consecutive_failures"]) for h in health["schedules"]] == [("nightly", 2)]
