@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -260,3 +261,22 @@ def _claim_minute_by_minute(
         at += timedelta(minutes=1)
         claimed.extend(claim_all(store, grant, at))
     return claimed
+
+
+def test_the_sqlite_rebuild_of_executions_keeps_every_earlier_column(tmp_path: Path) -> None:
+    """SQLite cannot widen a CHECK in place, so version 5 rebuilds goatbeat_execution, naming
+    its columns. A column an earlier version added and the rebuild forgot would be lost with
+    its data: this fails first."""
+    from goatbeat.stores.schema import migration_versions, split_statements, sqlite_migration_sql
+
+    def columns(conn: sqlite3.Connection) -> list[str]:
+        return [r[1] for r in conn.execute("PRAGMA table_info(goatbeat_execution)")]
+
+    with closing(sqlite3.connect(tmp_path / "gb.db")) as conn:
+        for version in migration_versions("sqlite"):
+            if version == 5:
+                before = columns(conn)
+            for statement in split_statements(sqlite_migration_sql(version)):
+                conn.execute(statement)
+        after = columns(conn)
+    assert set(before) <= set(after), sorted(set(before) - set(after))
