@@ -287,7 +287,8 @@ def test_schedule_health_lists_what_matters_overdue_first(store: ScheduleStore) 
         return Schedule(
             name=name,
             task="tasks.x",
-            trigger=IntervalTrigger("1h"),
+            # On the phase of base, whatever the time (an interval never fires before its anchor).
+            trigger=IntervalTrigger("1h", anchor=base - timedelta(days=1)),
             last_run_at=base - last,
             **kw,  # type: ignore[arg-type]
         )
