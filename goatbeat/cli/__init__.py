@@ -6,6 +6,8 @@
         migrate                                       cli/scheduler.py
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
                   [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
+                  [--metrics-port 9464] [--metrics-address ADDR] [--metrics-schedules 500]
+        status [--json] [--check] [--max-lag 60s]   lease, schedulers, backlog  cli/status.py
         publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
         schedule list [--json] [--no-publish]  publish code schedules, then list every one
         schedule show NAME [--count N] [--json]                          cli/schedules.py
@@ -44,7 +46,7 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import demo, migration, publish, scheduler, schedules
+from goatbeat.cli import demo, migration, publish, scheduler, schedules, status
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -215,6 +217,7 @@ for _command in (
     scheduler.scheduler,
     publish.publish,
     schedules.schedule,
+    status.status,
     migration.import_celery_beat,
     migration.diff,
     migration.export_last_runs,

@@ -1,5 +1,6 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
+``scheduler --metrics-port`` also serves Prometheus metrics (:mod:`goatbeat.metrics`).
 ``scheduler`` publishes the app's code schedules (logging what it changed, and with
 ``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
 ``--no-publish``, then runs the loop until SIGTERM/SIGINT
@@ -25,6 +26,7 @@ from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
 from goatbeat.core.errors import StoreError
 from goatbeat.core.observability import log_event
+from goatbeat.core.scheduler import Scheduler
 from goatbeat.stores import schema
 
 __all__ = ["migrate", "require_schema", "scheduler"]
@@ -70,6 +72,23 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Retries a failed submission gets even when its misfire grace is shorter (default 5); "
     "within the grace it is retried until the grace runs out.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://ADDRESS:PORT/metrics (goatbeat[metrics]; "
+    "9464 is the usual port).",
+)
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, metavar="ADDRESS")
+@click.option(
+    "--metrics-schedules",
+    type=click.IntRange(0, 100_000),
+    default=500,
+    show_default=True,
+    metavar="N",
+    help="At most N schedules get per-schedule series (the overdue and failing first).",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -82,6 +101,9 @@ def scheduler(
     batch_size: int | None,
     no_publish: bool,
     max_submit_retries: int | None,
+    metrics_port: int | None,
+    metrics_address: str,
+    metrics_schedules: int,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -101,6 +123,8 @@ def scheduler(
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         obj = cli_context(ctx)
         require_schema(app, obj)
+        if metrics_port is not None:
+            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules)
         if no_publish:
             pass
         elif once:
@@ -112,6 +136,7 @@ def scheduler(
                 result = loop.run_once()
             finally:
                 loop.release()
+                loop.close()  # delivers the alerts it raised
             summary = {
                 k: v for k, v in dataclasses.asdict(result).items() if v not in (None, 0, False)
             }
@@ -148,6 +173,33 @@ def require_schema(app: BeatLike, obj: CliContext) -> None:
     else:
         how = "run `goatbeat migrate` first, with the same --app and --database"
     raise UserError(f"{state}: {how}")
+
+
+def _serve_metrics(
+    loop: Scheduler, app: BeatLike, port: int, address: str, schedule_limit: int
+) -> None:
+    """Serve the Prometheus metrics of ``loop`` (see :mod:`goatbeat.metrics.prometheus`)."""
+    try:
+        from goatbeat.metrics.prometheus import PrometheusObserver, serve
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise UserError(
+            "--metrics-port needs prometheus_client: pip install 'goatbeat[metrics]'"
+        ) from None
+    observer = PrometheusObserver(
+        app.store,
+        scheduler_id=loop.scheduler_id,
+        lease_name=loop.lease.name,
+        overdue_after=loop.settings.overdue_after,
+        schedule_limit=schedule_limit,
+        version=loop.version,
+    )
+    try:
+        serve(observer, port, address)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot serve on {address}: {exc}") from None
+    loop.observe(observer)
 
 
 def _publish_when_reachable(app: BeatLike, obj: CliContext) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 
 import click
 
@@ -20,13 +21,16 @@ from goatbeat.cli.context import BeatLike, cli_context, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import (
     execution_to_json,
+    health_to_json,
     iso,
+    runtime_text,
     schedule_to_json,
     stored_to_json,
     table,
 )
 from goatbeat.cli.publish import publish_and_report, require_app
 from goatbeat.core.errors import ScheduleNotFound
+from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule, Source, StoredSchedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import PublishResult
@@ -56,10 +60,12 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 publish_and_report(ctx, app, origin="schedule list")
         declared = None if bare else {s.name for s in app.schedules}
         rows = app.store.list_schedules()
+        health = _health(app)
         if as_json:
             data = []
             for s in rows:
                 item = stored_to_json(s)
+                item.update(health_to_json(health.get(s.name)))
                 item["declared_in_code"] = _declared(s, declared)
                 item["orphaned"] = item["declared_in_code"] is False and bool(s.enabled)
                 data.append(item)
@@ -75,7 +81,7 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
                 "yes" if s.enabled else "no",
                 iso(s.next_run_at) if s.next_run_at else "-",
-                s.last_status or "-",
+                _status_cell(s.last_status, health.get(s.name)),
                 str(s.missed_count),
             ]
             for s in rows
@@ -92,6 +98,24 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 f"{len(orphaned)} orphaned code schedule(s), still enabled but no longer "
                 "declared (`goatbeat schedule prune` disables them): " + ", ".join(orphaned)
             )
+
+
+def _health(app: BeatLike, name: str | None = None) -> dict[str, ScheduleHealth]:
+    """Each schedule's record of success (those with something to report), by name."""
+    settings = getattr(app, "settings", None)
+    overdue_after = getattr(settings, "overdue_after", None) or timedelta(minutes=10)
+    found = app.store.schedule_health(overdue_after=overdue_after)
+    return {h.name: h for h in found if name is None or h.name == name}
+
+
+def _status_cell(last_status: str | None, health: ScheduleHealth | None) -> str:
+    """``failed (3 in a row)``, ``succeeded, OVERDUE``: the last status and what it means."""
+    text = last_status or "-"
+    if health is not None and health.consecutive_failures > 1:
+        text += f" ({health.consecutive_failures} in a row)"
+    if health is not None and health.overdue:
+        text += ", OVERDUE"
+    return text
 
 
 def _declared(s: StoredSchedule, declared: set[str] | None) -> bool | None:
@@ -145,13 +169,16 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
             _show_damaged(sched, recent, as_json=as_json)
             return
         upcoming = sched.next_fire_times(count, store.now())
+        health = _health(app, name).get(name)
         if as_json:
             data = schedule_to_json(sched)
+            data.update(health_to_json(health))
             data["upcoming"] = [iso(t) for t in upcoming]
             data["executions"] = [execution_to_json(e) for e in recent]
             click.echo(json.dumps(data, indent=2))
             return
         lines = _definition_lines(sched)
+        lines += _outcome_lines(health)
         lines.append(f"next {count} fire times:" if upcoming else "next fire times: none")
         lines += [f"  {iso(t)}" for t in upcoming]
         lines += _execution_lines(recent)
@@ -187,6 +214,21 @@ def _definition_lines(sched: Schedule) -> list[str]:
     return lines
 
 
+def _outcome_lines(health: ScheduleHealth | None) -> list[str]:
+    """What the workers reported (nothing when they do not report completions)."""
+    if health is None or (health.last_success_at is None and health.last_failure_at is None):
+        return ["  outcomes:   none reported (see docs/operations.md, completion reports)"]
+    text = (
+        f"  outcomes:   last success {iso(health.last_success_at)}, "
+        f"last failure {iso(health.last_failure_at)}"
+    )
+    if health.consecutive_failures:
+        text += f", {health.consecutive_failures} failure(s) in a row"
+    if health.overdue:
+        text += "; OVERDUE"
+    return [text]
+
+
 def _execution_lines(recent: list[Execution]) -> list[str]:
     if not recent:
         return ["recent executions: none"]
@@ -194,14 +236,15 @@ def _execution_lines(recent: list[Execution]) -> list[str]:
         [
             iso(e.scheduled_at),
             e.kind.value,
-            e.status.value,
+            e.status.value + (f" (retried {e.retries}x)" if e.retries else ""),
             str(e.attempts),
             e.scheduler_id or "-",
+            runtime_text(e.runtime),
             (e.error or "")[:60],
         ]
         for e in recent
     ]
-    header = ["SCHEDULED AT", "KIND", "STATUS", "ATTEMPTS", "SCHEDULER", "ERROR"]
+    header = ["SCHEDULED AT", "KIND", "STATUS", "ATTEMPTS", "SCHEDULER", "RUNTIME", "ERROR"]
     return ["recent executions:", table(header, cells, indent="  ")]
 
 

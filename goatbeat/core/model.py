@@ -32,6 +32,7 @@ __all__ = [
     "Occurrence",
     "Execution",
     "LeaseGrant",
+    "Miss",
     "idempotency_key",
     "manual_key",
     "MAX_NAME_LENGTH",
@@ -63,6 +64,10 @@ class ExecutionStatus(enum.StrEnum):
     # Not accepted, for good: a permanent error, a refused task, or retries until the
     # occurrence's misfire grace ran out (then also counted in the schedule's missed_count).
     SUBMIT_FAILED = "submit_failed"
+    # What the worker saw, for backends that report completion (goatbeat.completion, Django
+    # Tasks, inline): the run started, an attempt failed and the backend retries it, the end.
+    RUNNING = "running"
+    RETRIED = "retried"
     SUCCEEDED = "succeeded"  # the backend reported completion (Django Tasks, inline)
     FAILED = "failed"  # the backend reported the task failed
 
@@ -569,6 +574,13 @@ class Execution:
     attempts: int = 0
     backend_task_id: str | None = None
     error: str | None = None
+    # Reported by the worker (schema version 5): when the latest attempt started, how long
+    # the last finished attempt ran (seconds), which worker ran it, how many attempts the
+    # backend retried.
+    started_at: datetime | None = None
+    runtime: float | None = None
+    worker: str | None = None
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -600,6 +612,18 @@ class SubmitOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Miss:
+    """Occurrences of one schedule that a claim's misfire policy dropped (never claimed)."""
+
+    schedule_id: int
+    schedule_name: str
+    count: int
+    first_at: datetime | None = None
+    """The earliest and latest instants dropped (None when not known)."""
+    last_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimResult:
     """What one claim batch did."""
 
@@ -611,3 +635,5 @@ class ClaimResult:
     quarantined: list[DamagedSchedule] = field(default_factory=list)
     """Due rows that could not be decoded, taken out of scheduling by this claim (each is
     reported once: a quarantined row is no longer due)."""
+    misses: list[Miss] = field(default_factory=list)
+    """``missed`` schedule by schedule (only the schedules this claim advanced)."""

@@ -55,6 +55,11 @@ EVENTS = frozenset(
         "delivery.skipped",
         "delivery.error",
         "schedule.invalid",
+        "alert.sent",
+        "alert.failed",
+        "alert.dropped",
+        "metrics.serving",
+        "occurrence.started",
     }
 )
 

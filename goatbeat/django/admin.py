@@ -8,7 +8,11 @@ from users without it and refuses a hand-made POST naming them, and each action 
 Every write leaves an entry in the object's History (Django's ``LogEntry``): an edit names
 each changed field old -> new, the trigger in words; enable, disable and run now say so.
 
-Code schedules are read-only except ``enabled``; executions are read-only history. A code
+Code schedules are read-only except ``enabled``; executions are read-only history (with what
+the workers reported: outcome, runtime, error; a link to the schedule; a filter by schedule).
+The system's health is read-only too: the lease, the scheduler processes and their heartbeats,
+and the record of missed occurrences, each page headed by the verdict of ``goatbeat status
+--check``. A code
 schedule this project's code no longer declares is *orphaned* (marked in the list, with a
 filter): a user with the delete permission may delete it. One the code still declares cannot
 be deleted here, since the next publication would recreate it; the page says so.
@@ -24,6 +28,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
@@ -43,10 +48,21 @@ from goatbeat.django.forms import (
     trigger_in_words,
 )
 from goatbeat.django.models import Execution as ExecutionRow
+from goatbeat.django.models import Lease as LeaseRow
+from goatbeat.django.models import Miss as MissRow
 from goatbeat.django.models import Schedule as ScheduleRow
 from goatbeat.django.words import instant, shows_seconds
+from goatbeat.django.models import SchedulerProcess as SchedulerRow
 
-__all__ = ["ScheduleAdmin", "ExecutionAdmin", "UPCOMING_COUNT", "RECENT_EXECUTIONS"]
+__all__ = [
+    "ScheduleAdmin",
+    "ExecutionAdmin",
+    "LeaseAdmin",
+    "SchedulerProcessAdmin",
+    "MissAdmin",
+    "UPCOMING_COUNT",
+    "RECENT_EXECUTIONS",
+]
 
 UPCOMING_COUNT = 10
 """How many next fire times the schedule page previews."""
@@ -622,32 +638,59 @@ def _changes(
     return changes
 
 
+class ScheduleNameFilter(admin.SimpleListFilter):  # type: ignore[misc]
+    """Executions of one schedule, by name (history outlives a deleted schedule). The
+    sidebar offers the schedules run lately; any name works as ``?schedule=<name>``."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+    OFFERED = 50
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # The schedules of the latest executions the other filters let through.
+        narrowed = {k: v for k, v in request.GET.items() if k in ("status__exact", "kind__exact")}
+        recent = (
+            ExecutionRow.objects.using(_alias())
+            .filter(**narrowed)
+            .order_by("-scheduled_at")
+            .values_list("schedule_name", flat=True)[:1000]
+        )
+        names = sorted(set(recent))[: self.OFFERED]
+        chosen = self.value()
+        if chosen and chosen not in names:
+            names = sorted([*names, chosen])
+        return [(n, n) for n in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value():
+            return queryset.filter(schedule_name=self.value())
+        return queryset
+
+
 @admin.register(ExecutionRow)
 class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
+    """The history of every run: goatbeat's own steps (claimed, submitted) and, for backends
+    whose workers report completions (docs/operations.md), what the worker saw: running,
+    retried, succeeded or failed, the runtime and the error."""
+
     list_display = (
-        "schedule_name",
+        "schedule_link",
         "scheduled_at",
         "kind",
-        "status",
+        "outcome",
+        "runtime_display",
+        "error_line",
         "attempts",
-        "submitted_at",
+        "worker",
         "finished_at",
-        "backend_task_id",
-        "short_error",
     )
-    list_filter = ("status", "kind")
-    search_fields = ("schedule_name", "idempotency_key", "backend_task_id")
+    list_filter = ("status", ScheduleNameFilter, "kind")
+    search_fields = ("schedule_name", "idempotency_key", "backend_task_id", "error")
     date_hierarchy = "scheduled_at"
     ordering = ("-scheduled_at",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(_alias())
-
-    @admin.display(description="error")  # type: ignore[untyped-decorator]
-    def short_error(self, obj: ExecutionRow) -> str:
-        """Why a run failed or was missed (the whole text is on its page)."""
-        error = str(obj.error or "")
-        return error if len(error) <= 120 else error[:119] + "…"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
         return [f.name for f in ExecutionRow._meta.fields]
@@ -660,3 +703,124 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="schedule", ordering="schedule_name")  # type: ignore[untyped-decorator]
+    def schedule_link(self, obj: ExecutionRow) -> str:
+        if obj.schedule_id is None:
+            return str(format_html("{} <small>(deleted)</small>", obj.schedule_name))
+        url = reverse("admin:goatbeat_schedule_change", args=[obj.schedule_id])
+        return str(format_html('<a href="{}">{}</a>', url, obj.schedule_name))
+
+    @admin.display(description="outcome", ordering="status")  # type: ignore[untyped-decorator]
+    def outcome(self, obj: ExecutionRow) -> str:
+        text = str(obj.status).replace("_", " ")
+        if obj.retries:
+            text += f" (retried {obj.retries}x)"
+        return text
+
+    @admin.display(description="runtime", ordering="runtime")  # type: ignore[untyped-decorator]
+    def runtime_display(self, obj: ExecutionRow) -> str:
+        return _runtime(obj.runtime)
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def error_line(self, obj: ExecutionRow) -> str:
+        if not obj.error:
+            return "-"
+        text = str(obj.error)
+        short = text if len(text) <= 80 else text[:77] + "..."
+        return str(format_html('<span title="{}">{}</span>', text, short))
+
+
+def _runtime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+# -- the system's health: read-only ----------------------------------------------------------------
+
+
+class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Leases and heartbeats are judged by the database's clock, read with the rows.
+        return super().get_queryset(request).using(_alias()).annotate(db_now=Now())
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """Say at the top of the page whether the system is healthy, as ``goatbeat status
+        --check`` would."""
+        from datetime import timedelta
+
+        from goatbeat.core.health import check
+
+        try:
+            verdict = check(_store().status(), max_lag=timedelta(seconds=60))
+        except GoatbeatError as exc:
+            self.message_user(request, f"Cannot read the status: {exc}", messages.ERROR)
+        else:
+            level = messages.SUCCESS if verdict.ok else messages.ERROR
+            word = "Healthy" if verdict.ok else "Unhealthy"
+            self.message_user(request, f"{word}: {verdict.reason}.", level)
+        return super().changelist_view(request, extra_context)
+
+
+@admin.register(LeaseRow)
+class LeaseAdmin(_ReadOnly):
+    """Who holds the lease, with which fencing token, until when (the database clock)."""
+
+    list_display = ("name", "holder", "token", "expires_at", "state", "acquired_at")
+
+    @admin.display(description="state")  # type: ignore[untyped-decorator]
+    def state(self, obj: LeaseRow) -> str:
+        left = (obj.expires_at - obj.db_now).total_seconds()
+        return f"held, {left:.0f}s left" if left > 0 else f"expired {-left:.0f}s ago"
+
+
+@admin.register(SchedulerRow)
+class SchedulerProcessAdmin(_ReadOnly):
+    """Every scheduler process that has a heartbeat: leader or standby, and since when."""
+
+    list_display = (
+        "scheduler_id",
+        "role",
+        "alive",
+        "heartbeat",
+        "fencing_token",
+        "hostname",
+        "pid",
+        "version",
+        "started_at",
+    )
+    list_filter = ("role",)
+
+    @admin.display(description="alive", boolean=True)  # type: ignore[untyped-decorator]
+    def alive(self, obj: SchedulerRow) -> bool:
+        return bool(obj.expires_at > obj.db_now)
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")  # type: ignore[untyped-decorator]
+    def heartbeat(self, obj: SchedulerRow) -> str:
+        ago = (obj.db_now - obj.heartbeat_at).total_seconds()
+        return f"{max(0.0, ago):.0f}s ago"
+
+
+@admin.register(MissRow)
+class MissAdmin(_ReadOnly):
+    """Occurrences misfire policies dropped (kept 7 days)."""
+
+    list_display = ("schedule_name", "missed", "first_at", "last_at", "recorded_at")
+    search_fields = ("schedule_name",)
+    date_hierarchy = "recorded_at"

@@ -32,6 +32,7 @@ from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
     MisfirePolicy,
+    Miss,
     Occurrence,
     Routing,
     Schedule,
@@ -620,6 +621,11 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         attempts=int(row["attempts"]),
         backend_task_id=row["backend_task_id"],
         error=row["error"],
+        # Schema version 5: what the worker reported.
+        started_at=utc(row.get("started_at")),
+        runtime=None if row.get("runtime") is None else float(row["runtime"]),
+        worker=row.get("worker"),
+        retries=int(row.get("retries") or 0),
     )
 
 
@@ -811,6 +817,20 @@ class ClaimPlan:
             for adv in self.advances
             if adv.schedule.id is not None and adv.schedule.id in advanced_ids
         )
+
+    def misses_for(self, advanced_ids: set[int]) -> list[Miss]:
+        """What :meth:`missed_for` counts, schedule by schedule."""
+        return [
+            Miss(
+                schedule_id=adv.schedule.id,
+                schedule_name=adv.schedule.name,
+                count=adv.plan.missed,
+                first_at=adv.plan.missed_first,
+                last_at=adv.plan.missed_last,
+            )
+            for adv in self.advances
+            if adv.plan.missed and adv.schedule.id is not None and adv.schedule.id in advanced_ids
+        ]
 
 
 def plan_batch(schedules: Sequence[Schedule], now: datetime, planner: Planner) -> ClaimPlan:

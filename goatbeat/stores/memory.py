@@ -16,6 +16,17 @@ from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
+from goatbeat.core.health import (
+    MISS_RETENTION,
+    STALE_RETENTION,
+    STATUS_WINDOW,
+    LeaseState,
+    Outcome,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+    is_overdue,
+)
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
     SCHEDULE_INVALID,
@@ -24,6 +35,7 @@ from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
     LeaseGrant,
+    Miss,
     Occurrence,
     Schedule,
     Source,
@@ -33,8 +45,20 @@ from goatbeat.core.model import (
 )
 from goatbeat.core.store import SCHEMA_VERSION, PublishResult
 from goatbeat.stores import _common as common
+from goatbeat.stores import _operations as ops
 
 __all__ = ["MemoryStore"]
+
+_FAILED = frozenset({ExecutionStatus.FAILED.value, ExecutionStatus.SUBMIT_FAILED.value})
+_REPORTED = frozenset(
+    s.value
+    for s in (
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.RETRIED,
+        ExecutionStatus.SUCCEEDED,
+        ExecutionStatus.FAILED,
+    )
+)
 
 
 class MemoryStore:
@@ -55,6 +79,8 @@ class MemoryStore:
         self._executions: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}
         self._leases: dict[str, dict[str, Any]] = {}
+        self._schedulers: dict[str, dict[str, Any]] = {}
+        self._misses: list[tuple[datetime, Miss]] = []
         self._schedule_ids = itertools.count(1)
         self._execution_ids = itertools.count(1)
 
@@ -406,6 +432,7 @@ class MemoryStore:
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
+            misses=batch.misses_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
         )
@@ -489,9 +516,14 @@ class MemoryStore:
             missed: dict[int, int] = {}
             for outcome in outcomes:
                 e = self._executions.get(outcome.execution_id)
-                if e is None or e["status"] != ExecutionStatus.CLAIMED.value:
+                if e is None:
                     continue
-                if outcome.ok:
+                if e["status"] != ExecutionStatus.CLAIMED.value:
+                    if not (outcome.ok and e["status"] in _REPORTED):
+                        continue
+                    # A worker reported before this bookkeeping: keep what it said.
+                    e.update(submitted_at=now, backend_task_id=outcome.backend_task_id)
+                elif outcome.ok:
                     e.update(
                         status=ExecutionStatus.SUBMITTED.value,
                         submitted_at=now,
@@ -571,16 +603,69 @@ class MemoryStore:
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
+        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
+        return self.record_completion(idempotency_key, outcome=outcome, error=error)
+
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        key = ops.check_key(idempotency_key)
+        worker = ops.check_worker(worker)
         with self._lock:
-            execution_id = self._by_key.get(idempotency_key)
+            execution_id = self._by_key.get(key)
             if execution_id is None:
                 return False
             e = self._executions[execution_id]
-            status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
-            e.update(status=status.value, finished_at=self.now(), error=error)
-            if e["schedule_id"] in self._schedules:
-                self._schedules[e["schedule_id"]]["last_status"] = status.value
+            e.update(status=ExecutionStatus.RUNNING.value, started_at=self.now())
+            if worker is not None:
+                e["worker"] = worker
+            self._report_to_schedule(e, ExecutionStatus.RUNNING.value, counts_failure=False)
             return True
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
+        with self._lock:
+            execution_id = self._by_key.get(report.key)
+            if execution_id is None:
+                return False
+            e = self._executions[execution_id]
+            now = self.now()
+            seconds = report.runtime
+            if seconds is None and e.get("started_at") is not None:
+                seconds = (now - e["started_at"]).total_seconds()
+            previous = e["status"]
+            e.update(
+                status=report.outcome.value, finished_at=now, error=report.error, runtime=seconds
+            )
+            if report.worker is not None:
+                e["worker"] = report.worker
+            if report.outcome is Outcome.RETRIED:
+                e["retries"] = e.get("retries", 0) + 1
+            self._report_to_schedule(
+                e,
+                report.outcome.value,
+                counts_failure=previous != ExecutionStatus.FAILED.value,
+            )
+            return True
+
+    def _report_to_schedule(self, e: dict[str, Any], status: str, *, counts_failure: bool) -> None:
+        schedule = self._schedules.get(e["schedule_id"])
+        if schedule is None:
+            return
+        if schedule["last_run_at"] is None or e["scheduled_at"] >= schedule["last_run_at"]:
+            schedule["last_status"] = status
+        if status == ExecutionStatus.SUCCEEDED.value:
+            schedule.update(last_success_at=self.now(), consecutive_failures=0)
+        elif status == ExecutionStatus.FAILED.value:
+            schedule["last_failure_at"] = self.now()
+            if counts_failure:
+                schedule["consecutive_failures"] = schedule.get("consecutive_failures", 0) + 1
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._lock:
@@ -622,6 +707,143 @@ class MemoryStore:
             ]
             rows.sort(key=lambda e: (e["scheduled_at"], e["id"]), reverse=True)
             return [common.execution_from_row(e) for e in rows[:limit]]
+
+    # -- operations --------------------------------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        beat = ops.check_beat(beat)
+        with self._lock:
+            now = self.now()
+            row = self._schedulers.get(beat.scheduler_id)
+            self._schedulers[beat.scheduler_id] = {
+                "scheduler_id": beat.scheduler_id,
+                "role": beat.role.value,
+                "lease": beat.lease,
+                "fencing_token": beat.fencing_token,
+                "hostname": beat.hostname,
+                "pid": beat.pid,
+                "version": beat.version,
+                "started_at": now if row is None else row["started_at"],
+                "heartbeat_at": now,
+                "expires_at": now + beat.ttl,
+            }
+            before = now - STALE_RETENTION
+            for sid in [s for s, r in self._schedulers.items() if r["expires_at"] < before]:
+                del self._schedulers[sid]
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        with self._lock:
+            self._schedulers.pop(scheduler_id, None)
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        checked = ops.check_misses(misses)
+        with self._lock:
+            now = self.now()
+            for miss in checked:
+                self._misses.append((now, miss))
+            before = now - MISS_RETENTION
+            self._misses = [(at, m) for at, m in self._misses if at >= before]
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = STATUS_WINDOW,
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        window = ops.check_window(window)
+        with self._lock:
+            store_now = self.now()
+            at = common.utc(now) or store_now
+            lease = self._leases.get(lease_name)
+            lease_state = (
+                None
+                if lease is None
+                else LeaseState(
+                    name=lease_name,
+                    holder=lease["holder"],
+                    token=lease["token"],
+                    expires_at=lease["expires_at"],
+                    valid=lease["expires_at"] > store_now,
+                )
+            )
+            schedulers = [
+                ops.scheduler_from_row({**r, "stale": r["expires_at"] <= store_now})
+                for r in sorted(
+                    self._schedulers.values(), key=lambda r: (r["role"], r["scheduler_id"])
+                )
+            ]
+            due = [
+                (r["next_run_at"], r["name"])
+                for r in self._schedules.values()
+                if r["enabled"] and r["next_run_at"] is not None and r["next_run_at"] <= at
+            ]
+            pending = [
+                (e["scheduled_at"], e["schedule_name"])
+                for e in self._executions.values()
+                if e["status"] == ExecutionStatus.CLAIMED.value and e["scheduled_at"] <= at
+            ]
+            since = at - window
+            failed = sum(
+                1
+                for e in self._executions.values()
+                if e["status"] in _FAILED and since < e["scheduled_at"] <= at
+            )
+            missed = sum(m.count for t, m in self._misses if t > since)
+        oldest = min(due + pending, default=None)
+        return StatusSnapshot(
+            now=at,
+            lease=lease_state,
+            schedulers=schedulers,
+            due=len(due),
+            pending=len(pending),
+            oldest_due_at=None if oldest is None else oldest[0],
+            oldest_due_name=None if oldest is None else oldest[1],
+            missed=missed,
+            failed=failed,
+            window=window,
+        )
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        limit = ops.check_limit(limit)
+        with self._lock:
+            at = common.utc(now) or self.now()
+            late = ops.late_instant(at, overdue_after)
+            found = []
+            for r in self._schedules.values():
+                values = {
+                    "enabled": bool(r["enabled"]),
+                    "next_run_at": r["next_run_at"],
+                    "last_run_at": r["last_run_at"],
+                    "last_success_at": r.get("last_success_at"),
+                    "last_failure_at": r.get("last_failure_at"),
+                }
+                overdue = is_overdue(**values, now=at, overdue_after=overdue_after)
+                reports = values["last_success_at"] or values["last_failure_at"]
+                late_due = r["enabled"] and r["next_run_at"] is not None
+                late_due = late_due and r["next_run_at"] <= late
+                if not (reports or r["missed_count"] > 0 or late_due):
+                    continue
+                found.append(
+                    ops.health_from_row(
+                        {
+                            **values,
+                            "name": r["name"],
+                            "last_status": r["last_status"],
+                            "consecutive_failures": r.get("consecutive_failures", 0),
+                            "missed_count": r["missed_count"],
+                            "overdue": overdue,
+                        }
+                    )
+                )
+        found.sort(key=lambda h: (not h.overdue, -h.consecutive_failures, h.name))
+        return found if limit is None else found[:limit]
 
     # -- wake-ups --------------------------------------------------------------------------
 
