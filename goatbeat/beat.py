@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+from goatbeat.core.alerts import Alerter, AlertHandler, webhook
 from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings, parse_settings
@@ -65,7 +66,14 @@ from goatbeat.core.triggers import (
     Trigger,
 )
 
-__all__ = ["Beat", "task_path", "build_trigger", "log_publication", "PUBLISHING_ORIGINS"]
+__all__ = [
+    "Beat",
+    "task_path",
+    "build_trigger",
+    "log_publication",
+    "alerter_for",
+    "PUBLISHING_ORIGINS",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -207,6 +215,28 @@ def build_trigger(
 PUBLISHING_ORIGINS = frozenset({"publish", "scheduler"})
 """The commands whose job is to publish: a definition they change is logged at INFO. Any other
 command (``schedule list``, ``schedule prune`` ...) that changes one logs a WARNING."""
+
+
+def alerter_for(settings: Settings) -> Alerter | None:
+    """The :class:`~goatbeat.core.alerts.Alerter` of the ``alert_hook`` and ``alert_webhook``
+    settings (None when neither is set). The hook is imported now, so a wrong path fails
+    when the scheduler starts, naming the setting."""
+    handlers: list[AlertHandler] = []
+    if settings.alert_hook:
+        from goatbeat.submitters.dotted import import_dotted
+
+        try:
+            hook = import_dotted(settings.alert_hook)
+        except LookupError as exc:
+            raise InvalidValue("alert_hook", settings.alert_hook, str(exc)) from None
+        if not callable(hook):
+            raise InvalidValue(
+                "alert_hook", settings.alert_hook, f"{settings.alert_hook!r} is not callable"
+            )
+        handlers.append(hook)
+    if settings.alert_webhook:
+        handlers.append(webhook(settings.alert_webhook))
+    return Alerter(handlers) if handlers else None
 
 
 def log_publication(result: PublishResult, *, origin: str) -> None:
@@ -796,6 +826,7 @@ class Beat:
             settings=settings,
             clock=self.clock,
             allowed=self.task_allow_list(settings),
+            alerter=alerter_for(settings),
         )
 
     def run(self, **overrides: Any) -> None:

@@ -6,6 +6,8 @@
         migrate                                       cli/scheduler.py
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
                   [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
+                  [--metrics-port 9464] [--metrics-address ADDR] [--metrics-schedules 500]
+        status [--json] [--check] [--max-lag 60s]   lease, schedulers, backlog  cli/status.py
         publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
         schedule list [--json] [--no-publish]  publish code schedules, then list every one
         schedule show NAME [--count N] [--json]                          cli/schedules.py
@@ -37,23 +39,26 @@ are imported only when invoked or listed, and silently left out when their modul
 optional toolkits plug in without ``goatbeat.cli`` importing them. A command finds the app with
 ``ctx.find_object(CliContext).app()`` (or ``.store()``), and raises :class:`UserError` (or any
 ``GoatbeatError``) to report a mistake in one line. Django's management command reuses the
-group: ``cli.main(args, obj=CliContext(app=...))``.
+group: ``cli.main(args, obj=CliContext(django=True, verbosity=...))``; the group then hides and
+refuses ``--app``, ``--database`` and ``demo``, and lists Django's options in its help.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import control, demo, migration, publish, scheduler, schedules
+from goatbeat.cli import control, demo, migration, publish, scheduler, schedules, status
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
 
 __all__ = [
+    "DJANGO_OPTIONS_HELP",
     "cli",
     "main",
     "CliContext",
@@ -68,6 +73,29 @@ EXTRA_COMMANDS: dict[str, str] = {}
 
 _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 _CHATTY = frozenset({"scheduler", "demo"})
+_VERBOSITY_LEVELS = {0: "ERROR", 2: "INFO", 3: "DEBUG"}
+"""Django's ``-v``: 1 keeps the command's default level."""
+_NOT_UNDER_DJANGO = frozenset({"app_spec", "database"})
+"""Group options ``manage.py goatbeat`` hides and refuses: the app and its database are the
+Django project's."""
+DJANGO_OPTIONS_HELP = [
+    ("--settings MODULE", "The Django settings module (else DJANGO_SETTINGS_MODULE)."),
+    ("--pythonpath DIR", "A directory to add to the Python path."),
+    (
+        "-v, --verbosity {0,1,2,3}",
+        "goatbeat's log level: 0 errors only, 1 the command's default, 2 INFO, 3 DEBUG "
+        "(--log-level wins).",
+    ),
+    ("--no-color, --force-color", "Plain or coloured output."),
+    ("--traceback", "Show the traceback of an error instead of one line."),
+    ("--skip-checks", "Do not run Django's system checks first."),
+]
+"""Django's standard options, as ``manage.py goatbeat`` takes them (anywhere on the line)."""
+
+
+def _django(ctx: click.Context) -> bool:
+    obj = ctx.find_object(CliContext)
+    return obj is not None and obj.django
 
 
 class _Group(click.Group):
@@ -82,11 +110,36 @@ class _Group(click.Group):
             translated = translate(exc)
             if translated is None:
                 raise
+            obj = ctx.find_object(CliContext)
+            if obj is not None and obj.traceback:
+                raise  # Django's --traceback: the error as raised
             raise translated from None
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = list(super().get_params(ctx))
+        if not _django(ctx):
+            return params
+        # Still parsed, so that giving one is refused with the reason rather than "no such
+        # option"; left out of the help.
+        hidden = []
+        for param in params:
+            if param.name in _NOT_UNDER_DJANGO and isinstance(param, click.Option):
+                param = copy.copy(param)
+                param.hidden = True
+            hidden.append(param)
+        return hidden
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)
+        if _django(ctx):
+            with formatter.section("Django options (anywhere on the line)"):
+                formatter.write_dl(DJANGO_OPTIONS_HELP)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = list(super().list_commands(ctx))
         names += [n for n in EXTRA_COMMANDS if n not in names and _extra(n) is not None]
+        if _django(ctx):
+            names = [n for n in names if n != "demo"]  # refused there (cli/demo.py says why)
         return sorted(names)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -120,7 +173,7 @@ def _extra(name: str) -> click.Command | None:
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
     default=None,
-    help="Default: INFO for scheduler and demo, WARNING for the other commands.",
+    help="Default: INFO for the commands that keep running (scheduler), WARNING for the others.",
 )
 @click.version_option(package_name="goatbeat", prog_name="goatbeat")
 @click.pass_context
@@ -132,17 +185,36 @@ def cli(
     log_level: str | None,
 ) -> None:
     """goatbeat: periodic tasks, claimed at most once, dispatched at least once."""
+    existing = ctx.find_object(CliContext)
+    explicit = log_level is not None
+    if log_level is None and existing is not None and existing.verbosity in _VERBOSITY_LEVELS:
+        log_level, explicit = _VERBOSITY_LEVELS[existing.verbosity], True
     if log_level is None:
         # Operator commands stay quiet on stderr unless something is wrong.
         log_level = "INFO" if ctx.invoked_subcommand in _CHATTY else "WARNING"
-    existing = ctx.find_object(CliContext)
+    level = log_level.upper()
     if existing is None:
-        ctx.obj = CliContext(
-            app=app_spec, database=database, log_format=log_format, log_level=log_level.upper()
+        ctx.obj = existing = CliContext(
+            app=app_spec, database=database, log_format=log_format, log_level=level
         )
-    else:  # a caller (Django's management command) provided the app
+    else:  # a caller (Django's management command) provided the context
+        if existing.django and app_spec:
+            raise UserError(
+                "--app cannot be used with manage.py goatbeat: the app is this Django project "
+                "(its schedules.py files); run the standalone goatbeat command for another app"
+            )
+        if existing.django and database:
+            raise UserError(
+                "--database cannot be used with manage.py goatbeat: the database is "
+                "GOATBEAT['database'] (a DATABASES alias); run the standalone goatbeat command "
+                "for another database"
+            )
         existing.database = database or existing.database
-    previous_level = configure_logging(log_format, log_level.upper())
+        existing.log_format, existing.log_level = log_format, level
+    existing.log_level_explicit = explicit
+    previous_level = configure_logging(
+        log_format, level, defer_to_project=existing.django, explicit=explicit
+    )
     ctx.call_on_close(lambda: remove_cli_handlers(previous_level))
 
 
@@ -151,6 +223,7 @@ for _command in (
     scheduler.scheduler,
     publish.publish,
     schedules.schedule,
+    status.status,
     migration.import_celery_beat,
     migration.diff,
     migration.export_last_runs,

@@ -6,6 +6,10 @@ set, the Django project (:func:`goatbeat.django.cli_app`), else the command's ow
 demo's example app), else a bare :class:`~goatbeat.beat.Beat` on ``--database``. Any object with
 the :class:`BeatLike` surface will do. A command reaches it with :func:`open_app` (which closes
 it when the command ends) or ``ctx.find_object(CliContext).app()``.
+
+``manage.py goatbeat`` makes ``CliContext(django=True)``: the app is always the Django project,
+and ``--app`` and ``--database`` are refused (the group says why). The Django project's
+``LOGGING`` then owns goatbeat's log records (:func:`goatbeat.cli.logs.defer_to_project_logging`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import click
 
 from goatbeat.cli.errors import UserError
+from goatbeat.cli.logs import defer_to_project_logging
 from goatbeat.core.errors import GoatbeatError
 from goatbeat.core.model import Schedule
 from goatbeat.core.scheduler import Scheduler
@@ -62,20 +67,48 @@ class CliContext:
         database: str | None = None,
         log_format: str = "text",
         log_level: str = "INFO",
+        django: bool = False,
+        verbosity: int | None = None,
+        traceback: bool = False,
     ) -> None:
         self.app_spec = app
         self.database = database
         self.log_format = log_format
         self.log_level = log_level
+        self.django = django
+        """The app is the Django project: ``manage.py goatbeat``, or ``DJANGO_SETTINGS_MODULE``
+        without ``--app``, once loaded."""
+        self.verbosity = verbosity
+        """Django's ``-v``: 0 errors only, 1 the command's default, 2 INFO, 3 DEBUG."""
+        self.traceback = traceback
+        """Django's ``--traceback``: a goatbeat error keeps its traceback instead of one line."""
+        self.log_level_explicit = False
+        """Whether the level was asked for (``--log-level``, ``-v``), rather than defaulted."""
         self._app: BeatLike | None = app if isinstance(app, BeatLike) else None
         self.app_label = app if isinstance(app, str) else None
         self.bare = False
         """Whether the app is a bare Beat on ``--database``: it declares nothing, so it
         cannot tell which code schedules the code still declares."""
 
-    def app(self, *, fallback: str | None = None) -> BeatLike:
+    def uses_django_project(self) -> bool:
+        """Whether the app is (or, once loaded, will be) the Django project."""
+        if self.django:
+            return True
+        if isinstance(self.app_spec, BeatLike):
+            return False
+        spec = self.app_spec or os.environ.get("GOATBEAT_APP")
+        return not spec and bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+
+    def app(self, *, fallback: str | None = None, allow_django: bool = True) -> BeatLike:
+        """The app, loaded on first use. ``allow_django=False`` skips the Django project of
+        ``DJANGO_SETTINGS_MODULE`` for the fallback (the demo never runs on a project)."""
         if self._app is None:
-            self._app = self._load(fallback)
+            self._app = self._load(fallback, allow_django=allow_django)
+            if self.database and self.django:
+                raise UserError(
+                    "--database cannot be used with the Django project: its database is "
+                    "GOATBEAT['database'] (a DATABASES alias); pass --app for another app"
+                )
             if self.database:
                 use = getattr(self._app, "use_database", None)
                 if not callable(use):
@@ -90,15 +123,17 @@ class CliContext:
         if self._app is not None:
             self._app.close()
 
-    def _load(self, fallback: str | None) -> BeatLike:
+    def _load(self, fallback: str | None, *, allow_django: bool = True) -> BeatLike:
+        if self.django:
+            return self._load_django()
         spec = self.app_spec if isinstance(self.app_spec, str) else None
         spec = spec or os.environ.get("GOATBEAT_APP") or None
         if spec:
             self.app_label = spec
             return load_app(spec)
-        if os.environ.get("DJANGO_SETTINGS_MODULE"):
-            self.app_label = f"Django project {os.environ['DJANGO_SETTINGS_MODULE']}"
-            return _django_app()
+        if os.environ.get("DJANGO_SETTINGS_MODULE") and allow_django:
+            self.django = True
+            return self._load_django()
         if fallback:
             self.app_label = fallback
             return load_app(fallback)
@@ -112,6 +147,15 @@ class CliContext:
             "no app: pass --app module:attribute (or set GOATBEAT_APP), "
             "or --database URL to work on a database directly"
         )
+
+    def _load_django(self) -> BeatLike:
+        app = _django_app()
+        module = os.environ.get("DJANGO_SETTINGS_MODULE", "")
+        self.app_label = f"Django project {module}".strip()
+        # Django's setup ran the project's LOGGING just now: its handlers take goatbeat's
+        # records, or goatbeat's own handler keeps them (never both: each line once).
+        defer_to_project_logging(self.log_level if self.log_level_explicit else None)
+        return app
 
 
 def load_app(spec: str) -> BeatLike:
@@ -165,6 +209,8 @@ def _django_app() -> BeatLike:
         ) from None
     try:
         app: BeatLike = cli_app()
+    except GoatbeatError as exc:  # schedules.py declares something invalid: every problem
+        raise UserError(str(exc)) from None
     except Exception as exc:  # ImproperlyConfigured, a schedules.py that fails...
         raise UserError(f"the Django project cannot be loaded: {describe_error(exc)}") from None
     return app
@@ -185,10 +231,12 @@ def cli_context(ctx: click.Context) -> CliContext:
 
 
 @contextmanager
-def open_app(ctx: click.Context, *, fallback: str | None = None) -> Iterator[BeatLike]:
+def open_app(
+    ctx: click.Context, *, fallback: str | None = None, allow_django: bool = True
+) -> Iterator[BeatLike]:
     """The command's app, closed when the command ends."""
     obj = cli_context(ctx)
     try:
-        yield obj.app(fallback=fallback)
+        yield obj.app(fallback=fallback, allow_django=allow_django)
     finally:
         obj.close()

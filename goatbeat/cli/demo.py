@@ -2,6 +2,10 @@
 
 Without ``--app`` it uses :data:`DEMO_APP` on a throwaway database; the events a person
 watching cares about (fires, leadership, failures) become one readable line each.
+
+It never runs on a Django project: the demo becomes leader and fires every due schedule, which
+on a project's database means its real tasks. ``manage.py goatbeat demo`` is refused, and the
+standalone command ignores ``DJANGO_SETTINGS_MODULE`` (it takes ``--app`` or the example).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from datetime import UTC, datetime
 import click
 
 from goatbeat.cli.context import cli_context, open_app
+from goatbeat.cli.errors import UserError
 from goatbeat.cli.logs import quiet_cli_handlers
 from goatbeat.cli.output import iso, store_info, table
 from goatbeat.core.model import Schedule
@@ -75,9 +80,15 @@ class _DemoPrinter(logging.Handler):
 def demo(ctx: click.Context, duration: float | None) -> None:
     """Run the scheduler on the example app, printing every fire as it happens."""
     obj = cli_context(ctx)
+    if obj.django:
+        raise UserError(
+            "demo is not available in a Django project: it would lead this project's "
+            "scheduler and fire its real tasks on its database. Run `goatbeat demo` outside "
+            "the project, or `manage.py goatbeat scheduler --once` for one real iteration"
+        )
     # The printer below covers what a watcher wants; stderr keeps only real errors.
     quiet_cli_handlers(logging.ERROR)
-    with open_app(ctx, fallback=DEMO_APP) as app:
+    with open_app(ctx, fallback=DEMO_APP, allow_django=False) as app:
         app.migrate()
         app.publish()
         rows = [s for s in app.store.list_schedules() if isinstance(s, Schedule)]

@@ -2,6 +2,12 @@
 ``--log-format json``. Attached when a command starts and removed when it ends, so a process
 that embeds the group (tests, Django's management command) keeps no handler bound to a stream
 that may be gone.
+
+In a Django project the project's ``LOGGING`` comes first: when its handlers already receive
+goatbeat's records (a handler on the ``goatbeat`` logger, or on the root logger it propagates
+to), the command adds none of its own, so no line is printed twice and each handler's format
+(one JSON object per line with :class:`~goatbeat.core.observability.JsonFormatter`) holds.
+The level is then the project's, unless ``--log-level`` or ``-v`` asks for one.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from goatbeat.core.observability import JsonFormatter, logger
 __all__ = [
     "TextFormatter",
     "configure_logging",
+    "defer_to_project_logging",
+    "project_handles_logs",
     "hide_events",
     "quiet_cli_handlers",
     "remove_cli_handlers",
@@ -56,18 +64,61 @@ def _text_value(value: Any) -> str:
     return json.dumps(text) if (" " in text or not text) else text
 
 
-def configure_logging(fmt: str, level: str) -> int:
-    """Attach the CLI's handler; returns the logger's previous level."""
+def configure_logging(
+    fmt: str, level: str, *, defer_to_project: bool = False, explicit: bool = True
+) -> int:
+    """Attach the CLI's handler; returns the logger's previous level.
+
+    ``defer_to_project`` (a Django project, already set up): when the project's handlers
+    receive goatbeat's records, attach nothing, and set ``level`` only if it is ``explicit``
+    or the project left the logger's level unset."""
     previous = logger.level
-    for handler in list(logger.handlers):
-        if getattr(handler, _MARK, False):
-            logger.removeHandler(handler)
+    _remove_ours()
+    if defer_to_project and project_handles_logs():
+        if explicit or logger.level == logging.NOTSET:
+            logger.setLevel(level)
+        return previous
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     setattr(handler, _MARK, True)
     logger.addHandler(handler)
     logger.setLevel(level)
     return previous
+
+
+def _remove_ours() -> None:
+    for handler in list(logger.handlers):
+        if getattr(handler, _MARK, False):
+            logger.removeHandler(handler)
+
+
+def project_handles_logs() -> bool:
+    """Whether a handler other than the command's receives goatbeat's records: one on the
+    ``goatbeat`` logger or on a logger it propagates to (the root), as a project's
+    ``LOGGING`` sets up. Null handlers do not count: they print nothing."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if not getattr(handler, _MARK, False) and not isinstance(handler, logging.NullHandler):
+                return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+def defer_to_project_logging(level: str | None) -> None:
+    """Called once a Django project has been set up (its ``LOGGING`` applied) after the
+    command attached its handler: drop the handler if the project's handlers receive
+    goatbeat's records. ``level`` (an explicit ``--log-level``) still applies."""
+    if not any(getattr(h, _MARK, False) for h in logger.handlers):
+        if level is not None:
+            logger.setLevel(level)
+        return
+    if project_handles_logs():
+        _remove_ours()
+        if level is not None:
+            logger.setLevel(level)
 
 
 def quiet_cli_handlers(level: int) -> None:

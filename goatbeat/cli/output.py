@@ -11,11 +11,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule
 from goatbeat.core.store import ScheduleStore
 
 __all__ = [
     "execution_to_json",
+    "health_to_json",
+    "runtime_text",
     "iso",
     "iso_or_none",
     "schedule_to_json",
@@ -104,7 +107,34 @@ def execution_to_json(e: Execution) -> dict[str, Any]:
         "attempts": e.attempts,
         "backend_task_id": e.backend_task_id,
         "error": e.error,
+        "started_at": iso_or_none(e.started_at),
+        "runtime": e.runtime,
+        "worker": e.worker,
+        "retries": e.retries,
     }
+
+
+def health_to_json(h: ScheduleHealth | None) -> dict[str, Any]:
+    """A schedule's record of success (from completion reports) as ``schedule list/show``
+    add it to each schedule's fields."""
+    return {
+        "last_success_at": None if h is None else iso_or_none(h.last_success_at),
+        "last_failure_at": None if h is None else iso_or_none(h.last_failure_at),
+        "consecutive_failures": 0 if h is None else h.consecutive_failures,
+        "overdue": False if h is None else h.overdue,
+    }
+
+
+def runtime_text(seconds: float | None) -> str:
+    """``0.42s``, ``3m05s``, ``-``."""
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def iso(value: object) -> str:

@@ -1,10 +1,13 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
+``scheduler --metrics-port`` also serves Prometheus metrics (:mod:`goatbeat.metrics`).
 ``scheduler`` publishes the app's code schedules (logging what it changed, and with
 ``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
 ``--no-publish``, then runs the loop until SIGTERM/SIGINT
 (graceful: the lease is released, exit 0); ``--once`` runs one iteration and prints its result
-as JSON. A database that is down at start-up is waited out, as a running replica would.
+as JSON. A database that is down at start-up is waited out, as a running replica would; one
+without goatbeat's tables (or with an older schema) is refused at once, saying which migrate
+command to run, rather than retried forever.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from typing import Any
 
 import click
 
-from goatbeat.cli.context import BeatLike, open_app
-from goatbeat.cli.errors import OperationalError
+from goatbeat.cli.context import BeatLike, CliContext, cli_context, open_app
+from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
 from goatbeat.core.errors import StoreError
 from goatbeat.core.observability import log_event
+from goatbeat.core.scheduler import Scheduler
+from goatbeat.stores import schema
 
-__all__ = ["migrate", "scheduler"]
+__all__ = ["migrate", "require_schema", "scheduler"]
 
 
 @click.command()
@@ -67,6 +72,23 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Retries a failed submission gets even when its misfire grace is shorter (default 5); "
     "within the grace it is retried until the grace runs out.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://ADDRESS:PORT/metrics (goatbeat[metrics]; "
+    "9464 is the usual port).",
+)
+@click.option("--metrics-address", default="0.0.0.0", show_default=True, metavar="ADDRESS")
+@click.option(
+    "--metrics-schedules",
+    type=click.IntRange(0, 100_000),
+    default=500,
+    show_default=True,
+    metavar="N",
+    help="At most N schedules get per-schedule series (the overdue and failing first).",
+)
 @click.pass_context
 def scheduler(
     ctx: click.Context,
@@ -79,6 +101,9 @@ def scheduler(
     batch_size: int | None,
     no_publish: bool,
     max_submit_retries: int | None,
+    metrics_port: int | None,
+    metrics_address: str,
+    metrics_schedules: int,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
     overrides = {
@@ -96,17 +121,22 @@ def scheduler(
     }
     with open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
+        obj = cli_context(ctx)
+        require_schema(app, obj)
+        if metrics_port is not None:
+            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules)
         if no_publish:
             pass
         elif once:
             app.publish_at_start()
         else:
-            _publish_when_reachable(app)
+            _publish_when_reachable(app, obj)
         if once:
             try:
                 result = loop.run_once()
             finally:
                 loop.release()
+                loop.close()  # delivers the alerts it raised
             summary = {
                 k: v for k, v in dataclasses.asdict(result).items() if v not in (None, 0, False)
             }
@@ -117,7 +147,62 @@ def scheduler(
         loop.run()
 
 
-def _publish_when_reachable(app: BeatLike) -> None:
+def require_schema(app: BeatLike, obj: CliContext) -> None:
+    """Refuse a database that has no goatbeat tables, or older ones, naming the command that
+    creates them: retrying would never help. An unreachable database passes (it is waited
+    out, as an outage is)."""
+    try:
+        info = app.store.info()
+    except StoreError:
+        return
+    kind = info.get("kind")
+    if kind not in ("postgres", "sqlite"):
+        return  # the memory store needs no tables
+    have = int(info.get("schema_version") or 0)
+    need = schema.latest_version(kind)
+    if have >= need:
+        return
+    where = f"{kind} {info.get('database') or ''}".strip()
+    state = (
+        f"goatbeat's tables are missing from {where}"
+        if have == 0
+        else f"goatbeat's tables in {where} are at schema version {have}, this release needs {need}"
+    )
+    if obj.django:
+        how = "run `python manage.py migrate` first"
+    else:
+        how = "run `goatbeat migrate` first, with the same --app and --database"
+    raise UserError(f"{state}: {how}")
+
+
+def _serve_metrics(
+    loop: Scheduler, app: BeatLike, port: int, address: str, schedule_limit: int
+) -> None:
+    """Serve the Prometheus metrics of ``loop`` (see :mod:`goatbeat.metrics.prometheus`)."""
+    try:
+        from goatbeat.metrics.prometheus import PrometheusObserver, serve
+    except ModuleNotFoundError as exc:
+        if exc.name != "prometheus_client":
+            raise
+        raise UserError(
+            "--metrics-port needs prometheus_client: pip install 'goatbeat[metrics]'"
+        ) from None
+    observer = PrometheusObserver(
+        app.store,
+        scheduler_id=loop.scheduler_id,
+        lease_name=loop.lease.name,
+        overdue_after=loop.settings.overdue_after,
+        schedule_limit=schedule_limit,
+        version=loop.version,
+    )
+    try:
+        serve(observer, port, address)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot serve on {address}: {exc}") from None
+    loop.observe(observer)
+
+
+def _publish_when_reachable(app: BeatLike, obj: CliContext) -> None:
     """Publish code schedules, waiting out a database that is down at start-up (a replica
     restarted during an outage must back off like a running one, not exit)."""
     delay = 0.5
@@ -126,6 +211,7 @@ def _publish_when_reachable(app: BeatLike) -> None:
             app.publish_at_start()
             return
         except StoreError as exc:
+            require_schema(app, obj)  # back, but without the tables: say so and stop
             log_event(
                 "scheduler.error",
                 level=logging.WARNING,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import click
 
@@ -21,7 +21,9 @@ from goatbeat.cli.context import BeatLike, cli_context, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import (
     execution_to_json,
+    health_to_json,
     iso,
+    runtime_text,
     schedule_to_json,
     state_cell,
     stored_to_json,
@@ -30,6 +32,7 @@ from goatbeat.cli.output import (
 from goatbeat.cli.publish import publish_and_report, require_app
 from goatbeat.core.durations import format_duration
 from goatbeat.core.errors import ScheduleNotFound
+from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule, Source, StoredSchedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import PublishResult
@@ -60,10 +63,12 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
         declared = None if bare else {s.name for s in app.schedules}
         rows = app.store.list_schedules()
         now = app.store.now()
+        health = _health(app)
         if as_json:
             data = []
             for s in rows:
                 item = stored_to_json(s, now=now)
+                item.update(health_to_json(health.get(s.name)))
                 item["declared_in_code"] = _declared(s, declared)
                 item["orphaned"] = item["declared_in_code"] is False and bool(s.enabled)
                 data.append(item)
@@ -79,7 +84,7 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
                 s.trigger.describe() if isinstance(s, Schedule) else f"DAMAGED ({s.column})",
                 state_cell(s, now),
                 iso(s.next_run_at) if s.next_run_at else "-",
-                s.last_status or "-",
+                _status_cell(s.last_status, health.get(s.name)),
                 str(s.missed_count),
             ]
             for s in rows
@@ -106,6 +111,24 @@ def _pause_line(s: StoredSchedule) -> str:
     """``nightly: paused 2026-11-01 09:00:00Z by alice: incident 42``."""
     note = f": {s.pause_note}" if s.pause_note else ""
     return f"{s.name}: paused {iso(s.paused_at)} by {s.paused_by or '-'}{note}"
+
+
+def _health(app: BeatLike, name: str | None = None) -> dict[str, ScheduleHealth]:
+    """Each schedule's record of success (those with something to report), by name."""
+    settings = getattr(app, "settings", None)
+    overdue_after = getattr(settings, "overdue_after", None) or timedelta(minutes=10)
+    found = app.store.schedule_health(overdue_after=overdue_after)
+    return {h.name: h for h in found if name is None or h.name == name}
+
+
+def _status_cell(last_status: str | None, health: ScheduleHealth | None) -> str:
+    """``failed (3 in a row)``, ``succeeded, OVERDUE``: the last status and what it means."""
+    text = last_status or "-"
+    if health is not None and health.consecutive_failures > 1:
+        text += f" ({health.consecutive_failures} in a row)"
+    if health is not None and health.overdue:
+        text += ", OVERDUE"
+    return text
 
 
 def _declared(s: StoredSchedule, declared: set[str] | None) -> bool | None:
@@ -160,13 +183,16 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
             return
         now = store.now()
         upcoming = [] if sched.paused else sched.next_fire_times(count, now)
+        health = _health(app, name).get(name)
         if as_json:
             data = schedule_to_json(sched, now=now)
+            data.update(health_to_json(health))
             data["upcoming"] = [iso(t) for t in upcoming]
             data["executions"] = [execution_to_json(e) for e in recent]
             click.echo(json.dumps(data, indent=2))
             return
         lines = _definition_lines(sched, now)
+        lines += _outcome_lines(health)
         if sched.paused:
             lines.append("next fire times: none while paused (`goatbeat schedule resume`)")
         else:
@@ -220,6 +246,21 @@ def _definition_lines(sched: Schedule, now: datetime) -> list[str]:
     return lines
 
 
+def _outcome_lines(health: ScheduleHealth | None) -> list[str]:
+    """What the workers reported (nothing when they do not report completions)."""
+    if health is None or (health.last_success_at is None and health.last_failure_at is None):
+        return ["  outcomes:   none reported (see docs/operations.md, completion reports)"]
+    text = (
+        f"  outcomes:   last success {iso(health.last_success_at)}, "
+        f"last failure {iso(health.last_failure_at)}"
+    )
+    if health.consecutive_failures:
+        text += f", {health.consecutive_failures} failure(s) in a row"
+    if health.overdue:
+        text += "; OVERDUE"
+    return [text]
+
+
 def _execution_lines(recent: list[Execution]) -> list[str]:
     if not recent:
         return ["recent executions: none"]
@@ -227,14 +268,15 @@ def _execution_lines(recent: list[Execution]) -> list[str]:
         [
             iso(e.scheduled_at),
             e.kind.value,
-            e.status.value,
+            e.status.value + (f" (retried {e.retries}x)" if e.retries else ""),
             str(e.attempts),
             e.scheduler_id or "-",
+            runtime_text(e.runtime),
             (e.error or "")[:60],
         ]
         for e in recent
     ]
-    header = ["SCHEDULED AT", "KIND", "STATUS", "ATTEMPTS", "SCHEDULER", "ERROR"]
+    header = ["SCHEDULED AT", "KIND", "STATUS", "ATTEMPTS", "SCHEDULER", "RUNTIME", "ERROR"]
     return ["recent executions:", table(header, cells, indent="  ")]
 
 

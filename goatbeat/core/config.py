@@ -8,6 +8,7 @@ default silently.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from collections.abc import Callable, Mapping
@@ -60,6 +61,18 @@ class Settings:
     allowed_tasks: tuple[str, ...] = ()
     """Glob patterns of task names that admin, API and imported schedules may name besides
     the known tasks (:mod:`goatbeat.core.allowlist`)."""
+    # Operations (docs/operations.md).
+    alert_hook: str | None = None
+    """Dotted path of a callable the leading scheduler calls with each
+    :class:`~goatbeat.core.alerts.Alert` (``"myproj.alerts:page"``), from a thread of its own."""
+    alert_webhook: str | None = None
+    """An http(s) URL the leading scheduler POSTs each alert to, as JSON."""
+    alert_after_failures: int = 3
+    """Alert when a schedule's workers report this many failures in a row."""
+    overdue_after: timedelta = timedelta(minutes=10)
+    """A schedule is overdue when its run due this long ago was not claimed, or (when its
+    workers report completions) has not succeeded: the alert and the
+    ``goatbeat_schedule_overdue`` metric."""
 
 
 KEYS = (
@@ -74,6 +87,10 @@ KEYS = (
     "scheduler_id",
     "prune_on_publish",
     "allowed_tasks",
+    "alert_hook",
+    "alert_webhook",
+    "alert_after_failures",
+    "overdue_after",
 )
 
 
@@ -123,6 +140,30 @@ def _flag(key: str, value: Any) -> bool:
     return value
 
 
+def _dotted(key: str, value: Any) -> str | None:
+    # Only the spelling here: the core imports nothing; the app resolves it when it starts.
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DOTTED.fullmatch(value) or not {".", ":"} & set(value):
+        raise InvalidValue(
+            key, value, f"{short_repr(value)} is not a dotted path such as 'myproj.alerts:page'"
+        )
+    return value
+
+
+def _http_url(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise InvalidValue(key, value, f"{short_repr(value)} is not an http:// or https:// URL")
+    if len(value) > 2000 or any(c.isspace() for c in value):
+        raise InvalidValue(key, value, f"{short_repr(value)} is not a URL")
+    return value
+
+
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
+
+
 def _timezone(key: str, value: Any) -> str:
     get_zone(value, key)
     return str(value)
@@ -140,6 +181,10 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "scheduler_id": _text(255),
     "prune_on_publish": _flag,
     "allowed_tasks": parse_patterns,
+    "alert_hook": _dotted,
+    "alert_webhook": _http_url,
+    "alert_after_failures": _int_range(1, 1000),
+    "overdue_after": _duration(timedelta(seconds=1)),
 }
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "Occurrence",
     "Execution",
     "LeaseGrant",
+    "Miss",
     "idempotency_key",
     "manual_key",
     "MAX_NAME_LENGTH",
@@ -77,6 +78,10 @@ class ExecutionStatus(enum.StrEnum):
     # Not accepted, for good: a permanent error, a refused task, or retries until the
     # occurrence's misfire grace ran out (then also counted in the schedule's missed_count).
     SUBMIT_FAILED = "submit_failed"
+    # What the worker saw, for backends that report completion (goatbeat.completion, Django
+    # Tasks, inline): the run started, an attempt failed and the backend retries it, the end.
+    RUNNING = "running"
+    RETRIED = "retried"
     SUCCEEDED = "succeeded"  # the backend reported completion (Django Tasks, inline)
     FAILED = "failed"  # the backend reported the task failed
     # Never sent, on purpose: its schedule's overlap policy skipped it (the previous run was
@@ -700,6 +705,13 @@ class Execution:
     attempts: int = 0
     backend_task_id: str | None = None
     error: str | None = None
+    # Reported by the worker (schema version 5): when the latest attempt started, how long
+    # the last finished attempt ran (seconds), which worker ran it, how many attempts the
+    # backend retried.
+    started_at: datetime | None = None
+    runtime: float | None = None
+    worker: str | None = None
+    retries: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -731,6 +743,18 @@ class SubmitOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Miss:
+    """Occurrences of one schedule that a claim's misfire policy dropped (never claimed)."""
+
+    schedule_id: int
+    schedule_name: str
+    count: int
+    first_at: datetime | None = None
+    """The earliest and latest instants dropped (None when not known)."""
+    last_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimResult:
     """What one claim batch did."""
 
@@ -749,3 +773,5 @@ class ClaimResult:
     deferred: int = 0
     """Occurrences claimed but not returned: they wait in the store for their jittered
     instant, and come back through ``pending()`` then."""
+    misses: list[Miss] = field(default_factory=list)
+    """``missed`` schedule by schedule (only the schedules this claim advanced)."""

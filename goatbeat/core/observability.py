@@ -1,7 +1,8 @@
 """Logging: the ``goatbeat`` logger, its event names, and a JSON formatter that keeps them.
 
 The event name is the log message (``lease.acquired``); the details are structured fields
-passed through ``extra`` and also collected under ``record.goatbeat`` so the formatter can find
+passed through ``extra`` (a field named like a LogRecord attribute, ``created``, as
+``goatbeat_created``) and also collected under ``record.goatbeat`` so the formatter can find
 them. A plain formatter prints only the event name; :class:`JsonFormatter` writes one JSON
 object per line with every field::
 
@@ -54,6 +55,11 @@ EVENTS = frozenset(
         "delivery.skipped",
         "delivery.error",
         "schedule.invalid",
+        "alert.sent",
+        "alert.failed",
+        "alert.dropped",
+        "metrics.serving",
+        "occurrence.started",
     }
 )
 
@@ -68,7 +74,9 @@ def log_event(event: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log ``event`` with structured ``fields`` on the goatbeat logger."""
     if not logger.isEnabledFor(level):
         return
-    extra = {k: v for k, v in fields.items() if k not in _RESERVED}
+    # Every field is an attribute of the record (a project's formatter reads %(schedule)s); one
+    # named like a LogRecord attribute (``created``) is ``goatbeat_created`` there.
+    extra = {(f"goatbeat_{k}" if k in _RESERVED else k): v for k, v in fields.items()}
     extra["goatbeat"] = fields
     logger.log(level, event, extra=extra)
 

@@ -36,6 +36,11 @@ Overlap. The store applies a schedule's overlap policy when it claims (skipped a
 occurrences are logged ``occurrence.skipped`` / ``occurrence.buffered``) and starts a
 buffered occurrence in a later claim once the run it waited for has ended; ``next_due_at``
 includes the expiry of that run (``max_runtime``), and a completion report wakes the loop.
+Operations. After each iteration, best effort (a failure is logged and never stops dispatch):
+the scheduler's heartbeat row (:meth:`~goatbeat.core.store.ScheduleStore.heartbeat`, at most
+once per ``lease_renew_interval`` and at once when its role changes), the record of the
+occurrences its claims dropped, the alerts of :mod:`goatbeat.core.alerts` (leader only), and
+each :class:`SchedulerObserver` (the Prometheus metrics). A graceful stop deletes the row.
 
 Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
 ``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
@@ -55,20 +60,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
+from goatbeat.core.alerts import Alert, Alerter, AlertTracker
 from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
-from goatbeat.core.errors import StoreError, short_repr
+from goatbeat.core.errors import GoatbeatError, StoreError, short_repr
+from goatbeat.core.health import Role, SchedulerBeat
 from goatbeat.core.lease import LeaseManager
-from goatbeat.core.model import ClaimResult, ExecutionKind, LeaseGrant, Occurrence
+from goatbeat.core.model import ClaimResult, ExecutionKind, LeaseGrant, Miss, Occurrence
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submission import (
@@ -81,7 +90,7 @@ from goatbeat.core.submission import (
 )
 from goatbeat.core.submit import TaskSubmitter
 
-__all__ = ["Scheduler", "IterationResult"]
+__all__ = ["Scheduler", "IterationResult", "SchedulerObserver", "ALERT_CHECK_INTERVAL"]
 
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_CAP = 30.0
@@ -92,6 +101,11 @@ _REQUESTED = frozenset({ExecutionKind.MANUAL, ExecutionKind.BACKFILL})
 """Kinds of the executions that arrive unclaimed, on request."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
+ALERT_CHECK_INTERVAL = 30.0
+"""How often (seconds, at least) the leader looks for failing and overdue schedules, when
+alerts are configured."""
+ALERT_SCAN_LIMIT = 1000
+"""Schedules read per look (the overdue and the most failing first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +138,22 @@ class IterationResult:
     not allowed."""
     error: str | None = None
     sleep: float = 0.0
+
+
+class SchedulerObserver(Protocol):
+    """What a scheduler tells an observer (the Prometheus adapter, ``goatbeat.metrics``).
+
+    Called on the scheduler's threads, so it must be quick; an exception is logged and
+    ignored, never the loop's problem."""
+
+    def iteration(self, result: IterationResult, duration: float) -> None:
+        """One iteration ended after ``duration`` seconds (monotonic)."""
+        ...
+
+    def submitted(self, lateness: float) -> None:
+        """An occurrence was accepted by the backend ``lateness`` seconds after its instant
+        (by the store's clock; negative: early, which never happens)."""
+        ...
 
 
 class _Tally:
@@ -178,6 +208,7 @@ class Scheduler:
         clock: Clock | None = None,
         lease_name: str = "scheduler",
         allowed: TaskAllowList | None = None,
+        alerter: Alerter | None = None,
     ) -> None:
         self.store = store
         self.allowed = allowed
@@ -198,6 +229,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._leader_token: int | None = None
         self._standby_logged = False
+        self._standby_iterations = 0
         # (local monotonic, store clock) read together: when a claimed occurrence is due here.
         self._store_ref: tuple[float, datetime] | None = None
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
@@ -214,6 +246,16 @@ class Scheduler:
             lease_held=self.lease.is_held,
             wait_for_instant=self._wait_for_instant,
         )
+        # Operations (see the module docstring).
+        self.alerter = alerter
+        self._alerts = AlertTracker(after_failures=settings.alert_after_failures)
+        self._alert_check_at: float | None = None
+        self._observers: list[SchedulerObserver] = []
+        self._misses: list[Miss] = []
+        self._beat: tuple[Role, int | None] | None = None
+        self._beat_at: float | None = None
+        self._hostname = socket.gethostname()
+        self.version = _version()
 
     # -- control --------------------------------------------------------------------------------
 
@@ -225,15 +267,25 @@ class Scheduler:
         """Ask the loop to stop after the current batch. Safe from signal handlers and threads."""
         self._stop.set()
 
+    def observe(self, observer: SchedulerObserver) -> None:
+        """Tell ``observer`` about every iteration and submission from now on."""
+        self._observers.append(observer)
+        self.submission.on_submitted = self._on_submitted
+
     def release(self) -> bool:
-        """Give the lease up now (graceful stop) so a standby takes over at once."""
+        """Give the lease up now (graceful stop) so a standby takes over at once, and take
+        this scheduler's heartbeat row away."""
         self._leader_token = None
         try:
-            return self.lease.release()
+            released = self.lease.release()
         except StoreError as exc:
             # The lease then expires on its own within lease_ttl.
             self._log_store_error("release", exc)
-            return False
+            released = False
+        if self._beat is not None:
+            self._beat = None
+            self._best_effort("heartbeat", self.store.remove_scheduler, self.scheduler_id)
+        return released
 
     def _log_store_error(
         self, stage: str, exc: StoreError, *, level: int = logging.WARNING, **fields: Any
@@ -249,8 +301,11 @@ class Scheduler:
 
     def close(self) -> None:
         """Stop the submission threads (if the submitter allowed any). :meth:`run` calls it on
-        its way out; the scheduler may still be used afterwards (they are started again)."""
+        its way out; the scheduler may still be used afterwards (they are started again).
+        Alerts still queued are delivered first (for a few seconds at most)."""
         self.submission.close()
+        if self.alerter is not None:
+            self.alerter.close()
 
     def run(self, stop: threading.Event | None = None) -> None:
         """Loop until ``stop`` is set, :meth:`request_stop` is called, or SIGTERM/SIGINT arrive
@@ -333,6 +388,12 @@ class Scheduler:
 
     def run_once(self) -> IterationResult:
         """One iteration; never raises for store or submitter failures (they are logged)."""
+        started = self.clock.monotonic()
+        result = self._iterate()
+        self._after_iteration(result, self.clock.monotonic() - started)
+        return result
+
+    def _iterate(self) -> IterationResult:
         tally = _Tally()
         became_leader = False
         self._store_ref = None  # each iteration maps the store's clock afresh
@@ -348,6 +409,7 @@ class Scheduler:
                     became_leader = True
                     self._leader_token = grant.token
                     self._standby_logged = False
+                    self._standby_iterations = 0
                     # Rows another reign left backing off: wake for their retries.
                     self._retries_possible = True
                 else:
@@ -397,7 +459,17 @@ class Scheduler:
 
     def _on_standby(self) -> None:
         self._leader_token = None
+        self._standby_iterations += 1
         if self._standby_logged:
+            # A heartbeat: at DEBUG an operator sees the standby is alive and still trying.
+            log_event(
+                "lease.standby",
+                level=logging.DEBUG,
+                scheduler_id=self.scheduler_id,
+                lease=self.lease.name,
+                heartbeat=True,
+                iterations=self._standby_iterations,
+            )
             return
         self._standby_logged = True
         holder: str | None = None
@@ -596,6 +668,7 @@ class Scheduler:
                 value=short_repr(damaged.value),
                 error=damaged.detail,
             )
+        self._misses.extend(result.misses)
         if result.missed:
             tally.missed += result.missed
             log_event(
@@ -700,6 +773,105 @@ class Scheduler:
             return min(max_sleep, ERROR_BACKOFF_BASE)
         # Wake just after the expiry; a release NOTIFY ends the wait sooner.
         return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
+
+    # -- operations: heartbeat, misses, alerts, observers ---------------------------------------
+
+    def _after_iteration(self, result: IterationResult, duration: float) -> None:
+        """What an iteration leaves for the operators; none of it may stop dispatch."""
+        self._heartbeat(result)
+        misses, self._misses = self._misses, []
+        if misses:
+            self._best_effort(
+                "misses", self.store.record_misses, misses, scheduler_id=self.scheduler_id
+            )
+            if self.alerter is not None:
+                now = self.clock.now()
+                self.alerter.emit_all(
+                    Alert.missed(m, at=now, scheduler_id=self.scheduler_id) for m in misses
+                )
+        if result.leader:
+            self._check_alerts()
+        else:
+            self._alerts.reset()
+            self._alert_check_at = None
+        for observer in self._observers:
+            try:
+                observer.iteration(result, duration)
+            except Exception:
+                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
+
+    def _heartbeat(self, result: IterationResult) -> None:
+        state = (Role.LEADER, result.fencing_token) if result.leader else (Role.STANDBY, None)
+        now = self.clock.monotonic()
+        interval = self.settings.lease_renew_interval.total_seconds()
+        if state == self._beat and self._beat_at is not None and now - self._beat_at < interval:
+            return
+        self._beat_at = now  # a failed write waits for the next slot too
+        beat = SchedulerBeat(
+            scheduler_id=self.scheduler_id,
+            role=state[0],
+            lease=self.lease.name,
+            fencing_token=state[1],
+            hostname=self._hostname,
+            pid=os.getpid(),
+            version=self.version,
+            ttl=self.settings.lease_ttl + self.settings.lease_renew_interval,
+        )
+        if self._best_effort("heartbeat", self.store.heartbeat, beat):
+            self._beat = state
+
+    def _check_alerts(self) -> None:
+        if self.alerter is None:
+            return
+        now = self.clock.monotonic()
+        interval = max(ALERT_CHECK_INTERVAL, self.settings.lease_renew_interval.total_seconds())
+        if self._alert_check_at is not None and now - self._alert_check_at < interval:
+            return
+        self._alert_check_at = now
+        try:
+            health = self.store.schedule_health(
+                overdue_after=self.settings.overdue_after, limit=ALERT_SCAN_LIMIT
+            )
+        except GoatbeatError as exc:
+            self._log_best_effort("alerts", exc)
+            return
+        self.alerter.emit_all(
+            self._alerts.update(health, at=self.clock.now(), scheduler_id=self.scheduler_id)
+        )
+
+    def _best_effort(self, stage: str, call: Any, *args: Any, **kwargs: Any) -> bool:
+        try:
+            call(*args, **kwargs)
+        except GoatbeatError as exc:
+            self._log_best_effort(stage, exc)
+            return False
+        return True
+
+    def _log_best_effort(self, stage: str, exc: GoatbeatError) -> None:
+        # A store that is down, or a schema not yet at version 5: logged, never fatal.
+        log_event(
+            "scheduler.error",
+            level=logging.WARNING,
+            scheduler_id=self.scheduler_id,
+            stage=stage,
+            error=str(exc),
+        )
+
+    def _on_submitted(self, lateness: float) -> None:
+        for observer in self._observers:
+            try:
+                observer.submitted(lateness)
+            except Exception:
+                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("goatbeat")
+    except metadata.PackageNotFoundError:
+        return ""
 
 
 def _safe_info(store: ScheduleStore) -> Any:

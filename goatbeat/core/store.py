@@ -33,11 +33,18 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from goatbeat.core.errors import InvalidValue
+from goatbeat.core.health import (
+    Outcome,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+)
 from goatbeat.core.model import (
     ClaimResult,
     Execution,
     ExecutionStatus,
     LeaseGrant,
+    Miss,
     Occurrence,
     Schedule,
     Source,
@@ -428,7 +435,10 @@ class ScheduleStore(Protocol):
         the store's now plus ``retry_in`` (``pending`` leaves it out until then; the backoff
         outlives the process that failed, so a new leader keeps it).
         Also sets the schedule's ``last_status`` to the status of its latest occurrence in
-        the batch (``'missed'`` for a missed one). Only rows still ``claimed`` change.
+        the batch (``'missed'`` for a missed one). Only rows still ``claimed`` change, except
+        that an ``ok`` outcome for a row a worker already reported on (``running``,
+        ``retried``, ``succeeded``, ``failed``: the worker outran the bookkeeping) records
+        ``submitted_at``, ``backend_task_id`` and attempts+1 and keeps the worker's status.
         Touches: those execution rows and their schedules' ``last_status`` and
         ``missed_count``."""
         ...
@@ -464,13 +474,47 @@ class ScheduleStore(Protocol):
         nothing is written. Touches: those execution rows and their schedules."""
         ...
 
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        """A worker started running the execution with ``idempotency_key`` (an attempt, or a
+        retry): status ``running``, ``started_at`` = the store's now, ``worker``; its
+        schedule's ``last_status`` becomes ``running`` when the execution is the schedule's
+        latest run (``scheduled_at >= last_run_at``). Any status may start again: a worker
+        reports what really ran, a duplicate delivery included. Returns whether a row
+        matched. Touches: that execution row and its schedule's ``last_status``."""
+        ...
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        """A worker reports how an attempt of the execution with ``idempotency_key`` ended.
+
+        The execution: status ``outcome``, ``finished_at`` = the store's now, ``error`` (None
+        on success), ``runtime`` in seconds (when None: from ``started_at`` to now, if it
+        started), ``worker`` when given; ``retried`` also counts ``retries`` + 1.
+        Its schedule: ``succeeded`` sets ``last_success_at`` to now and
+        ``consecutive_failures`` to 0; ``failed`` sets ``last_failure_at`` to now and adds 1
+        to ``consecutive_failures`` unless the execution was already ``failed`` (a duplicate
+        report counts once); ``last_status`` becomes ``outcome`` when the execution is the
+        schedule's latest run. A report may arrive before the scheduler recorded the
+        submission (a fast worker): :meth:`record_outcomes` then keeps the worker's status.
+        A run that ends (``succeeded``/``failed``) while an occurrence of its schedule is
+        ``buffered`` notifies the channel (``schedule:<id>``) so the leader starts that one.
+        A failure that brings ``consecutive_failures`` to the schedule's ``pause_on_failure``
+        pauses it (:meth:`pause`, by ``goatbeat``, the note saying why) unless it is paused.
+        Returns whether a row matched. Touches: that execution and its schedule."""
+        ...
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
-        """The backend reported completion (Django Tasks signal, inline submitter): status
-        ``succeeded`` or ``failed``, ``finished_at``. When an occurrence of its schedule is
-        ``buffered``, the channel is notified (``schedule:<id>``) so the leader starts it.
-        Returns whether a row matched."""
+        """:meth:`record_completion` with outcome ``succeeded`` or ``failed``: the Django
+        Tasks signal and the inline submitter report this way."""
         ...
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
@@ -489,6 +533,61 @@ class ScheduleStore(Protocol):
         limit: int = 50,
     ) -> list[Execution]:
         """Recent executions, newest ``scheduled_at`` first. Read-only."""
+        ...
+
+    # -- operations: heartbeats, misses, health ---------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        """Record that scheduler ``beat.scheduler_id`` is alive, in one transaction: upsert
+        its row (role, lease, fencing token, host, pid, version; ``heartbeat_at`` = the
+        store's now, ``expires_at`` = now + ``beat.ttl``; ``started_at`` kept from the first
+        beat), then delete every scheduler row that expired more than
+        :data:`~goatbeat.core.health.STALE_RETENTION` ago. Schedulers call it at most once
+        per lease renewal, and at once when their role changes.
+        Touches: the scheduler rows only."""
+        ...
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        """Delete the row of ``scheduler_id`` (a graceful stop). Touches: that row."""
+        ...
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        """Keep a record of occurrences dropped by misfire policies (from
+        ``ClaimResult.misses``): one row per :class:`~goatbeat.core.model.Miss` with the
+        store's now, in one transaction that also deletes the records older than
+        :data:`~goatbeat.core.health.MISS_RETENTION`. The schedules' ``missed_count`` is the
+        claim's business, not this. Touches: the miss records only."""
+        ...
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = timedelta(hours=1),
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        """The system at one instant (:class:`~goatbeat.core.health.StatusSnapshot`): the
+        lease ``lease_name`` and every scheduler row (validity and staleness judged by the
+        store's clock, always), the due schedules and pending executions whose instant is
+        ``<= now`` and the oldest of those instants (with its schedule's name), the misses
+        recorded and the executions ``failed`` or ``submit_failed`` whose ``scheduled_at``
+        falls within ``window`` before ``now``. ``now`` defaults to the store's clock.
+        Cost follows what is due, pending or recent (indexed), never the number of
+        schedules. Read-only."""
+        ...
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        """The schedules with something to report: a worker-reported success or failure,
+        a miss (``missed_count > 0``), or overdue at ``now`` by
+        :func:`~goatbeat.core.health.is_overdue` with ``overdue_after``. Overdue ones first,
+        then by ``consecutive_failures`` (most first), then by name; at most ``limit``
+        (None: all). ``now`` defaults to the store's clock. Read-only."""
         ...
 
     # -- wake-ups -------------------------------------------------------------------------------

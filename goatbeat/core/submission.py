@@ -142,6 +142,9 @@ class Submission:
         self._after_bookkeeping: Callable[[], None] | None = getattr(
             submitter, "after_bookkeeping", None
         )
+        self.on_submitted: Callable[[float], None] | None = None
+        """Called with the lateness (seconds, by the store's clock) of each occurrence the
+        backend accepted: the scheduler's observers (metrics)."""
 
     @property
     def threaded(self) -> bool:
@@ -201,6 +204,8 @@ class Submission:
                 SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
             )
             counts.submitted += 1
+            if self.on_submitted is not None:
+                self.on_submitted(lateness(store_now(), occ.scheduled_at))
             if pending:
                 counts.resubmitted += 1
                 if (

@@ -23,7 +23,8 @@ def call(func: Any, /, *args: Any, **kwargs: Any) -> Call:
 
 def cli_app() -> DjangoRegistry:
     """The Django project's registry for the ``goatbeat`` command: sets Django up (from
-    ``DJANGO_SETTINGS_MODULE``) if needed, discovers every app's ``schedules.py``."""
+    ``DJANGO_SETTINGS_MODULE``) if needed, discovers every app's ``schedules.py``. Raises
+    :class:`~goatbeat.django.registry.DeclarationError` listing every problem in them."""
     import django
     from django.apps import apps
 
@@ -31,7 +32,9 @@ def cli_app() -> DjangoRegistry:
         django.setup()
     from goatbeat.django.registry import get_registry
 
-    return get_registry()
+    registry = get_registry()
+    registry.check()
+    return registry
 
 
 def __getattr__(name: str) -> Any:

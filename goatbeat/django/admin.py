@@ -15,7 +15,11 @@ submit each once) are actions, also offered on each schedule's page; they go thr
 registry (``Beat.pause`` ...), need the change permission, apply to code schedules too, and
 leave a History entry.
 
-Code schedules are read-only except ``enabled``; executions are read-only history. A code
+Code schedules are read-only except ``enabled``; executions are read-only history (with what
+the workers reported: outcome, runtime, error; a link to the schedule; a filter by schedule).
+The system's health is read-only too: the lease, the scheduler processes and their heartbeats,
+and the record of missed occurrences, each page headed by the verdict of ``goatbeat status
+--check``. A code
 schedule this project's code no longer declares is *orphaned* (marked in the list, with a
 filter): a user with the delete permission may delete it. One the code still declares cannot
 be deleted here, since the next publication would recreate it; the page says so.
@@ -32,16 +36,20 @@ from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.core.store import FieldChange
 from goatbeat.core.timeutil import iso_z
+from goatbeat.core.triggers import trigger_from_spec
 from goatbeat.django.forms import (
     ROUTING_FIELDS,
     BackfillForm,
@@ -52,9 +60,21 @@ from goatbeat.django.forms import (
     trigger_in_words,
 )
 from goatbeat.django.models import Execution as ExecutionRow
+from goatbeat.django.models import Lease as LeaseRow
+from goatbeat.django.models import Miss as MissRow
 from goatbeat.django.models import Schedule as ScheduleRow
+from goatbeat.django.models import SchedulerProcess as SchedulerRow
+from goatbeat.django.words import instant, shows_seconds
 
-__all__ = ["ScheduleAdmin", "ExecutionAdmin", "UPCOMING_COUNT", "RECENT_EXECUTIONS"]
+__all__ = [
+    "ScheduleAdmin",
+    "ExecutionAdmin",
+    "LeaseAdmin",
+    "SchedulerProcessAdmin",
+    "MissAdmin",
+    "UPCOMING_COUNT",
+    "RECENT_EXECUTIONS",
+]
 
 UPCOMING_COUNT = 10
 """How many next fire times the schedule page previews."""
@@ -79,6 +99,40 @@ def _declared() -> set[str]:
     from goatbeat.django.registry import get_registry
 
     return set(get_registry().names())
+
+
+def _declaration_problems() -> list[str]:
+    """What discovery found wrong in the project's ``schedules.py`` files."""
+    from goatbeat.django.registry import get_registry
+
+    return list(get_registry().problems)
+
+
+def _in_current_zone(label: str) -> Any:
+    """A column header naming the time zone its times are shown in (the current one, which
+    Django activates per request: TIME_ZONE unless the project activates another)."""
+    return lazy(lambda: f"{label} ({timezone.get_current_timezone_name()})", str)()
+
+
+def _local(value: datetime | None, seconds: bool) -> str:
+    if value is None:
+        return "-"
+    local: datetime = timezone.localtime(value)
+    return local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def _seconds(obj: Any) -> bool:
+    """Whether the schedule's times need their seconds (it fires off whole minutes)."""
+    try:
+        return shows_seconds(trigger_from_spec(obj.trigger))
+    except (InvalidValue, TypeError, ValueError):
+        return True  # a damaged trigger: show everything
+
+
+def _execution_time(execution: ExecutionRow, value: datetime | None) -> str:
+    schedule = execution.schedule
+    zone = schedule.timezone if schedule is not None else "UTC"
+    return instant(value, zone, seconds=True)
 
 
 def _history(changes: Sequence[FieldChange]) -> str:
@@ -109,14 +163,14 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
     fk_name = "schedule"
     verbose_name_plural = f"Recent executions (latest {RECENT_EXECUTIONS})"
     fields = (
-        "scheduled_at",
+        "scheduled",
         "kind",
         "status",
         "attempts",
         "retry_at",
         "scheduler_id",
-        "submitted_at",
-        "finished_at",
+        "submitted",
+        "finished",
         "error",
     )
     readonly_fields = fields
@@ -126,8 +180,22 @@ class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
     show_change_link = True
     ordering = ("-scheduled_at",)
 
+    # Each time in the schedule's zone and in UTC, as on the rest of the schedule's page.
+
+    @admin.display(description="scheduled at")  # type: ignore[untyped-decorator]
+    def scheduled(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.scheduled_at)
+
+    @admin.display(description="submitted at")  # type: ignore[untyped-decorator]
+    def submitted(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.submitted_at)
+
+    @admin.display(description="finished at")  # type: ignore[untyped-decorator]
+    def finished(self, obj: ExecutionRow) -> str:
+        return _execution_time(obj, obj.finished_at)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        qs = super().get_queryset(request).using(_alias())
+        qs = super().get_queryset(request).using(_alias()).select_related("schedule")
         # A slice cannot be filtered by the formset; a subquery of the latest ids can.
         latest = qs.order_by("-scheduled_at").values("pk")[:RECENT_EXECUTIONS]
         return qs.filter(pk__in=latest)
@@ -150,9 +218,9 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "trigger_description",
         "enabled",
         "state",
-        "next_run_at",
+        "next_run",
         "last_status",
-        "last_run_at",
+        "last_run",
         "missed_count",
         "damage",
     )
@@ -185,16 +253,16 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "damage",
         "pause_state",
         "source",
-        "next_run_at",
-        "last_run_at",
+        "next_run_zoned",
+        "last_run_zoned",
         "last_status",
         "total_run_count",
         "missed_count",
         "skipped_count",
         "version",
         "upcoming",
-        "created_at",
-        "updated_at",
+        "created_zoned",
+        "updated_zoned",
     )
     _code_fields = (
         "name",
@@ -225,14 +293,54 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     class Media:
         js = ("goatbeat/trigger_kind.js",)
+        css = {"all": ("goatbeat/admin.css",)}
 
     @admin.display(description="trigger")  # type: ignore[untyped-decorator]
     def trigger_description(self, obj: ScheduleRow) -> str:
-        return describe_trigger(obj.trigger)
+        words = describe_trigger(obj.trigger, obj.timezone)
+        # "At 09:00 (cron 0 9 * * *, Europe/Paris)": the words, then what they describe, small.
+        said, paren, detail = words.partition(" (cron ")
+        if not paren:
+            said, paren, detail = words.partition(" (celery crontab ")
+        if not paren:
+            return words
+        return format_html(  # type: ignore[no-any-return]
+            '{}<br><small class="goatbeat-expression">{}{}</small>',
+            said,
+            paren.strip(" ("),
+            " " + detail.removesuffix(")"),
+        )
 
     @admin.display(description="current trigger")  # type: ignore[untyped-decorator]
     def current_trigger(self, obj: ScheduleRow) -> str:
-        return trigger_in_words(obj.trigger)
+        return trigger_in_words(obj.trigger, obj.timezone)
+
+    # Times: in the list, in the current time zone, which the column header names; on the
+    # schedule's page, in the schedule's zone and in UTC. Seconds where it fires off minutes.
+
+    @admin.display(description=_in_current_zone("next run"), ordering="next_run_at")  # type: ignore[untyped-decorator]
+    def next_run(self, obj: ScheduleRow) -> str:
+        return _local(obj.next_run_at, _seconds(obj))
+
+    @admin.display(description=_in_current_zone("last run"), ordering="last_run_at")  # type: ignore[untyped-decorator]
+    def last_run(self, obj: ScheduleRow) -> str:
+        return _local(obj.last_run_at, _seconds(obj))
+
+    @admin.display(description="next run at")  # type: ignore[untyped-decorator]
+    def next_run_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.next_run_at, obj.timezone, seconds=_seconds(obj))
+
+    @admin.display(description="last run at")  # type: ignore[untyped-decorator]
+    def last_run_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.last_run_at, obj.timezone, seconds=_seconds(obj))
+
+    @admin.display(description="created at")  # type: ignore[untyped-decorator]
+    def created_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.created_at, obj.timezone, seconds=True)
+
+    @admin.display(description="updated at")  # type: ignore[untyped-decorator]
+    def updated_zoned(self, obj: ScheduleRow) -> str:
+        return instant(obj.updated_at, obj.timezone, seconds=True)
 
     @admin.display(description="source", ordering="source")  # type: ignore[untyped-decorator]
     def source_label(self, obj: ScheduleRow) -> str:
@@ -310,19 +418,12 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         times = schedule.next_fire_times(UPCOMING_COUNT, datetime.now(UTC))
         if not times:
             return "never fires again"
-        zone = schedule.timezone
-        from goatbeat.core.timeutil import get_zone
-
-        tz = get_zone(zone)
         return format_html(  # type: ignore[no-any-return]
             '<ol class="goatbeat-upcoming">{}</ol>',
             format_html_join(
                 "",
                 "<li><time datetime='{}'>{}</time></li>",
-                (
-                    (t.isoformat(), t.astimezone(tz).strftime(f"%Y-%m-%d %H:%M:%S ({zone})"))
-                    for t in times
-                ),
+                ((t.isoformat(), instant(t, schedule.timezone, seconds=True)) for t in times),
             ),
         )
 
@@ -331,8 +432,23 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return obj is not None and obj.pk is not None and obj.source == Source.CODE.value
 
     def is_orphaned(self, obj: ScheduleRow | None) -> bool:
-        """A code schedule this project's code no longer declares."""
+        """A code schedule this project's code no longer declares (never said while a
+        schedules.py is broken: what it would have declared is unknown)."""
+        if _declaration_problems():
+            return False
         return self.is_code(obj) and obj is not None and obj.name not in _declared()
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        problems = _declaration_problems()
+        if problems and request.method == "GET":
+            self.message_user(
+                request,
+                f"The project's schedules.py files have {len(problems)} problem(s); code "
+                "schedules are not published and the scheduler does not start until they are "
+                "fixed (manage.py check lists them): " + "; ".join(problems),
+                level=messages.ERROR,
+            )
+        return super().changelist_view(request, extra_context)
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
@@ -766,32 +882,59 @@ def _changes(
     return changes
 
 
+class ScheduleNameFilter(admin.SimpleListFilter):  # type: ignore[misc]
+    """Executions of one schedule, by name (history outlives a deleted schedule). The
+    sidebar offers the schedules run lately; any name works as ``?schedule=<name>``."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+    OFFERED = 50
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # The schedules of the latest executions the other filters let through.
+        narrowed = {k: v for k, v in request.GET.items() if k in ("status__exact", "kind__exact")}
+        recent = (
+            ExecutionRow.objects.using(_alias())
+            .filter(**narrowed)
+            .order_by("-scheduled_at")
+            .values_list("schedule_name", flat=True)[:1000]
+        )
+        names = sorted(set(recent))[: self.OFFERED]
+        chosen = self.value()
+        if chosen and chosen not in names:
+            names = sorted([*names, chosen])
+        return [(n, n) for n in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value():
+            return queryset.filter(schedule_name=self.value())
+        return queryset
+
+
 @admin.register(ExecutionRow)
 class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
+    """The history of every run: goatbeat's own steps (claimed, submitted) and, for backends
+    whose workers report completions (docs/operations.md), what the worker saw: running,
+    retried, succeeded or failed, the runtime and the error."""
+
     list_display = (
-        "schedule_name",
+        "schedule_link",
         "scheduled_at",
         "kind",
-        "status",
+        "outcome",
+        "runtime_display",
+        "error_line",
         "attempts",
-        "submitted_at",
+        "worker",
         "finished_at",
-        "backend_task_id",
-        "short_error",
     )
-    list_filter = ("status", "kind")
-    search_fields = ("schedule_name", "idempotency_key", "backend_task_id")
+    list_filter = ("status", ScheduleNameFilter, "kind")
+    search_fields = ("schedule_name", "idempotency_key", "backend_task_id", "error")
     date_hierarchy = "scheduled_at"
     ordering = ("-scheduled_at",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(_alias())
-
-    @admin.display(description="error")  # type: ignore[untyped-decorator]
-    def short_error(self, obj: ExecutionRow) -> str:
-        """Why a run failed or was missed (the whole text is on its page)."""
-        error = str(obj.error or "")
-        return error if len(error) <= 120 else error[:119] + "…"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
         return [f.name for f in ExecutionRow._meta.fields]
@@ -804,3 +947,124 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="schedule", ordering="schedule_name")  # type: ignore[untyped-decorator]
+    def schedule_link(self, obj: ExecutionRow) -> str:
+        if obj.schedule_id is None:
+            return str(format_html("{} <small>(deleted)</small>", obj.schedule_name))
+        url = reverse("admin:goatbeat_schedule_change", args=[obj.schedule_id])
+        return str(format_html('<a href="{}">{}</a>', url, obj.schedule_name))
+
+    @admin.display(description="outcome", ordering="status")  # type: ignore[untyped-decorator]
+    def outcome(self, obj: ExecutionRow) -> str:
+        text = str(obj.status).replace("_", " ")
+        if obj.retries:
+            text += f" (retried {obj.retries}x)"
+        return text
+
+    @admin.display(description="runtime", ordering="runtime")  # type: ignore[untyped-decorator]
+    def runtime_display(self, obj: ExecutionRow) -> str:
+        return _runtime(obj.runtime)
+
+    @admin.display(description="error")  # type: ignore[untyped-decorator]
+    def error_line(self, obj: ExecutionRow) -> str:
+        if not obj.error:
+            return "-"
+        text = str(obj.error)
+        short = text if len(text) <= 80 else text[:77] + "..."
+        return str(format_html('<span title="{}">{}</span>', text, short))
+
+
+def _runtime(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+# -- the system's health: read-only ----------------------------------------------------------------
+
+
+class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # Leases and heartbeats are judged by the database's clock, read with the rows.
+        return super().get_queryset(request).using(_alias()).annotate(db_now=Now())
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        """Say at the top of the page whether the system is healthy, as ``goatbeat status
+        --check`` would."""
+        from datetime import timedelta
+
+        from goatbeat.core.health import check
+
+        try:
+            verdict = check(_store().status(), max_lag=timedelta(seconds=60))
+        except GoatbeatError as exc:
+            self.message_user(request, f"Cannot read the status: {exc}", messages.ERROR)
+        else:
+            level = messages.SUCCESS if verdict.ok else messages.ERROR
+            word = "Healthy" if verdict.ok else "Unhealthy"
+            self.message_user(request, f"{word}: {verdict.reason}.", level)
+        return super().changelist_view(request, extra_context)
+
+
+@admin.register(LeaseRow)
+class LeaseAdmin(_ReadOnly):
+    """Who holds the lease, with which fencing token, until when (the database clock)."""
+
+    list_display = ("name", "holder", "token", "expires_at", "state", "acquired_at")
+
+    @admin.display(description="state")  # type: ignore[untyped-decorator]
+    def state(self, obj: LeaseRow) -> str:
+        left = (obj.expires_at - obj.db_now).total_seconds()
+        return f"held, {left:.0f}s left" if left > 0 else f"expired {-left:.0f}s ago"
+
+
+@admin.register(SchedulerRow)
+class SchedulerProcessAdmin(_ReadOnly):
+    """Every scheduler process that has a heartbeat: leader or standby, and since when."""
+
+    list_display = (
+        "scheduler_id",
+        "role",
+        "alive",
+        "heartbeat",
+        "fencing_token",
+        "hostname",
+        "pid",
+        "version",
+        "started_at",
+    )
+    list_filter = ("role",)
+
+    @admin.display(description="alive", boolean=True)  # type: ignore[untyped-decorator]
+    def alive(self, obj: SchedulerRow) -> bool:
+        return bool(obj.expires_at > obj.db_now)
+
+    @admin.display(description="last heartbeat", ordering="heartbeat_at")  # type: ignore[untyped-decorator]
+    def heartbeat(self, obj: SchedulerRow) -> str:
+        ago = (obj.db_now - obj.heartbeat_at).total_seconds()
+        return f"{max(0.0, ago):.0f}s ago"
+
+
+@admin.register(MissRow)
+class MissAdmin(_ReadOnly):
+    """Occurrences misfire policies dropped (kept 7 days)."""
+
+    list_display = ("schedule_name", "missed", "first_at", "last_at", "recorded_at")
+    search_fields = ("schedule_name",)
+    date_hierarchy = "recorded_at"

@@ -26,7 +26,14 @@ class GoatbeatConfig(AppConfig):  # type: ignore[misc]
         from goatbeat.django import completions
 
         completions.connect()  # Django Tasks: task ids on the executions, completions back
+        # Problems in schedules.py are collected, not raised: they fail the system checks and
+        # every use of the declarations, but not the web process serving the project's pages.
         registry.autodiscover()
+        from django.core import checks
+
+        from goatbeat.django.checks import check_schedules
+
+        checks.register(check_schedules, "goatbeat")
 
 
 def _settings_changed(*, setting: str, **kwargs: Any) -> None:

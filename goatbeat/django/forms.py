@@ -20,6 +20,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.html import format_html, format_html_join
 
 from goatbeat.beat import build_trigger
 from goatbeat.core.durations import format_duration, parse_duration
@@ -43,12 +44,14 @@ from goatbeat.core.triggers import (
     trigger_from_spec,
 )
 from goatbeat.django.models import Schedule as ScheduleRow
+from goatbeat.django.words import in_words
 
 __all__ = [
     "ScheduleForm",
     "EnabledOnlyForm",
     "PauseForm",
     "BackfillForm",
+    "TaskInput",
     "FIELD_FOR",
     "ROUTING_FIELDS",
     "TRIGGER_FIELDS",
@@ -60,7 +63,7 @@ __all__ = [
 TRIGGER_KINDS = [
     ("cron", "cron expression"),
     ("interval", "interval"),
-    ("once", "one-off (once, at an instant)"),
+    ("once", "one-off (once, at an instant: django-celery-beat's clocked)"),
     ("solar", "solar event (sunrise, sunset ...)"),
 ]
 CELERY_CRONTAB = ("celery_crontab", "celery crontab (day-of-month AND day-of-week)")
@@ -99,6 +102,23 @@ FIELD_FOR = {
 
 ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority", "expires", "headers")
 """The schedule columns that make up its :class:`~goatbeat.core.model.Routing`, in form order."""
+
+
+class TaskInput(forms.TextInput):  # type: ignore[misc]
+    """A text input offering the known tasks (a ``<datalist>``): any dotted path may still be
+    typed, and is checked on save as a code declaration is."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.tasks: list[str] = []
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> Any:
+        list_id = f"goatbeat-known-{name}s"
+        attrs = {**(attrs or {}), "list": list_id, "autocomplete": "off"}
+        options = format_html_join("", '<option value="{}"></option>', ((t,) for t in self.tasks))
+        return super().render(name, value, attrs, renderer) + format_html(
+            '<datalist id="{}">{}</datalist>', list_id, options
+        )
 
 
 class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
@@ -180,7 +200,9 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "pause_on_failure",
         ]
         help_texts = {
-            "task": "The dotted path of the task (a Django Task, Celery task, actor or function).",
+            "task": "The task's name: a Django Task's or function's dotted path, a Celery "
+            "task's registered name, a Dramatiq actor's name. The tasks this project is known "
+            "to have are offered as you type.",
             "timezone": "The IANA zone a cron expression reads wall-clock time in (for a "
             "one-off, the zone an instant without an offset is read in).",
             "args": 'A JSON array, e.g. [42, "x"].',
@@ -229,6 +251,8 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             if instance.max_runtime is not None:
                 self.initial["max_runtime_duration"] = _duration_text(instance.max_runtime)
         self.fields["trigger_kind"].widget.attrs["data-kind-fields"] = json.dumps(KIND_FIELDS)
+        self.fields["task"].widget = task_input = TaskInput(self.fields["task"].widget.attrs)
+        task_input.tasks = _known_tasks()
         for name in ("args", "kwargs", "headers", "overlap"):
             if name in self.fields:
                 self.fields[name].required = False
@@ -482,6 +506,14 @@ def trigger_initial(spec: Any) -> dict[str, Any]:
     return {}
 
 
+def _known_tasks() -> list[str]:
+    from goatbeat.django import conf
+    from goatbeat.django.known_tasks import known_tasks
+
+    stored = ScheduleRow.objects.using(conf.get().database).values_list("task", flat=True)
+    return known_tasks(stored=stored.distinct())
+
+
 def _instant(field: str, text: str, zone: str) -> datetime:
     """An ISO-8601 instant; one without an offset is read in ``zone``."""
     try:
@@ -503,29 +535,28 @@ def _duration_text(seconds: Any) -> str:
 
 
 def describe_trigger(spec: Any, timezone: str | None = None) -> str:
-    """A stored trigger, short (the stored spec itself when it cannot be read)."""
+    """A stored trigger in words, short (the stored spec itself when it cannot be read)."""
     try:
-        return trigger_from_spec(spec).describe()
+        return in_words(trigger_from_spec(spec), timezone or "UTC")
     except (InvalidValue, TypeError, ValueError):
         return str(spec)
 
 
-def trigger_in_words(spec: Any) -> str:
+def trigger_in_words(spec: Any, timezone: str | None = None) -> str:
     """A stored trigger in words for its page: an interval says what it is anchored on, a
-    solar event its latitude and longitude."""
+    solar event its latitude and longitude, a one-off its instant in ``timezone`` and UTC."""
     try:
         trigger = trigger_from_spec(spec)
     except (InvalidValue, TypeError, ValueError):
         return f"{spec} (cannot be read)"
+    words = in_words(trigger, timezone or "UTC")
     if isinstance(trigger, IntervalTrigger) and trigger.anchor is None:
-        return f"{trigger.describe()}, aligned on the Unix epoch"
+        return f"{words}, aligned on the Unix epoch"
     if isinstance(trigger, IntervalTrigger):
-        return f"{trigger.describe()}: fires at the anchor plus whole multiples of the period"
+        return f"{words}: fires at the anchor plus whole multiples of the period"
     if isinstance(trigger, SolarTrigger):
-        return (
-            f"{trigger.describe()} (latitude {trigger.latitude:g}, longitude {trigger.longitude:g})"
-        )
-    return trigger.describe()
+        return f"{words} (latitude {trigger.latitude:g}, longitude {trigger.longitude:g})"
+    return words
 
 
 class PauseForm(forms.Form):  # type: ignore[misc]

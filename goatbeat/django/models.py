@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db import models
 
+from goatbeat.core.health import Role
 from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
@@ -21,7 +22,7 @@ from goatbeat.core.model import (
     StoredSchedule,
 )
 
-__all__ = ["Schedule", "Execution", "Lease", "Delivery", "TaskKey"]
+__all__ = ["Schedule", "Execution", "Lease", "SchedulerProcess", "Miss", "Delivery", "TaskKey"]
 
 
 def _choices(enum: Any) -> list[tuple[str, str]]:
@@ -63,6 +64,10 @@ class Schedule(models.Model):  # type: ignore[misc]
     updated_at = models.DateTimeField()
     # Schema version 3: what the last publish wrote (see ScheduleStore.edited_since_publish).
     published_fingerprint = models.CharField(max_length=64, null=True, blank=True, editable=False)
+    # Schema version 5: the record of success the workers' completion reports keep.
+    last_success_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_failure_at = models.DateTimeField(null=True, blank=True, editable=False)
+    consecutive_failures = models.IntegerField(default=0, editable=False)
     # Schema version 6: schedule control. The definition's options...
     jitter = models.FloatField(default=0, help_text="seconds")
     overlap = models.CharField(max_length=16, choices=_choices(OverlapPolicy), default="allow")
@@ -115,6 +120,11 @@ class Execution(models.Model):  # type: ignore[misc]
     error = models.TextField(null=True, blank=True)
     retry_at = models.DateTimeField(null=True, blank=True)
     """A failed submission is retried from this instant on (database clock); NULL: not waiting."""
+    # Schema version 5: what the worker reported about its latest attempt.
+    started_at = models.DateTimeField(null=True, blank=True)
+    runtime = models.FloatField(null=True, blank=True, help_text="seconds")
+    worker = models.CharField(max_length=255, null=True, blank=True)
+    retries = models.IntegerField(default=0)
 
     class Meta:
         db_table = "goatbeat_execution"
@@ -136,6 +146,57 @@ class Lease(models.Model):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"{self.name} held by {self.holder}"
+
+
+class SchedulerProcess(models.Model):  # type: ignore[misc]
+    """A scheduler process's heartbeat (schema version 5): one row per live process."""
+
+    scheduler_id = models.CharField(max_length=255, primary_key=True)
+    role = models.CharField(max_length=16, choices=_choices(Role))
+    lease = models.CharField(max_length=64)
+    fencing_token = models.BigIntegerField(null=True, blank=True)
+    hostname = models.CharField(max_length=255, default="", blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    version = models.CharField(max_length=64, default="", blank=True)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "goatbeat_scheduler"
+        ordering = ["role", "scheduler_id"]
+        verbose_name = "scheduler process"
+        verbose_name_plural = "scheduler processes"
+
+    def __str__(self) -> str:
+        return f"{self.scheduler_id} ({self.role})"
+
+
+class Miss(models.Model):  # type: ignore[misc]
+    """Occurrences a claim's misfire policy dropped (schema version 5)."""
+
+    id = models.BigAutoField(primary_key=True)
+    schedule = models.ForeignKey(
+        Schedule,
+        null=True,
+        blank=True,
+        on_delete=models.DB_SET_NULL,
+        related_name="misses",
+    )
+    schedule_name = models.CharField(max_length=200)
+    missed = models.IntegerField()
+    first_at = models.DateTimeField(null=True, blank=True)
+    last_at = models.DateTimeField(null=True, blank=True)
+    scheduler_id = models.CharField(max_length=255, null=True, blank=True)
+    recorded_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "goatbeat_miss"
+        ordering = ["-recorded_at"]
+        verbose_name_plural = "misses"
+
+    def __str__(self) -> str:
+        return f"{self.schedule_name}: {self.missed} missed"
 
 
 class Delivery(models.Model):  # type: ignore[misc]

@@ -40,6 +40,22 @@ _REVERSE = {
         "ALTER TABLE goatbeat_execution DROP COLUMN IF EXISTS retry_at;"
         "DELETE FROM goatbeat_schema_version WHERE version = 4;"
     ),
+    5: (
+        "DROP TABLE IF EXISTS goatbeat_miss;"
+        "DROP TABLE IF EXISTS goatbeat_scheduler;"
+        "ALTER TABLE goatbeat_schedule DROP COLUMN IF EXISTS last_success_at,"
+        " DROP COLUMN IF EXISTS last_failure_at, DROP COLUMN IF EXISTS consecutive_failures;"
+        # The statuses only workers write fall back to what version 3 knew.
+        "UPDATE goatbeat_execution SET status = 'submitted'"
+        " WHERE status IN ('running', 'retried');"
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check;"
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check"
+        " CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'succeeded', 'failed'));"
+        "ALTER TABLE goatbeat_execution DROP COLUMN IF EXISTS started_at,"
+        " DROP COLUMN IF EXISTS runtime, DROP COLUMN IF EXISTS worker,"
+        " DROP COLUMN IF EXISTS retries;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 5;"
+    ),
     # The statuses and kinds of version 6 cannot outlive it: their rows go back to what the
     # earlier constraints accept (skipped and buffered occurrences never ran: submit_failed;
     # a backfill is a manual run), then the constraints are those of schema 5.

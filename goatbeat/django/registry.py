@@ -3,8 +3,15 @@
 Every installed app may ship a ``schedules.py`` with ``register(beat)``; :func:`autodiscover`
 imports them when Django starts (the app config calls it, as the admin does with ``admin.py``)
 and calls each ``register`` with the project's registry. Declaring validates at once, with the
-same core types and rules as :class:`goatbeat.beat.Beat` (the registry *is* a Beat), so a bad
-cron expression stops the project at startup naming the schedule and the field.
+same core types and rules as :class:`goatbeat.beat.Beat` (the registry *is* a Beat).
+
+Discovery goes through every app and collects every problem (a bad cron expression, a task
+that does not exist, a name declared by two apps, a ``schedules.py`` that fails to import),
+each naming the app and the schedule: :attr:`DjangoRegistry.problems`. They fail Django's
+system checks (``goatbeat.E001``, so ``manage.py check``, ``migrate`` and ``runserver`` say so)
+and every use of the declarations (``manage.py goatbeat ...``, publishing, pruning, the
+scheduler), all listed in one :class:`DeclarationError`. They do not fail the project's start:
+a web process keeps serving its pages, and the admin says what is wrong.
 
 A task may be a Django Task, a Celery task, a Dramatiq actor, a plain function (RQ) or a dotted
 path. The registry remembers which backend each declared task object belongs to
@@ -16,13 +23,15 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Mapping
+import traceback
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from goatbeat.beat import Beat, task_path
-from goatbeat.core.errors import InvalidSchedule
-from goatbeat.core.store import ScheduleStore
+from goatbeat.core.errors import ConfigError, GoatbeatError, InvalidSchedule, InvalidValue
+from goatbeat.core.scheduler import Scheduler
+from goatbeat.core.store import PublishResult, ScheduleStore
 from goatbeat.django.submitter import DjangoRoutingSubmitter, backend_of
 
 if TYPE_CHECKING:
@@ -30,9 +39,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Call",
+    "DeclarationError",
     "DjangoRegistry",
     "autodiscover",
     "backend_of",
+    "discover_into",
     "call",
     "get_registry",
     "get_store",
@@ -55,6 +66,20 @@ def call(func: Any, /, *args: Any, **kwargs: Any) -> Call:
     return Call(func, tuple(args), dict(kwargs))
 
 
+class DeclarationError(ConfigError):
+    """The project's ``schedules.py`` files declare something invalid. ``problems`` lists
+    every one, each naming the app and the schedule."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = list(problems)
+        count = len(self.problems)
+        GoatbeatError.__init__(
+            self,
+            f"schedules.py: {count} problem{'s' if count != 1 else ''} to fix first: "
+            + "; ".join(self.problems),
+        )
+
+
 class DjangoRegistry(Beat):
     """The schedules a Django project declares in code, and its store and submitter.
 
@@ -70,6 +95,11 @@ class DjangoRegistry(Beat):
         self.django_settings = django_settings
         self.backends: dict[str, str] = {}
         """Task path -> backend, for every task declared as an object."""
+        self.declared_in: dict[str, str] = {}
+        """Schedule name -> label of the app whose ``schedules.py`` declared it."""
+        self.problems: list[str] = []
+        """What discovery found wrong, each naming the app and the schedule."""
+        self._app: str | None = None  # the app whose register() runs (discovery only)
         routing = DjangoRoutingSubmitter(
             pinned=django_settings.submitter,
             options=django_settings.submitter_options,
@@ -95,23 +125,71 @@ class DjangoRegistry(Beat):
         return store
 
     def schedule(self, *, name: str | None = None, task: Any = None, **options: Any) -> Any:
-        if isinstance(task, Call):
-            if task.args and "args" in options:
-                raise InvalidSchedule("args", options["args"], "give args in call(...) or args=")
-            if task.kwargs and "kwargs" in options:
-                raise InvalidSchedule(
-                    "kwargs", options["kwargs"], "give kwargs in call(...) or kwargs="
+        try:
+            if isinstance(task, Call):
+                if task.args and "args" in options:
+                    raise InvalidSchedule(
+                        "args", options["args"], "give args in call(...) or args="
+                    )
+                if task.kwargs and "kwargs" in options:
+                    raise InvalidSchedule(
+                        "kwargs", options["kwargs"], "give kwargs in call(...) or kwargs="
+                    )
+                if task.args:
+                    options["args"] = task.args
+                if task.kwargs:
+                    options["kwargs"] = dict(task.kwargs)
+                task = task.task
+            return super().schedule(name=name, task=task, **options)
+        except InvalidValue as exc:
+            return self._problem(name, exc)
+
+    def _declare(self, *, name: str, task: Any, **options: Any) -> Any:
+        first = self.declared_in.get(name)
+        try:
+            if self._app is not None and first is not None:
+                where = (
+                    f"twice in app {first!r}"
+                    if first == self._app
+                    else f"in app {first!r} and in app {self._app!r}"
                 )
-            if task.args:
-                options["args"] = task.args
-            if task.kwargs:
-                options["kwargs"] = dict(task.kwargs)
-            task = task.task
-        if task is not None:
-            backend = backend_of(task)
-            if backend is not None:
-                self.backends[task_path(task)] = backend
-        return super().schedule(name=name, task=task, **options)
+                raise InvalidSchedule("name", name, f"{name!r} is declared {where}")
+            declared = super()._declare(name=name, task=task, **options)
+        except InvalidValue as exc:
+            return self._problem(name, exc)
+        backend = backend_of(task)
+        if backend is not None:
+            self.backends[task_path(task)] = backend
+        self.declared_in[name] = self._app or ""
+        return declared
+
+    def _problem(self, name: str | None, exc: InvalidValue) -> None:
+        """During discovery, note the problem (naming the app and the schedule) and go on,
+        so that every problem is reported at once; otherwise raise it."""
+        if self._app is None:
+            raise exc
+        self.problems.append(f"app {self._app!r}: schedule {name!r}: {exc}")
+
+    def check(self) -> None:
+        """Raise :class:`DeclarationError` listing every problem discovery found."""
+        if self.problems:
+            raise DeclarationError(self.problems)
+
+    def publish(self, *, dry_run: bool = False, origin: str = "publish") -> PublishResult:
+        self.check()  # a partial set of declarations would orphan the missing ones
+        return super().publish(dry_run=dry_run, origin=origin)
+
+    def publish_at_start(self) -> PublishResult:
+        self.check()
+        return super().publish_at_start()
+
+    def prune(self) -> list[str]:
+        self.check()  # it would disable every schedule of an app whose schedules.py failed
+        return super().prune()
+
+    def scheduler(self, **overrides: Any) -> Scheduler:
+        self.check()
+        return super().scheduler(**overrides)
 
     def names(self) -> list[str]:
         """The names declared in code, in declaration order."""
@@ -155,15 +233,37 @@ def _discover() -> DjangoRegistry:
     from django.utils.module_loading import module_has_submodule
 
     registry = DjangoRegistry()
-    for app_config in apps.get_app_configs():
-        if not module_has_submodule(app_config.module, "schedules"):
-            continue
-        module = importlib.import_module(f"{app_config.name}.schedules")
-        register: Callable[[DjangoRegistry], None] | None = getattr(module, "register", None)
-        # An app may have a schedules.py of its own that has nothing to do with goatbeat.
-        if callable(register):
-            register(registry)
+    found = [
+        (app_config.label, f"{app_config.name}.schedules")
+        for app_config in apps.get_app_configs()
+        if module_has_submodule(app_config.module, "schedules")
+    ]
+    discover_into(registry, found)
     return registry
+
+
+def discover_into(registry: DjangoRegistry, modules: Iterable[tuple[str, str]]) -> None:
+    """Import each ``(app label, module)`` and call its ``register(registry)``, going on
+    after a problem so that :attr:`DjangoRegistry.problems` lists all of them."""
+    for label, module_name in modules:
+        registry._app = label
+        try:
+            module = importlib.import_module(module_name)
+            register: Callable[[DjangoRegistry], None] | None = getattr(module, "register", None)
+            # An app may have a schedules.py of its own that has nothing to do with goatbeat.
+            if callable(register):
+                register(registry)
+        except Exception as exc:
+            registry.problems.append(f"app {label!r}: {module_name} failed: {_where(exc)}")
+        finally:
+            registry._app = None
+
+
+def _where(exc: BaseException) -> str:
+    """``Type: message (file:line)``: where the project's code failed, in one line."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    place = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{place}"
 
 
 _stores = threading.local()

@@ -35,6 +35,7 @@ from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
     MisfirePolicy,
+    Miss,
     Occurrence,
     OverlapPolicy,
     Routing,
@@ -716,6 +717,11 @@ def execution_from_row(row: Mapping[str, Any]) -> Execution:
         attempts=int(row["attempts"]),
         backend_task_id=row["backend_task_id"],
         error=row["error"],
+        # Schema version 5: what the worker reported.
+        started_at=utc(row.get("started_at")),
+        runtime=None if row.get("runtime") is None else float(row["runtime"]),
+        worker=row.get("worker"),
+        retries=int(row.get("retries") or 0),
     )
 
 
@@ -983,6 +989,20 @@ class ClaimPlan:
             for adv in self.advances
             if adv.skips and adv.schedule.id in advanced_ids
         }
+
+    def misses_for(self, advanced_ids: set[int]) -> list[Miss]:
+        """What :meth:`missed_for` counts, schedule by schedule."""
+        return [
+            Miss(
+                schedule_id=adv.schedule.id,
+                schedule_name=adv.schedule.name,
+                count=adv.plan.missed,
+                first_at=adv.plan.missed_first,
+                last_at=adv.plan.missed_last,
+            )
+            for adv in self.advances
+            if adv.plan.missed and adv.schedule.id is not None and adv.schedule.id in advanced_ids
+        ]
 
 
 RunState = tuple[bool, bool]
@@ -1399,6 +1419,27 @@ def enabled_values(
 MAX_PAUSE_NOTE = 2000
 MAX_PAUSED_BY = 200
 PAUSE_WITHDRAWN = "skipped: the schedule was paused while this occurrence waited to start"
+
+FAILURE_PAUSER = "goatbeat"
+"""``paused_by`` of a pause that ``pause_on_failure`` made."""
+
+
+def failure_pause_note(failures: int) -> str:
+    """The note of a pause ``pause_on_failure`` made after ``failures`` failures in a row."""
+    return f"paused after {failures} failures in a row (pause_on_failure)"
+
+
+def pauses_on_failure(
+    outcome: str, *, paused: bool, limit: int | None, consecutive_failures: int
+) -> bool:
+    """Whether a completion report pauses its schedule: a failure that brings the failures
+    in a row to the schedule's ``pause_on_failure`` (a schedule already paused stays so)."""
+    return (
+        outcome == ExecutionStatus.FAILED.value
+        and not paused
+        and limit is not None
+        and consecutive_failures >= limit
+    )
 
 
 def check_pause(note: Any, by: Any) -> tuple[str, str | None]:

@@ -16,6 +16,17 @@ from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
+from goatbeat.core.health import (
+    MISS_RETENTION,
+    STALE_RETENTION,
+    STATUS_WINDOW,
+    LeaseState,
+    Outcome,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+    is_overdue,
+)
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
     ACTIVE_STATUSES,
@@ -25,6 +36,7 @@ from goatbeat.core.model import (
     ExecutionKind,
     ExecutionStatus,
     LeaseGrant,
+    Miss,
     Occurrence,
     OverlapPolicy,
     Schedule,
@@ -36,6 +48,7 @@ from goatbeat.core.model import (
 )
 from goatbeat.core.store import SCHEMA_VERSION, BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
+from goatbeat.stores import _operations as ops
 
 __all__ = ["MemoryStore"]
 
@@ -43,6 +56,18 @@ _WAITING = frozenset({ExecutionStatus.CLAIMED.value, ExecutionStatus.BUFFERED.va
 """Statuses of an execution that was never sent and still could be."""
 _REQUESTED = frozenset({ExecutionKind.MANUAL.value, ExecutionKind.BACKFILL.value})
 """Kinds of the executions the leader claims on request (:meth:`claim_manual_runs`)."""
+_FAILED = frozenset({ExecutionStatus.FAILED.value, ExecutionStatus.SUBMIT_FAILED.value})
+_FINAL_OUTCOMES = frozenset({Outcome.SUCCEEDED, Outcome.FAILED})
+"""Reports that end a run (a retried one runs on)."""
+_REPORTED = frozenset(
+    s.value
+    for s in (
+        ExecutionStatus.RUNNING,
+        ExecutionStatus.RETRIED,
+        ExecutionStatus.SUCCEEDED,
+        ExecutionStatus.FAILED,
+    )
+)
 
 
 class MemoryStore:
@@ -63,6 +88,8 @@ class MemoryStore:
         self._executions: dict[int, dict[str, Any]] = {}
         self._by_key: dict[str, int] = {}
         self._leases: dict[str, dict[str, Any]] = {}
+        self._schedulers: dict[str, dict[str, Any]] = {}
+        self._misses: list[tuple[datetime, Miss]] = []
         self._schedule_ids = itertools.count(1)
         self._execution_ids = itertools.count(1)
 
@@ -571,6 +598,7 @@ class MemoryStore:
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
+            misses=batch.misses_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
             skipped=batch.skipped_for(advanced),
@@ -700,9 +728,14 @@ class MemoryStore:
             missed: dict[int, int] = {}
             for outcome in outcomes:
                 e = self._executions.get(outcome.execution_id)
-                if e is None or e["status"] != ExecutionStatus.CLAIMED.value:
+                if e is None:
                     continue
-                if outcome.ok:
+                if e["status"] != ExecutionStatus.CLAIMED.value:
+                    if not (outcome.ok and e["status"] in _REPORTED):
+                        continue
+                    # A worker reported before this bookkeeping: keep what it said.
+                    e.update(submitted_at=now, backend_task_id=outcome.backend_task_id)
+                elif outcome.ok:
                     e.update(
                         status=ExecutionStatus.SUBMITTED.value,
                         submitted_at=now,
@@ -782,20 +815,89 @@ class MemoryStore:
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
+        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
+        return self.record_completion(idempotency_key, outcome=outcome, error=error)
+
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        key = ops.check_key(idempotency_key)
+        worker = ops.check_worker(worker)
         with self._lock:
-            execution_id = self._by_key.get(idempotency_key)
+            execution_id = self._by_key.get(key)
             if execution_id is None:
                 return False
             e = self._executions[execution_id]
-            status = ExecutionStatus.SUCCEEDED if succeeded else ExecutionStatus.FAILED
-            e.update(status=status.value, finished_at=self.now(), error=error)
+            e.update(status=ExecutionStatus.RUNNING.value, started_at=self.now())
+            if worker is not None:
+                e["worker"] = worker
+            self._report_to_schedule(e, ExecutionStatus.RUNNING.value, counts_failure=False)
+            return True
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
+        with self._lock:
+            execution_id = self._by_key.get(report.key)
+            if execution_id is None:
+                return False
+            e = self._executions[execution_id]
+            now = self.now()
+            seconds = report.runtime
+            if seconds is None and e.get("started_at") is not None:
+                seconds = (now - e["started_at"]).total_seconds()
+            previous = e["status"]
+            e.update(
+                status=report.outcome.value, finished_at=now, error=report.error, runtime=seconds
+            )
+            if report.worker is not None:
+                e["worker"] = report.worker
+            if report.outcome is Outcome.RETRIED:
+                e["retries"] = e.get("retries", 0) + 1
+            self._report_to_schedule(
+                e,
+                report.outcome.value,
+                counts_failure=previous != ExecutionStatus.FAILED.value,
+            )
             sid = e["schedule_id"]
-            if sid in self._schedules:
-                self._schedules[sid]["last_status"] = status.value
-            waiting = self._has_buffered(sid)
-        if waiting:  # the leader starts the buffered occurrence now
+            waiting = report.outcome in _FINAL_OUTCOMES and self._has_buffered(sid)
+            row = self._schedules.get(sid)
+            pause = row is not None and common.pauses_on_failure(
+                report.outcome.value,
+                paused=bool(row["paused"]),
+                limit=row["pause_on_failure"],
+                consecutive_failures=row.get("consecutive_failures", 0),
+            )
+        if waiting:  # the run ended: the leader starts the buffered occurrence now
             self.notify(f"schedule:{sid}")
+        if pause and row is not None:
+            try:
+                self.pause(
+                    row["name"],
+                    note=common.failure_pause_note(row["consecutive_failures"]),
+                    by=common.FAILURE_PAUSER,
+                )
+            except ScheduleNotFound:
+                pass  # deleted meanwhile
         return True
+
+    def _report_to_schedule(self, e: dict[str, Any], status: str, *, counts_failure: bool) -> None:
+        schedule = self._schedules.get(e["schedule_id"])
+        if schedule is None:
+            return
+        if schedule["last_run_at"] is None or e["scheduled_at"] >= schedule["last_run_at"]:
+            schedule["last_status"] = status
+        if status == ExecutionStatus.SUCCEEDED.value:
+            schedule.update(last_success_at=self.now(), consecutive_failures=0)
+        elif status == ExecutionStatus.FAILED.value:
+            schedule["last_failure_at"] = self.now()
+            if counts_failure:
+                schedule["consecutive_failures"] = schedule.get("consecutive_failures", 0) + 1
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._lock:
@@ -837,6 +939,150 @@ class MemoryStore:
             ]
             rows.sort(key=lambda e: (e["scheduled_at"], e["id"]), reverse=True)
             return [common.execution_from_row(e) for e in rows[:limit]]
+
+    # -- operations --------------------------------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        beat = ops.check_beat(beat)
+        with self._lock:
+            now = self.now()
+            row = self._schedulers.get(beat.scheduler_id)
+            self._schedulers[beat.scheduler_id] = {
+                "scheduler_id": beat.scheduler_id,
+                "role": beat.role.value,
+                "lease": beat.lease,
+                "fencing_token": beat.fencing_token,
+                "hostname": beat.hostname,
+                "pid": beat.pid,
+                "version": beat.version,
+                "started_at": now if row is None else row["started_at"],
+                "heartbeat_at": now,
+                "expires_at": now + beat.ttl,
+            }
+            before = now - STALE_RETENTION
+            for sid in [s for s, r in self._schedulers.items() if r["expires_at"] < before]:
+                del self._schedulers[sid]
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        with self._lock:
+            self._schedulers.pop(scheduler_id, None)
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        checked = ops.check_misses(misses)
+        with self._lock:
+            now = self.now()
+            for miss in checked:
+                self._misses.append((now, miss))
+            before = now - MISS_RETENTION
+            self._misses = [(at, m) for at, m in self._misses if at >= before]
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = STATUS_WINDOW,
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        window = ops.check_window(window)
+        with self._lock:
+            store_now = self.now()
+            at = common.utc(now) or store_now
+            lease = self._leases.get(lease_name)
+            lease_state = (
+                None
+                if lease is None
+                else LeaseState(
+                    name=lease_name,
+                    holder=lease["holder"],
+                    token=lease["token"],
+                    expires_at=lease["expires_at"],
+                    valid=lease["expires_at"] > store_now,
+                )
+            )
+            schedulers = [
+                ops.scheduler_from_row({**r, "stale": r["expires_at"] <= store_now})
+                for r in sorted(
+                    self._schedulers.values(), key=lambda r: (r["role"], r["scheduler_id"])
+                )
+            ]
+            due = [
+                (r["next_run_at"], r["name"])
+                for r in self._schedules.values()
+                if r["enabled"]
+                and not r["paused"]
+                and r["next_run_at"] is not None
+                and r["next_run_at"] <= at
+            ]
+            pending = [
+                (e["scheduled_at"], e["schedule_name"])
+                for e in self._executions.values()
+                if e["status"] == ExecutionStatus.CLAIMED.value and e["scheduled_at"] <= at
+            ]
+            since = at - window
+            failed = sum(
+                1
+                for e in self._executions.values()
+                if e["status"] in _FAILED and since < e["scheduled_at"] <= at
+            )
+            missed = sum(m.count for t, m in self._misses if t > since)
+        oldest = min(due + pending, default=None)
+        return StatusSnapshot(
+            now=at,
+            lease=lease_state,
+            schedulers=schedulers,
+            due=len(due),
+            pending=len(pending),
+            oldest_due_at=None if oldest is None else oldest[0],
+            oldest_due_name=None if oldest is None else oldest[1],
+            missed=missed,
+            failed=failed,
+            window=window,
+        )
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        limit = ops.check_limit(limit)
+        with self._lock:
+            at = common.utc(now) or self.now()
+            late = ops.late_instant(at, overdue_after)
+            found = []
+            for r in self._schedules.values():
+                values = {
+                    "enabled": bool(r["enabled"]),
+                    "next_run_at": r["next_run_at"],
+                    "last_run_at": r["last_run_at"],
+                    "last_success_at": r.get("last_success_at"),
+                    "last_failure_at": r.get("last_failure_at"),
+                }
+                # A paused schedule owes nothing while paused, as a disabled one.
+                active = bool(r["enabled"]) and not r["paused"]
+                overdue = is_overdue(
+                    **{**values, "enabled": active}, now=at, overdue_after=overdue_after
+                )
+                reports = values["last_success_at"] or values["last_failure_at"]
+                late_due = active and r["next_run_at"] is not None
+                late_due = late_due and r["next_run_at"] <= late
+                if not (reports or r["missed_count"] > 0 or late_due):
+                    continue
+                found.append(
+                    ops.health_from_row(
+                        {
+                            **values,
+                            "name": r["name"],
+                            "last_status": r["last_status"],
+                            "consecutive_failures": r.get("consecutive_failures", 0),
+                            "missed_count": r["missed_count"],
+                            "overdue": overdue,
+                        }
+                    )
+                )
+        found.sort(key=lambda h: (not h.overdue, -h.consecutive_failures, h.name))
+        return found if limit is None else found[:limit]
 
     # -- wake-ups --------------------------------------------------------------------------
 

@@ -56,6 +56,16 @@ from goatbeat.core.errors import (
     ScheduleNotFound,
     StoreError,
 )
+from goatbeat.core.health import (
+    MISS_RETENTION,
+    STALE_RETENTION,
+    STATUS_WINDOW,
+    LeaseState,
+    Outcome,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+)
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
     SCHEDULE_INVALID,
@@ -64,6 +74,7 @@ from goatbeat.core.model import (
     Execution,
     ExecutionStatus,
     LeaseGrant,
+    Miss,
     Occurrence,
     OverlapPolicy,
     Schedule,
@@ -76,6 +87,7 @@ from goatbeat.core.model import (
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import NOTIFY_CHANNEL, BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
+from goatbeat.stores import _operations as ops
 from goatbeat.stores import schema
 
 __all__ = ["PostgresStore", "ConnectionProvider", "DsnConnectionProvider", "FREEZE_ENV"]
@@ -707,6 +719,7 @@ class PostgresStore:
             occurrences=occurrences,
             conflicts=len(advs) - len(advanced),
             missed=batch.missed_for(advanced),
+            misses=batch.misses_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
             skipped=batch.skipped_for(advanced),
@@ -845,13 +858,47 @@ class PostgresStore:
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
+        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
+        return self.record_completion(idempotency_key, outcome=outcome, error=error)
+
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        key = ops.check_key(idempotency_key)
+        worker = ops.check_worker(worker)
+        with self._session() as conn:
+            row = self._fetch_one(conn, "record_started", {"key": key, "worker": worker})
+        return row is not None and int(row["matched"]) > 0
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
         with self._session() as conn:
             row = self._fetch_one(
                 conn,
-                "record_finished",
-                {"key": idempotency_key, "succeeded": bool(succeeded), "error": error},
+                "record_completion",
+                {
+                    "key": report.key,
+                    "outcome": report.outcome.value,
+                    "error": report.error,
+                    "runtime": report.runtime,
+                    "worker": report.worker,
+                },
             )
+        if row is not None and row["pause_name"] is not None:
+            self._pause_after_failures(str(row["pause_name"]), int(row["failures"]))
         return row is not None and int(row["matched"]) > 0
+
+    def _pause_after_failures(self, name: str, failures: int) -> None:
+        try:
+            self.pause(name, note=common.failure_pause_note(failures), by=common.FAILURE_PAUSER)
+        except ScheduleNotFound:
+            pass  # deleted meanwhile
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._session() as conn, conn.transaction():
@@ -881,6 +928,107 @@ class PostgresStore:
         with self._session() as conn:
             rows = self._fetch(conn, query, params)
         return [common.execution_from_row(r) for r in rows]
+
+    # -- operations --------------------------------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        beat = ops.check_beat(beat)
+        with self._session() as conn, conn.transaction():
+            self._fetch(
+                conn,
+                "heartbeat",
+                {
+                    "scheduler_id": beat.scheduler_id,
+                    "role": beat.role.value,
+                    "lease": beat.lease,
+                    "fencing_token": beat.fencing_token,
+                    "hostname": beat.hostname,
+                    "pid": beat.pid,
+                    "version": beat.version,
+                    "ttl": beat.ttl,
+                },
+            )
+            self._fetch(conn, "scheduler_cleanup", {"retention": STALE_RETENTION})
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        with self._session() as conn:
+            self._fetch(conn, "scheduler_remove", {"scheduler_id": scheduler_id})
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        checked = ops.check_misses(misses)
+        if not checked:
+            return
+        with self._session() as conn, conn.transaction(), psycopg.Cursor(conn) as cur:
+            # Misses are rare (an outage, a long pause): a statement per schedule is plenty.
+            cur.executemany(
+                self._q["record_miss"],
+                [
+                    {
+                        "schedule_id": m.schedule_id,
+                        "schedule_name": m.schedule_name,
+                        "missed": m.count,
+                        "first_at": m.first_at,
+                        "last_at": m.last_at,
+                        "scheduler_id": scheduler_id,
+                    }
+                    for m in checked
+                ],
+            )
+            cur.execute(self._q["miss_prune"], {"retention": MISS_RETENTION})
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = STATUS_WINDOW,
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        window = ops.check_window(window)
+        with self._session() as conn, conn.transaction():
+            # One snapshot for every read, judged at one instant of the database clock.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            store_now = self._db_now(conn)
+            at = (now or store_now).astimezone(UTC)
+            params = {"now": at, "since": at - window}
+            counts = self._fetch_one(conn, "status_counts", params)
+            oldest = self._fetch_one(conn, "status_oldest", params)
+            lease = self._fetch_one(conn, "lease_read", {"name": lease_name})
+            rows = self._fetch(conn, "schedulers")
+        assert counts is not None
+        return StatusSnapshot(
+            now=at,
+            lease=None
+            if lease is None
+            else LeaseState(
+                name=lease_name,
+                holder=lease["holder"],
+                token=int(lease["token"]),
+                expires_at=lease["expires_at"].astimezone(UTC),
+                valid=not lease["expired"],
+            ),
+            schedulers=[ops.scheduler_from_row(r) for r in rows],
+            due=int(counts["due"]),
+            pending=int(counts["pending"]),
+            oldest_due_at=None if oldest is None else oldest["at"].astimezone(UTC),
+            oldest_due_name=None if oldest is None else oldest["name"],
+            missed=int(counts["missed"]),
+            failed=int(counts["failed"]),
+            window=window,
+        )
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        limit = ops.check_limit(limit)
+        with self._session() as conn:
+            at = (now or self._db_now(conn)).astimezone(UTC)
+            late = ops.late_instant(at, overdue_after)
+            rows = self._fetch(conn, "schedule_health", {"late": late, "limit": limit})
+        return [ops.health_from_row(r) for r in rows]
 
     # -- wake-ups --------------------------------------------------------------------------
 

@@ -26,6 +26,16 @@ from typing import Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound, StoreError
+from goatbeat.core.health import (
+    MISS_RETENTION,
+    STALE_RETENTION,
+    STATUS_WINDOW,
+    LeaseState,
+    Outcome,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+)
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
     SCHEDULE_INVALID,
@@ -34,6 +44,7 @@ from goatbeat.core.model import (
     Execution,
     ExecutionStatus,
     LeaseGrant,
+    Miss,
     Occurrence,
     OverlapPolicy,
     Schedule,
@@ -45,6 +56,7 @@ from goatbeat.core.model import (
 )
 from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
+from goatbeat.stores import _operations as ops
 from goatbeat.stores import schema
 
 __all__ = ["SQLiteStore"]
@@ -68,6 +80,11 @@ _TIME_COLUMNS = (
     "run_submitted_at",
     "run_claimed_at",
     "buffered_at",
+    # Schema version 5.
+    "started_at",
+    "last_success_at",
+    "last_failure_at",
+    "heartbeat_at",
 )
 
 
@@ -692,6 +709,7 @@ class SQLiteStore:
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),
             missed=batch.missed_for(advanced),
+            misses=batch.misses_for(advanced),
             schedules_seen=batch.schedules_seen,
             quarantined=quarantined,
             skipped=batch.skipped_for(advanced),
@@ -861,28 +879,107 @@ class SQLiteStore:
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:
+        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
+        return self.record_completion(idempotency_key, outcome=outcome, error=error)
+
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        key = ops.check_key(idempotency_key)
+        worker = ops.check_worker(worker)
         with self._write() as conn:
-            row = conn.execute(
-                self._q["record_finished"],
-                {
-                    "key": idempotency_key,
-                    "succeeded": int(succeeded),
-                    "error": error,
-                    "now": self._now_text(),
-                },
-            ).fetchone()
+            row = conn.execute(self._q["execution_for_report"], {"key": key}).fetchone()
             if row is None:
                 return False
+            now = self._now_text()
+            conn.execute(self._q["record_started"], {"id": row["id"], "now": now, "worker": worker})
+            self._report_to_schedule(conn, row, ExecutionStatus.RUNNING.value, now, False)
+            return True
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
+        with self._write() as conn:
+            row = conn.execute(self._q["execution_for_report"], {"key": report.key}).fetchone()
+            if row is None:
+                return False
+            now = self.now()
+            seconds = report.runtime
+            started = _lenient(decode_time, row["started_at"])
+            if seconds is None and isinstance(started, datetime):
+                seconds = (now - started).total_seconds()
+            now_text = encode_time(now)
+            conn.execute(
+                self._q["record_completion"],
+                {
+                    "id": row["id"],
+                    "outcome": report.outcome.value,
+                    "now": now_text,
+                    "error": report.error,
+                    "runtime": seconds,
+                    "worker": report.worker,
+                },
+            )
+            counts = row["status"] != ExecutionStatus.FAILED.value
+            self._report_to_schedule(conn, row, report.outcome.value, now_text, counts)
             sid = row["schedule_id"]
-            if sid is not None:
-                conn.execute(
-                    self._q["schedule_last_status"],
-                    {"id": sid, "status": row["status"], "missed": 0},
+            waiting = (
+                report.outcome in (Outcome.SUCCEEDED, Outcome.FAILED)
+                and sid is not None
+                and conn.execute(self._q["has_buffered"], {"id": sid}).fetchone() is not None
+            )
+            if waiting:
+                self._bump(
+                    conn, f"schedule:{sid}"
+                )  # the run ended: the leader starts the buffered one
+            state = (
+                conn.execute(self._q["failure_state"], {"id": sid}).fetchone()
+                if sid is not None and report.outcome is Outcome.FAILED
+                else None
+            )
+        if waiting:
+            self._wake_local()
+        if state is not None and common.pauses_on_failure(
+            report.outcome.value,
+            paused=bool(state["paused"]),
+            limit=state["pause_on_failure"],
+            consecutive_failures=int(state["consecutive_failures"]),
+        ):
+            try:
+                self.pause(
+                    state["name"],
+                    note=common.failure_pause_note(int(state["consecutive_failures"])),
+                    by=common.FAILURE_PAUSER,
                 )
-                if conn.execute(self._q["has_buffered"], {"id": sid}).fetchone() is not None:
-                    self._bump(conn, f"schedule:{sid}")  # the leader starts the buffered one
-        self._wake_local()
+            except ScheduleNotFound:
+                pass  # deleted meanwhile
         return True
+
+    def _report_to_schedule(
+        self,
+        conn: sqlite3.Connection,
+        row: sqlite3.Row,
+        status: str,
+        now: str | None,
+        counts_failure: bool,
+    ) -> None:
+        if row["schedule_id"] is None:
+            return
+        conn.execute(
+            self._q["schedule_report"],
+            {
+                "id": row["schedule_id"],
+                "scheduled_at": row["scheduled_at"],
+                "status": status,
+                "now": now,
+                "counts_failure": int(counts_failure),
+            },
+        )
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._write() as conn:
@@ -917,6 +1014,117 @@ class SQLiteStore:
         with self._session() as conn:
             rows = conn.execute(self._q[query], params).fetchall()
         return [common.execution_from_row(_decode(r)) for r in rows]
+
+    # -- operations --------------------------------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        beat = ops.check_beat(beat)
+        now = self.now()
+        with self._write() as conn:
+            conn.execute(
+                self._q["heartbeat"],
+                {
+                    "scheduler_id": beat.scheduler_id,
+                    "role": beat.role.value,
+                    "lease": beat.lease,
+                    "fencing_token": beat.fencing_token,
+                    "hostname": beat.hostname,
+                    "pid": beat.pid,
+                    "version": beat.version,
+                    "now": encode_time(now),
+                    "expires_at": encode_time(now + beat.ttl),
+                },
+            )
+            conn.execute(
+                self._q["scheduler_cleanup"], {"before": encode_time(now - STALE_RETENTION)}
+            )
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        with self._write() as conn:
+            conn.execute(self._q["scheduler_remove"], {"scheduler_id": scheduler_id})
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        checked = ops.check_misses(misses)
+        if not checked:
+            return
+        now = self.now()
+        with self._write() as conn:
+            for miss in checked:
+                conn.execute(
+                    self._q["record_miss"],
+                    {
+                        "schedule_id": miss.schedule_id,
+                        "schedule_name": miss.schedule_name,
+                        "missed": miss.count,
+                        "first_at": encode_time(miss.first_at),
+                        "last_at": encode_time(miss.last_at),
+                        "scheduler_id": scheduler_id,
+                        "now": encode_time(now),
+                    },
+                )
+            conn.execute(self._q["miss_prune"], {"before": encode_time(now - MISS_RETENTION)})
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = STATUS_WINDOW,
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        window = ops.check_window(window)
+        store_now = self.now()
+        at = (now or store_now).astimezone(UTC)
+        params = {"now": encode_time(at), "since": encode_time(at - window)}
+        with self._session() as conn:
+            conn.execute("BEGIN")  # one snapshot for every read
+            try:
+                counts = conn.execute(self._q["status_counts"], params).fetchone()
+                oldest = conn.execute(self._q["status_oldest"], params).fetchone()
+                lease = conn.execute(self._q["lease_read"], {"name": lease_name}).fetchone()
+                rows = conn.execute(
+                    self._q["schedulers"], {"now": encode_time(store_now)}
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+        lease_state = None
+        if lease is not None:
+            expires = decode_time(lease["expires_at"])
+            assert expires is not None
+            lease_state = LeaseState(
+                name=lease_name,
+                holder=lease["holder"],
+                token=int(lease["token"]),
+                expires_at=expires,
+                valid=expires > store_now,
+            )
+        return StatusSnapshot(
+            now=at,
+            lease=lease_state,
+            schedulers=[ops.scheduler_from_row(_decode(r)) for r in rows],
+            due=int(counts["due"]),
+            pending=int(counts["pending"]),
+            oldest_due_at=None if oldest is None else decode_time(oldest["at"]),
+            oldest_due_name=None if oldest is None else oldest["name"],
+            missed=int(counts["missed"]),
+            failed=int(counts["failed"]),
+            window=window,
+        )
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        limit = ops.check_limit(limit)
+        late = ops.late_instant((now or self.now()).astimezone(UTC), overdue_after)
+        with self._session() as conn:
+            rows = conn.execute(
+                self._q["schedule_health"],
+                {"late": encode_time(late), "limit": -1 if limit is None else limit},
+            ).fetchall()
+        return [ops.health_from_row(_decode(r)) for r in rows]
 
     # -- wake-ups --------------------------------------------------------------------------
 

@@ -31,15 +31,22 @@ def import_dotted(path: str) -> Any:
             if exc.name and exc.name != module_name and not module_name.startswith(exc.name + "."):
                 # The module exists but imports something missing: say that, not "not found".
                 raise LookupError(f"importing {module_name!r} failed: {exc}") from None
+            problem = f"no module named {module_name!r}"
             continue
+        # The longest module that imports is the one the path means: name the first piece
+        # missing from it ("module 'reports.tasks' has no attribute 'heartbeet'"), rather than
+        # trying shorter modules, whose error would name the wrong module and attribute.
         obj: Any = module
+        owner = f"module {module_name!r}"
+        walked = module_name
         for attr in attr_path.split("."):
-            obj = getattr(obj, attr, _MISSING)
-            if obj is _MISSING:
-                problem = f"module {module_name!r} has no attribute {attr_path!r}"
-                break
-        else:
-            return obj
+            found = getattr(obj, attr, _MISSING)
+            if found is _MISSING:
+                raise LookupError(f"{owner} has no attribute {attr!r}")
+            obj = found
+            walked = f"{walked}.{attr}"
+            owner = repr(walked)
+        return obj
     raise LookupError(problem)
 
 

@@ -64,7 +64,8 @@ def _empty_pg(dsn: str) -> str:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
-            "TRUNCATE goatbeat_execution, goatbeat_schedule, goatbeat_lease RESTART IDENTITY"
+            "TRUNCATE goatbeat_execution, goatbeat_schedule, goatbeat_lease, goatbeat_scheduler, "
+            "goatbeat_miss RESTART IDENTITY"
         )
     return dsn
 

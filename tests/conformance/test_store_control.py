@@ -584,3 +584,54 @@ def test_control_options_round_trip_and_count_in_the_definition(store: ScheduleS
         "max_runtime",
         "pause_on_failure",
     ]
+
+
+# -- what the workers report: pause_on_failure, and a paused schedule owes nothing ------------
+
+
+def test_pause_on_failure_pauses_after_that_many_failures_in_a_row(store: ScheduleStore) -> None:
+    from goatbeat.core.health import Outcome
+
+    store.publish([hourly("flaky", pause_on_failure=2), hourly("other")])
+    grant = lease(store)
+    runs = [
+        o
+        for h in range(1, 5)
+        for o in claim_all(store, grant, T0 + h * HOUR)
+        if o.schedule_name == "flaky"
+    ]
+    assert len(runs) == 4
+    store.record_outcomes([SubmitOutcome(execution_id=r.execution_id, ok=True) for r in runs])
+
+    store.record_completion(runs[0].idempotency_key, outcome=Outcome.FAILED, error="boom")
+    store.record_completion(runs[1].idempotency_key, outcome=Outcome.SUCCEEDED)  # resets
+    store.record_completion(runs[2].idempotency_key, outcome=Outcome.FAILED, error="boom")
+    assert not _get(store, "flaky").paused
+    # The same failure reported twice counts once: still one in a row.
+    store.record_completion(runs[2].idempotency_key, outcome=Outcome.FAILED, error="boom")
+    assert not _get(store, "flaky").paused
+
+    store.record_completion(runs[3].idempotency_key, outcome=Outcome.FAILED, error="boom")
+    flaky = _get(store, "flaky")
+    assert flaky.paused and flaky.paused_by == "goatbeat"
+    assert "2 failures in a row" in flaky.pause_note and "pause_on_failure" in flaky.pause_note
+    assert not _get(store, "other").paused
+    # Paused: never due again until resumed.
+    assert [o.schedule_name for o in claim_all(store, grant, T0 + 5 * HOUR)] == ["other"]
+    # A schedule without the option never pauses.
+    (other,) = claim_all(store, grant, T0 + 6 * HOUR)
+    for _ in range(3):
+        store.record_completion(other.idempotency_key, outcome=Outcome.RETRIED)
+    store.record_completion(other.idempotency_key, outcome=Outcome.FAILED)
+    assert not _get(store, "other").paused
+
+
+def test_a_paused_schedule_is_neither_due_nor_overdue_in_status(store: ScheduleStore) -> None:
+    store.publish([hourly("held"), hourly("late")])
+    store.pause("held", note="maintenance")
+    at = T0 + 5 * HOUR  # both were due at T0 + 1h and nothing claimed them
+    snapshot = store.status(now=at)
+    assert snapshot.due == 1 and snapshot.oldest_due_name == "late"
+    health = {h.name: h for h in store.schedule_health(overdue_after=10 * MINUTE, now=at)}
+    assert health["late"].overdue
+    assert "held" not in health or not health["held"].overdue

@@ -1,12 +1,14 @@
 """The admin in headless Chromium, served by a live server on the real PostgreSQL.
 
-With GOATBEAT_UPDATE_SCREENSHOTS=1 it also regenerates docs/admin-schedules.png.
+With GOATBEAT_UPDATE_SCREENSHOTS=1 it also regenerates the pictures under docs/: the schedule
+list, a schedule's page, the executions list, a validation error and a solar schedule.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from io import StringIO
@@ -20,6 +22,9 @@ from django.test import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "admin-schedules.png"
+PAGE_SCREENSHOT = ROOT / "docs" / "admin-schedule-page.png"
+EXECUTIONS_SCREENSHOT = ROOT / "docs" / "admin-executions.png"
+ERROR_SCREENSHOT = ROOT / "docs" / "admin-validation-error.png"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -49,7 +54,7 @@ def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Itera
             executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
         )
         try:
-            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            context = browser.new_context(viewport={"width": 1600, "height": 900})
             context.add_cookies([{"name": "sessionid", "value": session, "url": live_server.url}])
             tab = context.new_page()
             tab.set_default_timeout(15_000)
@@ -57,6 +62,47 @@ def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Itera
         finally:
             browser.close()
             _close_playwright_context_connections()
+
+
+def screenshot(page: Any, docs_picture: Path, tmp_path: Path) -> None:
+    """The committed docs picture is refreshed on request only, so a test run leaves the work
+    tree clean: GOATBEAT_UPDATE_SCREENSHOTS=1 ./dev test tests/django -m browser"""
+    shot = (
+        docs_picture
+        if os.environ.get("GOATBEAT_UPDATE_SCREENSHOTS")
+        else tmp_path / docs_picture.name
+    )
+    shot.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+
+_TOOL_STYLE = [
+    "backgroundColor",
+    "color",
+    "fontSize",
+    "fontWeight",
+    "fontFamily",
+    "textTransform",
+    "letterSpacing",
+    "borderRadius",
+    "paddingTop",
+    "paddingLeft",
+    "height",
+    "lineHeight",
+    "boxSizing",
+    "display",
+]
+
+
+def _style(page: Any, selector: str) -> dict[str, str]:
+    return dict(
+        page.eval_on_selector(
+            selector,
+            "(el, keys) => Object.fromEntries(keys.map(k => [k, getComputedStyle(el)[k]]))",
+            _TOOL_STYLE,
+        )
+    )
 
 
 def _close_playwright_context_connections() -> None:
@@ -74,8 +120,25 @@ def _close_playwright_context_connections() -> None:
 def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     page: Any, live_server: Any, store: Any, tmp_path: Path
 ) -> None:
+    from goatbeat.core.model import Schedule, Source
+    from goatbeat.core.triggers import IntervalTrigger
+
+    store.create(
+        Schedule(
+            name="queue-depth",
+            task="tests.django.project.mail.tasks.send_email",
+            args=(7,),
+            trigger=IntervalTrigger("30s"),
+            source=Source.ADMIN,
+        )
+    )
     admin = f"{live_server.url}/admin/goatbeat/schedule/"
     page.goto(admin + "add/")
+    # The task field offers the project's tasks.
+    offered = page.locator("datalist#goatbeat-known-tasks option")
+    known = [offered.nth(i).get_attribute("value") for i in range(offered.count())]
+    assert "tests.django.project.mail.tasks.send_email" in known
+    assert page.locator("#id_task").get_attribute("list") == "goatbeat-known-tasks"
     page.fill("#id_name", "office-hours")
     page.fill("#id_task", "tests.django.project.mail.tasks.send_email")
     page.select_option("#id_trigger_kind", "cron")
@@ -84,6 +147,7 @@ def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     page.click("input[name=_save]")
     error = page.locator(".field-cron .errorlist")
     assert "day-of-week: 8 is out of range 0-7" in error.inner_text()
+    screenshot(page, ERROR_SCREENSHOT, tmp_path)
 
     page.fill("#id_cron", "*/15 9-17 * * mon-fri")
     page.click("input[name=_save]")
@@ -91,8 +155,11 @@ def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     assert page.locator("#result_list").get_by_text("office-hours").count() == 1
     created = store.get("office-hours")
     assert created.next_run_at == created.first_run_after(created.updated_at)
-
     row = page.locator("#result_list tr", has_text="office-hours")
+    assert "Every 15 minutes, between 09:00 and 17:59, Monday through Friday" in row.inner_text()
+    header = page.locator("#result_list thead").inner_text()
+    assert "NEXT RUN (EUROPE/PARIS)" in header.upper()
+
     row.locator("input[name=_selected_action]").check()
     page.select_option("select[name=action]", "run_now")
     page.click("button[name=index]")
@@ -107,14 +174,21 @@ def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     assert "manual" in inline.inner_text()
     upcoming = page.locator("ol.goatbeat-upcoming li")
     assert upcoming.count() == 10
+    assert " Europe/Paris (" in upcoming.first.inner_text()
+    assert upcoming.first.inner_text().endswith(" UTC)")
+    # "Run now" looks like Django's own object-tools buttons (History) on the same page.
+    assert _style(page, "button.goatbeat-run-now") == _style(page, ".object-tools a.historylink")
+    screenshot(page, PAGE_SCREENSHOT, tmp_path)
+
+    page.goto(f"{live_server.url}/admin/goatbeat/execution/")
+    assert page.locator("#result_list").get_by_text("office-hours").count() >= 1
+    screenshot(page, EXECUTIONS_SCREENSHOT, tmp_path)
 
     page.goto(admin)
-    # The committed docs picture is refreshed on request only, so a test run leaves the
-    # work tree clean: GOATBEAT_UPDATE_SCREENSHOTS=1 ./dev test tests/django -m browser
-    shot = SCREENSHOT if os.environ.get("GOATBEAT_UPDATE_SCREENSHOTS") else tmp_path / "list.png"
-    shot.parent.mkdir(exist_ok=True)
-    page.screenshot(path=str(shot), full_page=True)
-    assert shot.stat().st_size > 10_000
+    page.click("#toggle-nav-sidebar")  # room for every column in the picture
+    fast = page.locator("#result_list tr", has_text="queue-depth").inner_text()
+    assert re.search(r"\d\d:\d\d:\d\d", fast), fast  # fires every 30 s: seconds shown
+    screenshot(page, SCREENSHOT, tmp_path)
 
 
 SOLAR_SCREENSHOT = ROOT / "docs" / "admin-solar-schedule.png"
@@ -141,13 +215,7 @@ def test_a_solar_schedule_page_and_an_add_form_for_each_trigger_kind(
     assert "sunset at 48.8566°N 2.3522°E (latitude 48.8566, longitude 2.3522)" in current
     assert page.locator("#id_trigger_kind").input_value() == "solar"
     assert page.locator("#id_latitude").is_visible() and not page.locator("#id_cron").is_visible()
-    shot = (
-        SOLAR_SCREENSHOT
-        if os.environ.get("GOATBEAT_UPDATE_SCREENSHOTS")
-        else tmp_path / "solar.png"
-    )
-    page.screenshot(path=str(shot), full_page=True)
-    assert shot.stat().st_size > 10_000
+    screenshot(page, SOLAR_SCREENSHOT, tmp_path)
     page.fill("#id_description", "porch lights")
     page.click("input[name=_save]")
     page.wait_for_url(admin)

@@ -171,9 +171,11 @@ def test_every_imported_trigger_shows_in_words_and_saves_unchanged(
     page = root.get(change_url(before)).content.decode()
     words = {
         "solar": "sunrise at 48.8566°N 2.3522°E (latitude 48.8566, longitude 2.3522)",
-        "celery_crontab": "celery crontab 0 9 1-7 * mon (Europe/Paris), days ANDed",
-        "once": "once at 2031-05-04T07:30:15.000500+00:00",
-        "cron": "cron */10 8-18 * * mon-fri (America/New_York)",
+        "celery_crontab": "At 09:00, between day 1 and 7 of the month, on Monday, when both "
+        "days match (celery crontab 0 9 1-7 * mon, Europe/Paris)",
+        "once": "Once, at 2031-05-04 07:30:15 UTC",
+        "cron": "Every 10 minutes, between 08:00 and 18:59, Monday through Friday "
+        "(cron */10 8-18 * * mon-fri, America/New_York)",
     }[trigger.kind]
     assert words in page
     form = page_form(root, change_url(before))
@@ -411,3 +413,36 @@ def test_the_admin_passes_django_s_system_checks() -> None:
     from django.core import checks
 
     assert checks.run_checks(tags=["admin"]) == []
+
+
+def test_reimporting_never_overwrites_an_admin_edit_without_saying_so(
+    root: Client, store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.core.management.base import CommandError
+    from django.test import override_settings
+
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.django.project.settings")
+    beat_schedule = {
+        "nightly": {"task": TASK, "schedule": timedelta(minutes=10), "args": (1,)},
+    }
+    source = ["--from-app", "tests.django.project.celery_app:app", "--no-check-tasks"]
+    with override_settings(CELERY_BEAT_SCHEDULE=beat_schedule):
+        call_command(
+            "goatbeat", "import_celery_beat", *source, stdout=StringIO(), stderr=StringIO()
+        )
+        nightly = store.get("nightly")
+        response = resubmit(root, change_url(nightly), trigger_kind="interval", every="15m")
+        assert response.status_code == 302, response.content.decode()[:2000]
+
+        out = StringIO()
+        with pytest.raises(CommandError):  # exit status 1: there is a conflict to look at
+            call_command("goatbeat", "import_celery_beat", *source, stdout=out, stderr=out)
+        assert "conflict  nightly: edited in goatbeat since it was imported" in out.getvalue()
+        assert store.get("nightly").trigger == IntervalTrigger("15m")  # the edit stands
+
+        out = StringIO()
+        call_command(
+            "goatbeat", "import_celery_beat", *source, "--overwrite", stdout=out, stderr=out
+        )
+    assert "update  nightly" in out.getvalue()
+    assert store.get("nightly").trigger.every == timedelta(minutes=10)  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,14 @@ def test_a_real_worker_reports_success_and_failure_back_to_the_executions(
     assert broken.status is ExecutionStatus.FAILED
     assert "the report generator broke" in (broken.error or "")
     assert store.get("broken-report").last_status == "failed"
+    # As for every backend that reports: when it started, how long it ran, which worker.
+    for execution in (ok, broken):
+        assert execution.started_at is not None and execution.runtime is not None
+        assert execution.started_at <= execution.finished_at  # type: ignore[operator]
+        assert execution.runtime >= 0 and (execution.worker or "").count(":") == 1
+    [failing] = [h for h in store.schedule_health(overdue_after=timedelta(hours=1))
+                 if h.name == "broken-report"]  # fmt: skip
+    assert failing.consecutive_failures == 1 and failing.last_failure_at is not None
 
 
 def test_an_immediate_backend_finishes_inside_enqueue_and_is_still_recorded(store: Any) -> None:

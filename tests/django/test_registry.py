@@ -75,3 +75,14 @@ def test_a_dotted_path_that_is_not_a_task_is_refused_at_declaration() -> None:
     with pytest.raises(InvalidSchedule) as caught:
         beat.schedule(name="nope", task="tests.django.project.reports.tasks.missing", every="1m")
     assert caught.value.field == "task"
+
+
+def test_a_misspelt_task_names_the_module_and_the_missing_attribute() -> None:
+    import tests.django.project.reports.tasks  # noqa: F401  (imported: an attribute of its package)
+
+    beat = DjangoRegistry()
+    with pytest.raises(InvalidSchedule) as caught:
+        beat.schedule(name="beat", task="tests.django.project.reports.tasks.heartbeet", every="1m")
+    message = str(caught.value)
+    assert "module 'tests.django.project.reports.tasks' has no attribute 'heartbeet'" in message
+    assert "'tasks.heartbeet'" not in message

@@ -92,6 +92,7 @@ def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> 
         ("0002_worker_idempotency",),
         ("0003_published_fingerprint",),
         ("0004_submit_retry",),
+        ("0005_operations",),
         ("0006_schedule_control",),
     ]
 
@@ -101,3 +102,30 @@ def test_models_match_the_migrations() -> None:
     out = StringIO()
     call_command("makemigrations", "goatbeat", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_the_operations_migration_goes_back_and_forth(pg_dsn: str) -> None:
+    """Django's reverse of schema version 5 leaves version 3's schema; applying it again
+    gives the same schema as the first time."""
+    env = {"GOATBEAT_TEST_DB_NAME": pg_dsn.rsplit("/", 1)[1]}
+    done = manage("migrate", "goatbeat", env=env)
+    assert done.returncode == 0, done.stderr
+    forward = _catalog_of_dsn(pg_dsn)
+
+    back = manage("migrate", "goatbeat", "0003_published_fingerprint", env=env)
+    assert back.returncode == 0, back.stderr
+    catalog = _catalog_of_dsn(pg_dsn)
+    tables = {name for name, _ in catalog["tables"]}
+    assert not tables & {"goatbeat_scheduler", "goatbeat_miss"}
+    assert catalog["versions"] == [(1,), (2,), (3,)]
+    columns = {(t, c) for t, c, *_ in catalog["columns"]}
+    assert ("goatbeat_execution", "runtime") not in columns
+    assert ("goatbeat_schedule", "consecutive_failures") not in columns
+
+    again = manage("migrate", "goatbeat", env=env)
+    assert again.returncode == 0, again.stderr
+    redone = _catalog_of_dsn(pg_dsn)
+    # Columns dropped and added again come last (PostgreSQL never reuses a position).
+    for catalog in (forward, redone):
+        catalog["columns"] = sorted(row[:2] + row[3:] for row in catalog["columns"])
+    assert redone == forward

@@ -53,10 +53,14 @@ StartWorker = Callable[..., Worker]
 
 
 def worker_starter(default_url: str, tmp_path: Path, started: list[Worker]) -> StartWorker:
-    """``start(name, *python_m_args, url=None)``: a worker subprocess on ``url`` (default
-    ``default_url``); every one started is appended to ``started`` for the caller to stop."""
+    """``start(name, *python_m_args, url=None, env=None)``: a worker subprocess on ``url``
+    (default ``default_url``), with ``env`` added to its environment; every one started is
+    appended to ``started`` for the caller to stop."""
 
-    def start(name: str, *args: str, url: str | None = None) -> Worker:
+    def start(
+        name: str, *args: str, url: str | None = None, env: dict[str, str] | None = None
+    ) -> Worker:
+        extra = env or {}
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", str(tmp_path)),
@@ -65,6 +69,7 @@ def worker_starter(default_url: str, tmp_path: Path, started: list[Worker]) -> S
             "PYTHONDONTWRITEBYTECODE": "1",
             URL_ENV: url or default_url,
             WORKER_ENV: name,
+            **extra,
         }
         log = tmp_path / f"worker-{name}.log"
         with log.open("wb") as out:

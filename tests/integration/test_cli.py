@@ -187,6 +187,29 @@ def test_demo_runs_the_example_app_and_prints_fires(db):
     assert "stopped after" in result.output
 
 
+def test_demo_ignores_a_django_project_in_the_environment(db, monkeypatch):
+    # The demo leads and fires every due schedule: on a Django project's database that meant
+    # its real tasks. It runs the example app instead; a settings module that cannot even be
+    # imported proves the project is never loaded.
+    monkeypatch.delenv("GOATBEAT_APP", raising=False)
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "no_such_project.settings")
+    result = invoke("--database", db, "demo", "--duration", "1.5")
+    assert result.exit_code == 0, result.output
+    assert "goatbeat demo: examples.demo:beat on sqlite" in result.output
+
+
+@pytest.mark.postgres
+def test_scheduler_before_migrate_says_to_migrate_instead_of_retrying(app_dir, pg_dsn):
+    app = write_app(app_dir, APP)
+    db = pg_dsn  # PostgreSQL is migrated explicitly (SQLite migrates itself on opening)
+    for args in (["--once"], []):  # without --once it used to retry forever
+        result = invoke("--app", app, "--database", db, "scheduler", *args)
+        assert_one_line_error(result, "goatbeat's tables are missing from postgres ")
+        assert "run `goatbeat migrate` first, with the same --app and --database" in result.stderr
+    assert invoke("--app", app, "--database", db, "migrate").exit_code == 0
+    assert invoke("--app", app, "--database", db, "scheduler", "--once").exit_code == 0
+
+
 def test_app_comes_from_the_environment_when_not_given(app_dir, db, monkeypatch):
     monkeypatch.setenv("GOATBEAT_APP", write_app(app_dir, APP))
     result = invoke("--database", db, "schedule", "list", "--json")

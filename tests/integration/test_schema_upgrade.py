@@ -9,7 +9,10 @@ changes, and claims afterwards land on the instants the schedules' phases give, 
 and no gap. Version 3 adds ``goatbeat_schedule.published_fingerprint``: rows published before
 it have none, the first publish records it, and only then is an edit made in the admin told
 apart from an import. Version 4 adds ``goatbeat_execution.retry_at``: a row that failed before
-it has none, so it is due at once. Version 6 adds schedule control (pause, jitter, overlap...):
+it has none, so it is due at once.
+Version 5 (operations) adds completion columns, the scheduler heartbeats and the record of
+misses: executions from before it take completion reports, and status reads them.
+Version 6 adds schedule control (pause, jitter, overlap...):
 every row comes out unpaused, without jitter, overlap allowed, and a fingerprint recorded
 before it still matches (the new columns are hashed only when set), so no publication reports
 an edit that never happened.
@@ -20,16 +23,19 @@ from __future__ import annotations
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from goatbeat.core.health import Outcome
 from goatbeat.core.model import OverlapPolicy, Schedule, SubmitOutcome
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
-from goatbeat.stores import open_store, schema
+from goatbeat.stores import open_store
 from goatbeat.stores.postgres import PostgresStore
+from goatbeat.stores.schema import latest_version
 from goatbeat.stores.sqlite import SQLiteStore
 from tests.conformance.helpers import claim_all, hourly, keys
 
@@ -64,7 +70,8 @@ _REVERSE_6 = {
         "DROP INDEX goatbeat_execution_buffered_idx",
         "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check",
         "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
-        "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'succeeded', 'failed'))",
+        "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'running', 'retried', "
+        "'succeeded', 'failed'))",
         "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_kind_check",
         "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_kind_check "
         "CHECK (kind IN ('scheduled', 'manual'))",
@@ -76,27 +83,94 @@ _REVERSE_6 = {
         "DELETE FROM goatbeat_schema_version WHERE version = 6",
     ],
 }
-_REVERSE = {
-    4: [
-        "ALTER TABLE goatbeat_execution DROP COLUMN retry_at",
-        "DELETE FROM goatbeat_schema_version WHERE version = 4",
-    ],
-    3: [
-        "ALTER TABLE goatbeat_schedule DROP COLUMN published_fingerprint",
-        "DELETE FROM goatbeat_schema_version WHERE version = 3",
-    ],
-    2: [
-        "DROP TABLE goatbeat_task_key",
-        "DROP TABLE goatbeat_delivery",
-        "DELETE FROM goatbeat_schema_version WHERE version = 2",
-    ],
+_EXECUTION_COLUMNS = (
+    "id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, "
+    "fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts, "
+    "backend_task_id, error, retry_at"
+)
+_REVERSE: dict[int, dict[str, list[str]]] = {
+    6: _REVERSE_6,
+    5: {
+        "postgres": [
+            "DROP TABLE goatbeat_miss",
+            "DROP TABLE goatbeat_scheduler",
+            "ALTER TABLE goatbeat_schedule DROP COLUMN last_success_at, "
+            "DROP COLUMN last_failure_at, DROP COLUMN consecutive_failures",
+            "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check",
+            "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+            "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'succeeded', 'failed'))",
+            "ALTER TABLE goatbeat_execution DROP COLUMN started_at, DROP COLUMN runtime, "
+            "DROP COLUMN worker, DROP COLUMN retries",
+            "DELETE FROM goatbeat_schema_version WHERE version = 5",
+        ],
+        "sqlite": [
+            "DROP TABLE goatbeat_miss",
+            "DROP TABLE goatbeat_scheduler",
+            "ALTER TABLE goatbeat_schedule DROP COLUMN last_success_at",
+            "ALTER TABLE goatbeat_schedule DROP COLUMN last_failure_at",
+            "ALTER TABLE goatbeat_schedule DROP COLUMN consecutive_failures",
+            # Version 4's execution table: 0001_initial.sql's, with 0004's retry_at.
+            """CREATE TABLE goatbeat_execution_v1 (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                schedule_id integer NULL CONSTRAINT goatbeat_execution_schedule_id_fkey
+                    REFERENCES goatbeat_schedule (id) ON DELETE SET NULL
+                    DEFERRABLE INITIALLY DEFERRED,
+                schedule_name varchar(200) NOT NULL, scheduled_at TEXT NOT NULL,
+                idempotency_key varchar(255) NOT NULL,
+                kind varchar(16) NOT NULL DEFAULT 'scheduled',
+                status varchar(16) NOT NULL DEFAULT 'claimed',
+                fencing_token integer NULL, scheduler_id varchar(255) NULL,
+                claimed_at TEXT NOT NULL, submitted_at TEXT NULL, finished_at TEXT NULL,
+                attempts integer NOT NULL DEFAULT 0, backend_task_id varchar(255) NULL,
+                error TEXT NULL, retry_at TEXT NULL,
+                CONSTRAINT goatbeat_execution_idempotency_key_key UNIQUE (idempotency_key),
+                CONSTRAINT goatbeat_execution_kind_check CHECK (kind IN ('scheduled', 'manual')),
+                CONSTRAINT goatbeat_execution_status_check CHECK (status IN (
+                    'claimed', 'submitted', 'submit_failed', 'succeeded', 'failed')))""",
+            f"INSERT INTO goatbeat_execution_v1 ({_EXECUTION_COLUMNS}) "
+            f"SELECT {_EXECUTION_COLUMNS} FROM goatbeat_execution",
+            "DROP TABLE goatbeat_execution",
+            "ALTER TABLE goatbeat_execution_v1 RENAME TO goatbeat_execution",
+            "CREATE INDEX goatbeat_execution_pending_idx "
+            "ON goatbeat_execution (claimed_at) WHERE status = 'claimed'",
+            "CREATE INDEX goatbeat_execution_schedule_idx "
+            "ON goatbeat_execution (schedule_id, scheduled_at DESC)",
+            "CREATE INDEX goatbeat_execution_status_idx "
+            "ON goatbeat_execution (status, scheduled_at DESC)",
+            "CREATE INDEX goatbeat_execution_name_idx "
+            "ON goatbeat_execution (schedule_name, scheduled_at DESC)",
+            "DELETE FROM goatbeat_schema_version WHERE version = 5",
+        ],
+    },
+    4: {
+        dialect: [
+            "ALTER TABLE goatbeat_execution DROP COLUMN retry_at",
+            "DELETE FROM goatbeat_schema_version WHERE version = 4",
+        ]
+        for dialect in ("postgres", "sqlite")
+    },
+    3: {
+        dialect: [
+            "ALTER TABLE goatbeat_schedule DROP COLUMN published_fingerprint",
+            "DELETE FROM goatbeat_schema_version WHERE version = 3",
+        ]
+        for dialect in ("postgres", "sqlite")
+    },
+    2: {
+        dialect: [
+            "DROP TABLE goatbeat_task_key",
+            "DROP TABLE goatbeat_delivery",
+            "DELETE FROM goatbeat_schema_version WHERE version = 2",
+        ]
+        for dialect in ("postgres", "sqlite")
+    },
 }
 
 
 def _back_to(url: str, version: int) -> None:
     dialect = "sqlite" if url.startswith("sqlite:///") else "postgres"
-    statements = _REVERSE_6[dialect] + [
-        sql for v in sorted(_REVERSE, reverse=True) if v > version for sql in _REVERSE[v]
+    statements = [
+        sql for v in sorted(_REVERSE, reverse=True) if v > version for sql in _REVERSE[v][dialect]
     ]
     if url.startswith("sqlite:///"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
@@ -136,7 +210,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3, 4])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -165,6 +239,7 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     finally:
         store.close()
     _back_to(database, previous)
+    assert ("consecutive_failures" in _columns(database)) == (previous >= 5)
     assert ("published_fingerprint" in _columns(database)) == (previous >= 3)
 
     store = open_store(database)
@@ -172,9 +247,16 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.info()["schema_version"] == previous
         store.migrate()
 
-        assert store.info()["schema_version"] == schema.latest_version("postgres")
-        assert _tables(store) >= {"goatbeat_delivery", "goatbeat_task_key"}
-        assert "published_fingerprint" in _columns(database)
+        assert store.info()["schema_version"] == latest_version(
+            "sqlite" if database.startswith("sqlite:") else "postgres"
+        )
+        assert _tables(store) >= {
+            "goatbeat_delivery",
+            "goatbeat_task_key",
+            "goatbeat_scheduler",
+            "goatbeat_miss",
+        }
+        assert {"published_fingerprint", "consecutive_failures"} <= _columns(database)
         assert set(_CONTROL_COLUMNS) <= _columns(database)
         assert _everything(store) == before
         for stored in store.list_schedules():
@@ -208,6 +290,13 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.list_schedules() == untouched
         store.update(hourly("quarter", trigger=CronTrigger("*/20 * * * *")))
         assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == {"quarter"}
+        # An execution submitted before the upgrade takes its worker's report.
+        submitted = first[0]
+        assert store.record_started(submitted.idempotency_key, worker="w")
+        assert store.record_completion(submitted.idempotency_key, outcome=Outcome.FAILED)
+        [reported] = [e for e in store.executions(limit=1000) if e.id == submitted.execution_id]
+        assert (reported.status.value, reported.worker) == ("failed", "w")
+        assert store.status(now=T0 + timedelta(hours=2)).lease is not None
     finally:
         store.close()
 
@@ -238,3 +327,22 @@ def _claim_minute_by_minute(
         at += timedelta(minutes=1)
         claimed.extend(claim_all(store, grant, at))
     return claimed
+
+
+def test_the_sqlite_rebuild_of_executions_keeps_every_earlier_column(tmp_path: Path) -> None:
+    """SQLite cannot widen a CHECK in place, so versions 5 and 6 rebuild goatbeat_execution,
+    naming its columns. A column an earlier version added and a rebuild forgot would be lost
+    with its data: this fails first, version by version."""
+    from goatbeat.stores.schema import migration_versions, split_statements, sqlite_migration_sql
+
+    def columns(conn: sqlite3.Connection) -> list[str]:
+        return [r[1] for r in conn.execute("PRAGMA table_info(goatbeat_execution)")]
+
+    with closing(sqlite3.connect(tmp_path / "gb.db")) as conn:
+        before: list[str] = []
+        for version in migration_versions("sqlite"):
+            for statement in split_statements(sqlite_migration_sql(version)):
+                conn.execute(statement)
+            after = columns(conn)
+            assert set(before) <= set(after), (version, sorted(set(before) - set(after)))
+            before = after

@@ -601,3 +601,23 @@ def test_an_unexpected_error_in_the_loop_is_logged_and_the_loop_goes_on(clock, c
     errors = [r for r in caplog.records if r.getMessage() == "scheduler.error"]
     assert errors and errors[0].exc_info is not None
     assert submitter.submitted  # it kept going after the error
+
+
+def test_a_standby_logs_a_heartbeat_at_debug_each_iteration(store, submitter, clock, caplog):
+    caplog.set_level(logging.DEBUG, logger="goatbeat")
+    leader = Scheduler(store, submitter, settings=settings(scheduler_id="leader"), clock=clock)
+    standby = Scheduler(store, submitter, settings=settings(scheduler_id="standby"), clock=clock)
+    assert leader.run_once().leader
+    for _ in range(3):
+        assert not standby.run_once().leader
+        clock.advance(1)
+    standing = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "lease.standby" and r.scheduler_id == "standby"  # type: ignore[attr-defined]
+    ]
+    # Once at INFO when it becomes a standby (with the holder), then a DEBUG heartbeat each
+    # iteration, so an operator at DEBUG sees the standby is alive.
+    assert [r.levelname for r in standing] == ["INFO", "DEBUG", "DEBUG"]
+    assert standing[0].holder == "leader"  # type: ignore[attr-defined]
+    assert [r.iterations for r in standing[1:]] == [2, 3]  # type: ignore[attr-defined]

@@ -62,7 +62,15 @@ def test_resolve_task_finds_module_attributes_in_both_notations():
     ("path", "fragment"),
     [
         ("json.nope", "no attribute 'nope'"),
-        ("nosuchmodule_xyz.func", "cannot import"),
+        ("nosuchmodule_xyz.func", "no module named 'nosuchmodule_xyz'"),
+        # The module that exists, and the attribute missing from it, not a shorter module
+        # with the rest of the path as one "attribute".
+        ("os.path.joinn", "^module 'os.path' has no attribute 'joinn'$"),
+        (
+            "goatbeat.submitters.inline.resolve_taskk",
+            "^module 'goatbeat.submitters.inline' has no attribute 'resolve_taskk'$",
+        ),
+        ("json.JSONDecoder.decodee", "^'json.JSONDecoder' has no attribute 'decodee'$"),
         ("json.__doc__", "not callable"),
     ],
 )

@@ -13,7 +13,7 @@ from goatbeat.django.operations import RunGoatbeatSQL
 
 
 class Migration(migrations.Migration):
-    dependencies = [("goatbeat", "0004_submit_retry")]
+    dependencies = [("goatbeat", "0005_operations")]
 
     operations = [
         migrations.SeparateDatabaseAndState(
@@ -98,6 +98,8 @@ class Migration(migrations.Migration):
                             ("claimed", "claimed"),
                             ("submitted", "submitted"),
                             ("submit_failed", "submit failed"),
+                            ("running", "running"),
+                            ("retried", "retried"),
                             ("succeeded", "succeeded"),
                             ("failed", "failed"),
                             ("skipped", "skipped"),

@@ -322,7 +322,8 @@ SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
 
 -- name: record_outcomes
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence
--- ('missed' for one whose grace ran out) and count the missed ones.
+-- ('missed' for one whose grace ran out) and count the missed ones. A submission a worker
+-- already reported on (it outran this bookkeeping) is recorded and keeps the worker's status.
 WITH o AS (
     SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
                          %(missed)b::boolean[], %(retry_in)b::float8[],
@@ -330,16 +331,19 @@ WITH o AS (
              AS o(id, ok, final, missed, retry_in, backend_task_id, error)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
-        status = CASE WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
+        status = CASE WHEN e.status <> 'claimed' THEN e.status
+                      WHEN o.ok THEN 'submitted' WHEN o.final THEN 'submit_failed'
                       ELSE 'claimed' END,
         submitted_at = CASE WHEN o.ok THEN now() ELSE e.submitted_at END,
         backend_task_id = CASE WHEN o.ok THEN o.backend_task_id ELSE e.backend_task_id END,
-        error = CASE WHEN o.ok THEN NULL ELSE o.error END,
+        error = CASE WHEN e.status <> 'claimed' THEN e.error WHEN o.ok THEN NULL
+                     ELSE o.error END,
         attempts = e.attempts + 1,
         retry_at = CASE WHEN o.ok OR o.final OR o.retry_in IS NULL THEN NULL
                         ELSE now() + make_interval(secs => o.retry_in) END
     FROM o
-    WHERE e.id = o.id AND e.status = 'claimed'
+    WHERE e.id = o.id AND (e.status = 'claimed' OR (o.ok AND e.status IN (
+        'running', 'retried', 'succeeded', 'failed')))
     RETURNING e.schedule_id, e.scheduled_at,
               CASE WHEN o.final AND o.missed AND NOT o.ok THEN 'missed' ELSE e.status END
                   AS status,
@@ -410,25 +414,6 @@ WITH target AS (
 )
 SELECT count(*) AS matched FROM target;
 
--- name: record_finished
--- A run that ends wakes the leader when an occurrence of its schedule is buffered behind it.
-WITH changed AS (
-    UPDATE goatbeat_execution SET
-        status = CASE WHEN %(succeeded)s THEN 'succeeded' ELSE 'failed' END,
-        finished_at = now(),
-        error = %(error)s
-    WHERE idempotency_key = %(key)s
-    RETURNING schedule_id, status
-), touched AS (
-    UPDATE goatbeat_schedule AS s SET last_status = changed.status
-    FROM changed WHERE s.id = changed.schedule_id
-), woken AS (
-    SELECT pg_notify('goatbeat', 'schedule:' || changed.schedule_id::text) FROM changed
-    WHERE EXISTS (SELECT 1 FROM goatbeat_execution b
-                  WHERE b.schedule_id = changed.schedule_id AND b.status = 'buffered')
-)
-SELECT (SELECT count(*) FROM changed) AS matched, (SELECT count(*) FROM woken) AS woken;
-
 -- name: request_run
 -- The same request twice at one instant is one run (the key is unique).
 WITH inserted AS (
@@ -438,13 +423,13 @@ WITH inserted AS (
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
               fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-              backend_task_id, error
+              backend_task_id, error, started_at, runtime, worker, retries
 )
 SELECT * FROM inserted
 UNION ALL
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted);
 
@@ -452,7 +437,7 @@ WHERE idempotency_key = %(key)s AND NOT EXISTS (SELECT 1 FROM inserted);
 -- name: executions
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 ORDER BY scheduled_at DESC, id DESC
 LIMIT %(limit)s;
@@ -460,7 +445,7 @@ LIMIT %(limit)s;
 -- name: executions_by_name
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE schedule_name = %(name)s
 ORDER BY scheduled_at DESC, id DESC
@@ -469,7 +454,7 @@ LIMIT %(limit)s;
 -- name: executions_by_status
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE status = %(status)s
 ORDER BY scheduled_at DESC, id DESC
@@ -478,7 +463,7 @@ LIMIT %(limit)s;
 -- name: executions_by_name_status
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE schedule_name = %(name)s AND status = %(status)s
 ORDER BY scheduled_at DESC, id DESC
@@ -623,3 +608,145 @@ FROM unnest(%(instants)s::timestamptz[], %(keys)s::text[]) WITH ORDINALITY AS v(
 ORDER BY v.n
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING scheduled_at;
+-- Operations (schema version 5): completion reports from the workers, scheduler heartbeats,
+-- the record of missed occurrences, and the reads behind `goatbeat status` and the metrics.
+
+-- name: record_started
+-- A worker started an attempt; the schedule shows it when this is its latest run.
+WITH changed AS (
+    UPDATE goatbeat_execution SET
+        status = 'running', started_at = now(), worker = COALESCE(%(worker)s::text, worker)
+    WHERE idempotency_key = %(key)s
+    RETURNING schedule_id, scheduled_at
+), touched AS (
+    UPDATE goatbeat_schedule AS s SET last_status = 'running'
+    FROM changed
+    WHERE s.id = changed.schedule_id
+      AND changed.scheduled_at >= COALESCE(s.last_run_at, changed.scheduled_at)
+)
+SELECT count(*) AS matched FROM changed;
+
+-- name: record_completion
+-- How an attempt ended. The row is locked first so that two reports of one key count a
+-- failure once (the second sees the first's status).
+WITH old AS (
+    SELECT id, status FROM goatbeat_execution WHERE idempotency_key = %(key)s FOR UPDATE
+), changed AS (
+    UPDATE goatbeat_execution AS e SET
+        status = %(outcome)s::text,
+        finished_at = now(),
+        error = %(error)s::text,
+        runtime = COALESCE(%(runtime)s::double precision,
+                           EXTRACT(EPOCH FROM now() - e.started_at)::double precision),
+        worker = COALESCE(%(worker)s::text, e.worker),
+        retries = e.retries + CASE WHEN %(outcome)s::text = 'retried' THEN 1 ELSE 0 END
+    FROM old
+    WHERE e.id = old.id
+    RETURNING e.schedule_id, e.scheduled_at, old.status AS previous
+), touched AS (
+    UPDATE goatbeat_schedule AS s SET
+        last_status = CASE
+            WHEN changed.scheduled_at >= COALESCE(s.last_run_at, changed.scheduled_at)
+            THEN %(outcome)s::text ELSE s.last_status END,
+        last_success_at = CASE WHEN %(outcome)s::text = 'succeeded' THEN now()
+                               ELSE s.last_success_at END,
+        last_failure_at = CASE WHEN %(outcome)s::text = 'failed' THEN now()
+                               ELSE s.last_failure_at END,
+        consecutive_failures = CASE
+            WHEN %(outcome)s::text = 'succeeded' THEN 0
+            WHEN %(outcome)s::text = 'failed' AND changed.previous <> 'failed'
+            THEN s.consecutive_failures + 1
+            ELSE s.consecutive_failures END
+    FROM changed
+    WHERE s.id = changed.schedule_id
+    RETURNING s.name, s.paused, s.pause_on_failure, s.consecutive_failures
+), woken AS (
+    -- A run that ends wakes the leader when an occurrence of its schedule is buffered
+    -- behind it (overlap buffer_one).
+    SELECT pg_notify('goatbeat', 'schedule:' || changed.schedule_id::text) FROM changed
+    WHERE %(outcome)s::text IN ('succeeded', 'failed')
+      AND EXISTS (SELECT 1 FROM goatbeat_execution b
+                  WHERE b.schedule_id = changed.schedule_id AND b.status = 'buffered')
+)
+SELECT (SELECT count(*) FROM changed) AS matched,
+       (SELECT count(*) FROM woken) AS woken,
+       (SELECT name FROM touched
+        WHERE %(outcome)s::text = 'failed' AND NOT paused AND pause_on_failure IS NOT NULL
+          AND consecutive_failures >= pause_on_failure) AS pause_name,
+       (SELECT consecutive_failures FROM touched) AS failures;
+
+-- name: heartbeat
+INSERT INTO goatbeat_scheduler AS s (
+    scheduler_id, role, lease, fencing_token, hostname, pid, version, started_at,
+    heartbeat_at, expires_at)
+VALUES (%(scheduler_id)s, %(role)s, %(lease)s, %(fencing_token)s, %(hostname)s, %(pid)s,
+        %(version)s, now(), now(), now() + %(ttl)s::interval)
+ON CONFLICT (scheduler_id) DO UPDATE SET
+    role = EXCLUDED.role, lease = EXCLUDED.lease, fencing_token = EXCLUDED.fencing_token,
+    hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, version = EXCLUDED.version,
+    heartbeat_at = EXCLUDED.heartbeat_at, expires_at = EXCLUDED.expires_at;
+
+-- name: scheduler_cleanup
+DELETE FROM goatbeat_scheduler WHERE expires_at < now() - %(retention)s::interval;
+
+-- name: scheduler_remove
+DELETE FROM goatbeat_scheduler WHERE scheduler_id = %(scheduler_id)s;
+
+-- name: schedulers
+SELECT scheduler_id, role, lease, fencing_token, hostname, pid, version, started_at,
+       heartbeat_at, expires_at, expires_at <= now() AS stale
+FROM goatbeat_scheduler
+ORDER BY role, scheduler_id;
+
+-- name: record_miss
+-- A schedule deleted meanwhile keeps its record, by name.
+INSERT INTO goatbeat_miss (
+    schedule_id, schedule_name, missed, first_at, last_at, scheduler_id, recorded_at)
+VALUES ((SELECT s.id FROM goatbeat_schedule AS s WHERE s.id = %(schedule_id)s),
+        %(schedule_name)s, %(missed)s, %(first_at)s::timestamptz, %(last_at)s::timestamptz,
+        %(scheduler_id)s, now());
+
+-- name: miss_prune
+DELETE FROM goatbeat_miss WHERE recorded_at < now() - %(retention)s::interval;
+
+-- name: status_counts
+-- Each count walks an index: the due index, the pending index, recent misses, and the
+-- status index for recent failures.
+SELECT
+    (SELECT count(*) FROM goatbeat_schedule
+     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= %(now)s) AS due,
+    (SELECT count(*) FROM goatbeat_execution
+     WHERE status = 'claimed' AND scheduled_at <= %(now)s) AS pending,
+    (SELECT COALESCE(sum(missed), 0) FROM goatbeat_miss
+     WHERE recorded_at > %(since)s) AS missed,
+    (SELECT count(*) FROM goatbeat_execution
+     WHERE status IN ('failed', 'submit_failed')
+       AND scheduled_at > %(since)s AND scheduled_at <= %(now)s) AS failed;
+
+-- name: status_oldest
+SELECT at, name FROM (
+    (SELECT next_run_at AS at, name FROM goatbeat_schedule
+     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= %(now)s
+     ORDER BY next_run_at LIMIT 1)
+    UNION ALL
+    (SELECT scheduled_at AS at, schedule_name AS name FROM goatbeat_execution
+     WHERE status = 'claimed' AND scheduled_at <= %(now)s
+     ORDER BY scheduled_at LIMIT 1)
+) AS oldest
+ORDER BY at
+LIMIT 1;
+
+-- name: schedule_health
+-- The overdue rule of goatbeat.core.health.is_overdue, in SQL.
+SELECT name, enabled, last_status, last_run_at, next_run_at, last_success_at, last_failure_at,
+       consecutive_failures, missed_count,
+       (enabled AND NOT paused AND (
+           (next_run_at IS NOT NULL AND next_run_at <= %(late)s)
+           OR ((last_success_at IS NOT NULL OR last_failure_at IS NOT NULL)
+               AND last_run_at IS NOT NULL AND last_run_at <= %(late)s
+               AND (last_success_at IS NULL OR last_success_at < last_run_at)))) AS overdue
+FROM goatbeat_schedule
+WHERE last_success_at IS NOT NULL OR last_failure_at IS NOT NULL OR missed_count > 0
+   OR (enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= %(late)s)
+ORDER BY overdue DESC, consecutive_failures DESC, name
+LIMIT %(limit)s::bigint;

@@ -43,6 +43,10 @@ CREATE TABLE goatbeat_execution_v6 (
     backend_task_id varchar(255) NULL,
     error           TEXT         NULL,
     retry_at        TEXT         NULL,
+    started_at      TEXT         NULL,
+    runtime         REAL         NULL,
+    worker          varchar(255) NULL,
+    retries         integer      NOT NULL DEFAULT 0,
     CONSTRAINT goatbeat_execution_idempotency_key_key UNIQUE (idempotency_key),
     CONSTRAINT goatbeat_execution_kind_check CHECK (kind IN ('scheduled', 'manual', 'backfill')),
     CONSTRAINT goatbeat_execution_status_check
@@ -52,10 +56,10 @@ CREATE TABLE goatbeat_execution_v6 (
 INSERT INTO goatbeat_execution_v6 (
     id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
     fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-    backend_task_id, error, retry_at)
+    backend_task_id, error, retry_at, started_at, runtime, worker, retries)
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error, retry_at
+       backend_task_id, error, retry_at, started_at, runtime, worker, retries
 FROM goatbeat_execution;
 -- Ids are never reused, even those of rows deleted by hand: the counter moves over too.
 INSERT INTO sqlite_sequence (name, seq)

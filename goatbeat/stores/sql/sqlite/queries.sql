@@ -226,14 +226,18 @@ LIMIT :limit;
 SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
 
 -- name: record_outcome
+-- Only a row still 'claimed' changes, except that a submission a worker already reported on
+-- (it outran this bookkeeping) is recorded and keeps the worker's status.
 UPDATE goatbeat_execution SET
-    status = CASE WHEN :ok THEN 'submitted' WHEN :final THEN 'submit_failed' ELSE 'claimed' END,
+    status = CASE WHEN status <> 'claimed' THEN status
+                  WHEN :ok THEN 'submitted' WHEN :final THEN 'submit_failed' ELSE 'claimed' END,
     submitted_at = CASE WHEN :ok THEN :now ELSE submitted_at END,
     backend_task_id = CASE WHEN :ok THEN :backend_task_id ELSE backend_task_id END,
-    error = CASE WHEN :ok THEN NULL ELSE :error END,
+    error = CASE WHEN status <> 'claimed' THEN error WHEN :ok THEN NULL ELSE :error END,
     attempts = attempts + 1,
     retry_at = CASE WHEN :ok OR :final THEN NULL ELSE :retry_at END
-WHERE id = :id AND status = 'claimed'
+WHERE id = :id AND (status = 'claimed' OR (:ok AND status IN (
+    'running', 'retried', 'succeeded', 'failed')))
 RETURNING schedule_id, scheduled_at, status;
 
 -- name: claim_manual_run
@@ -277,14 +281,6 @@ WHERE id = :id;
 UPDATE goatbeat_execution SET status = 'submit_failed', error = :reason, retry_at = NULL
 WHERE schedule_id = :id AND status = 'claimed';
 
--- name: record_finished
-UPDATE goatbeat_execution SET
-    status = CASE WHEN :succeeded THEN 'succeeded' ELSE 'failed' END,
-    finished_at = :now,
-    error = :error
-WHERE idempotency_key = :key
-RETURNING schedule_id, status;
-
 -- name: request_run
 INSERT INTO goatbeat_execution (
     schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
@@ -294,14 +290,14 @@ ON CONFLICT (idempotency_key) DO NOTHING;
 -- name: execution_by_key
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE idempotency_key = :key;
 
 -- name: executions
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 ORDER BY scheduled_at DESC, id DESC
 LIMIT :limit;
@@ -309,7 +305,7 @@ LIMIT :limit;
 -- name: executions_by_name
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE schedule_name = :name
 ORDER BY scheduled_at DESC, id DESC
@@ -318,7 +314,7 @@ LIMIT :limit;
 -- name: executions_by_status
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE status = :status
 ORDER BY scheduled_at DESC, id DESC
@@ -327,7 +323,7 @@ LIMIT :limit;
 -- name: executions_by_name_status
 SELECT id, schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status,
        fencing_token, scheduler_id, claimed_at, submitted_at, finished_at, attempts,
-       backend_task_id, error
+       backend_task_id, error, started_at, runtime, worker, retries
 FROM goatbeat_execution
 WHERE schedule_name = :name AND status = :status
 ORDER BY scheduled_at DESC, id DESC
@@ -439,3 +435,113 @@ ON CONFLICT (idempotency_key) DO NOTHING;
 -- name: statuses_by_keys
 SELECT idempotency_key, status FROM goatbeat_execution
 WHERE idempotency_key IN (SELECT value FROM json_each(:keys));
+-- Operations (schema version 5): the statements of PostgreSQL's, with the store's clock
+-- passed in (:now) and the multi-step writes done in one transaction by the store.
+
+-- name: execution_for_report
+SELECT id, schedule_id, scheduled_at, status, started_at
+FROM goatbeat_execution
+WHERE idempotency_key = :key;
+
+-- name: record_started
+UPDATE goatbeat_execution SET
+    status = 'running', started_at = :now, worker = COALESCE(:worker, worker)
+WHERE id = :id;
+
+-- name: record_completion
+UPDATE goatbeat_execution SET
+    status = :outcome, finished_at = :now, error = :error, runtime = :runtime,
+    worker = COALESCE(:worker, worker),
+    retries = retries + CASE WHEN :outcome = 'retried' THEN 1 ELSE 0 END
+WHERE id = :id;
+
+-- name: schedule_report
+-- A report on a schedule's run: its status when the run is the latest, and its record of
+-- success (:counts_failure: a failure not counted before).
+UPDATE goatbeat_schedule SET
+    last_status = CASE WHEN :scheduled_at >= COALESCE(last_run_at, :scheduled_at)
+                       THEN :status ELSE last_status END,
+    last_success_at = CASE WHEN :status = 'succeeded' THEN :now ELSE last_success_at END,
+    last_failure_at = CASE WHEN :status = 'failed' THEN :now ELSE last_failure_at END,
+    consecutive_failures = CASE
+        WHEN :status = 'succeeded' THEN 0
+        WHEN :counts_failure THEN consecutive_failures + 1
+        ELSE consecutive_failures END
+WHERE id = :id;
+
+-- name: failure_state
+-- What pause_on_failure reads after a completion report.
+SELECT name, paused, pause_on_failure, consecutive_failures FROM goatbeat_schedule
+WHERE id = :id;
+
+-- name: heartbeat
+INSERT INTO goatbeat_scheduler (
+    scheduler_id, role, lease, fencing_token, hostname, pid, version, started_at,
+    heartbeat_at, expires_at)
+VALUES (:scheduler_id, :role, :lease, :fencing_token, :hostname, :pid, :version, :now, :now,
+        :expires_at)
+ON CONFLICT (scheduler_id) DO UPDATE SET
+    role = excluded.role, lease = excluded.lease, fencing_token = excluded.fencing_token,
+    hostname = excluded.hostname, pid = excluded.pid, version = excluded.version,
+    heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at;
+
+-- name: scheduler_cleanup
+DELETE FROM goatbeat_scheduler WHERE expires_at < :before;
+
+-- name: scheduler_remove
+DELETE FROM goatbeat_scheduler WHERE scheduler_id = :scheduler_id;
+
+-- name: schedulers
+SELECT scheduler_id, role, lease, fencing_token, hostname, pid, version, started_at,
+       heartbeat_at, expires_at, expires_at <= :now AS stale
+FROM goatbeat_scheduler
+ORDER BY role, scheduler_id;
+
+-- name: record_miss
+INSERT INTO goatbeat_miss (
+    schedule_id, schedule_name, missed, first_at, last_at, scheduler_id, recorded_at)
+VALUES ((SELECT id FROM goatbeat_schedule WHERE id = :schedule_id), :schedule_name, :missed,
+        :first_at, :last_at, :scheduler_id, :now);
+
+-- name: miss_prune
+DELETE FROM goatbeat_miss WHERE recorded_at < :before;
+
+-- name: status_counts
+SELECT
+    (SELECT count(*) FROM goatbeat_schedule
+     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :now) AS due,
+    (SELECT count(*) FROM goatbeat_execution
+     WHERE status = 'claimed' AND scheduled_at <= :now) AS pending,
+    (SELECT COALESCE(sum(missed), 0) FROM goatbeat_miss WHERE recorded_at > :since) AS missed,
+    (SELECT count(*) FROM goatbeat_execution
+     WHERE status IN ('failed', 'submit_failed')
+       AND scheduled_at > :since AND scheduled_at <= :now) AS failed;
+
+-- name: status_oldest
+SELECT at, name FROM (
+    SELECT * FROM (
+        SELECT next_run_at AS at, name FROM goatbeat_schedule
+        WHERE enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :now
+        ORDER BY next_run_at LIMIT 1)
+    UNION ALL
+    SELECT * FROM (
+        SELECT scheduled_at AS at, schedule_name AS name FROM goatbeat_execution
+        WHERE status = 'claimed' AND scheduled_at <= :now
+        ORDER BY scheduled_at LIMIT 1)
+)
+ORDER BY at
+LIMIT 1;
+
+-- name: schedule_health
+SELECT name, enabled, last_status, last_run_at, next_run_at, last_success_at, last_failure_at,
+       consecutive_failures, missed_count,
+       (enabled AND NOT paused AND (
+           (next_run_at IS NOT NULL AND next_run_at <= :late)
+           OR ((last_success_at IS NOT NULL OR last_failure_at IS NOT NULL)
+               AND last_run_at IS NOT NULL AND last_run_at <= :late
+               AND (last_success_at IS NULL OR last_success_at < last_run_at)))) AS overdue
+FROM goatbeat_schedule
+WHERE last_success_at IS NOT NULL OR last_failure_at IS NOT NULL OR missed_count > 0
+   OR (enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :late)
+ORDER BY overdue DESC, consecutive_failures DESC, name
+LIMIT :limit;

@@ -1,0 +1,173 @@
+"""``goatbeat status``: is a scheduler leading, who is alive, is anything waiting, did anything
+miss or fail lately.
+
+One read of the database (:meth:`~goatbeat.core.store.ScheduleStore.status`, indexed: its
+cost follows what is due, not the number of schedules), judged by the database clock, and,
+except with ``--check``, the overdue and failing schedules
+(:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`). A table by default, ``--json`` for scripts (the field names are a contract, as in
+:mod:`goatbeat.cli.output`). ``--check`` is for probes: ONE line, exit 0 when a scheduler holds
+the lease and nothing due waited longer than ``--max-lag``, 1 otherwise
+(:func:`goatbeat.core.health.check`). Whatever the mode, exit 2 when the question cannot be
+answered: a bad option, an app that cannot load, a database that cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import click
+
+from goatbeat.cli.context import BeatLike, open_app
+from goatbeat.cli.errors import UserError
+from goatbeat.cli.output import iso, store_info, table
+from goatbeat.core.durations import parse_duration
+from goatbeat.core.errors import GoatbeatError, InvalidValue
+from goatbeat.core.health import STATUS_WINDOW, ScheduleHealth, StatusSnapshot, check
+
+__all__ = ["status"]
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Everything as one JSON object.")
+@click.option(
+    "--check",
+    "probe",
+    is_flag=True,
+    help="One line; exit 0 when healthy, 1 when not (a liveness/readiness probe).",
+)
+@click.option(
+    "--max-lag",
+    default="60s",
+    show_default=True,
+    metavar="DURATION",
+    help="Unhealthy when something due has waited longer than this.",
+)
+@click.option("--lease", "lease_name", default="scheduler", show_default=True, hidden=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_name: str) -> None:
+    """The lease, the scheduler processes, the backlog and the last hour's misses and
+    failures (never publishes)."""
+    try:
+        limit = parse_duration(max_lag, field="--max-lag")
+    except InvalidValue as exc:
+        raise UserError(str(exc)) from None
+    with open_app(ctx) as app:
+        try:
+            snapshot = app.store.status(lease_name=lease_name, window=STATUS_WINDOW)
+        except InvalidValue:
+            raise
+        except GoatbeatError as exc:
+            # Not an answer either way: a probe must tell "unhealthy" from "cannot tell".
+            raise UserError(f"cannot read the status: {exc}") from None
+        verdict = check(snapshot, max_lag=limit)
+        if probe:
+            click.echo(f"goatbeat: {'ok' if verdict.ok else 'unhealthy'}: {verdict.reason}")
+            ctx.exit(0 if verdict.ok else 1)
+        troubled = _troubled(app)
+        if as_json:
+            data = snapshot.to_dict()
+            data.update(
+                healthy=verdict.ok,
+                reason=verdict.reason,
+                max_lag_seconds=limit.total_seconds(),
+                store=store_info(app.store),
+                schedules=[h.to_dict() for h in troubled],
+            )
+            click.echo(json.dumps(data, indent=2))
+            return
+        click.echo(_text(snapshot, verdict.ok, verdict.reason, store_info(app.store), troubled))
+
+
+TROUBLED_LIMIT = 20
+"""Schedules ``status`` names as overdue or failing, at most (the worst first)."""
+
+
+def _troubled(app: BeatLike) -> list[ScheduleHealth]:
+    """The overdue and failing schedules (not for ``--check``: this read passes over the
+    schedule table)."""
+    settings = getattr(app, "settings", None)
+    overdue_after = getattr(settings, "overdue_after", None) or timedelta(minutes=10)
+    try:
+        found = app.store.schedule_health(overdue_after=overdue_after, limit=TROUBLED_LIMIT)
+    except GoatbeatError as exc:
+        raise UserError(f"cannot read the schedules' health: {exc}") from None
+    return [h for h in found if h.overdue or h.consecutive_failures]
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    seconds = (now - then).total_seconds()
+    if seconds < 0:
+        return f"in {_span(-seconds)}"
+    return f"{_span(seconds)} ago"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f}h"
+    return f"{seconds / 86400:.0f}d"
+
+
+def _text(
+    s: StatusSnapshot, ok: bool, reason: str, store: str, troubled: list[ScheduleHealth]
+) -> str:
+    now = s.now
+    lines = []
+    if s.lease is None:
+        lines.append("lease:      never held")
+    else:
+        lease = s.lease
+        state = "held by" if lease.valid else "EXPIRED, last held by"
+        lines.append(
+            f"lease:      {lease.name} {state} {lease.holder} (fencing token {lease.token}), "
+            f"expires {iso(lease.expires_at)} ({_ago(now, lease.expires_at)}, database clock)"
+        )
+    live = [p for p in s.schedulers if not p.stale]
+    leaders = sum(1 for p in live if p.role.value == "leader")
+    lines.append(
+        f"schedulers: {len(live)} live ({leaders} leader, {len(live) - leaders} standby)"
+        + (f", {len(s.schedulers) - len(live)} stale" if len(s.schedulers) != len(live) else "")
+    )
+    if s.schedulers:
+        rows = [
+            [
+                p.scheduler_id,
+                p.role.value + (" (stale)" if p.stale else ""),
+                p.hostname or "-",
+                "-" if p.pid is None else str(p.pid),
+                p.version or "-",
+                "-" if p.fencing_token is None else str(p.fencing_token),
+                _ago(now, p.heartbeat_at),
+                iso(p.started_at),
+            ]
+            for p in s.schedulers
+        ]
+        header = ["SCHEDULER", "ROLE", "HOST", "PID", "VERSION", "TOKEN", "HEARTBEAT", "STARTED"]
+        lines.append(table(header, rows, indent="  "))
+    oldest = "nothing waits"
+    if s.oldest_due_at is not None:
+        oldest = (
+            f"oldest {s.oldest_due_name!r} due {iso(s.oldest_due_at)} "
+            f"({_ago(now, s.oldest_due_at)})"
+        )
+    lines.append(
+        f"backlog:    {s.due} schedule(s) due, {s.pending} claimed execution(s) not "
+        f"submitted; {oldest}"
+    )
+    hours = s.window.total_seconds() / 3600
+    lines.append(f"last {hours:g}h:    {s.missed} missed, {s.failed} failed")
+    overdue = [h.name for h in troubled if h.overdue]
+    failing = [f"{h.name} ({h.consecutive_failures} in a row)" for h in troubled
+               if h.consecutive_failures]  # fmt: skip
+    lines.append(
+        "schedules:  "
+        + (f"overdue: {', '.join(overdue)}" if overdue else "none overdue")
+        + ("; failing: " + ", ".join(failing) if failing else "; none failing")
+    )
+    lines.append(f"health:     {'ok' if ok else 'UNHEALTHY'}: {reason}")
+    lines.append(f"database:   {store}, now {iso(now)}")
+    return "\n".join(lines)

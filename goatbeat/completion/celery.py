@@ -1,0 +1,85 @@
+"""Celery: ``report_completions(url)`` records what each goatbeat task became in the workers.
+
+::
+
+    # in the module that creates your Celery app (the workers import it)
+    from goatbeat.completion.celery import report_completions
+
+    report_completions("postgresql://…/goatbeat")   # or None: $GOATBEAT_DATABASE
+
+It connects ``task_prerun`` (the attempt starts: ``running``) and ``task_postrun`` (its state:
+``SUCCESS`` -> ``succeeded``, ``RETRY`` -> ``retried`` with the reason, ``FAILURE`` ->
+``failed`` with the exception). The key is the ``goatbeat_idempotency_key`` header goatbeat
+puts on every message, or the task id when it has a key's shape (goatbeat's task id is the
+key, and a retry keeps it); other tasks are left alone. A worker killed mid-task (a hard time
+limit, SIGKILL) reports nothing: the execution stays ``running``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from goatbeat.completion import Reporter, Target, error_text, looks_like_key
+from goatbeat.core.health import Outcome
+from goatbeat.submitters.keys import KEY_HEADER
+
+__all__ = ["report_completions", "task_key"]
+
+_STATES = {"SUCCESS": Outcome.SUCCEEDED, "FAILURE": Outcome.FAILED, "RETRY": Outcome.RETRIED}
+
+
+def task_key(task: Any, task_id: str | None) -> str | None:
+    """The idempotency key of the Celery task running ``task`` (None: not goatbeat's)."""
+    request = getattr(task, "request", None)
+    headers = getattr(request, "headers", None) or {}
+    key = headers.get(KEY_HEADER) or getattr(request, KEY_HEADER, None)
+    if isinstance(key, str) and key:
+        return key
+    return task_id if looks_like_key(task_id) else None
+
+
+def report_completions(database: Target = None) -> Reporter:
+    """Connect the signals (once per process; calling again replaces the reporter)."""
+    from celery import signals
+
+    reporter = Reporter(database)
+    begun = threading.local()
+
+    def prerun(sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any) -> None:
+        key = task_key(task or sender, task_id)
+        if key is None:
+            return
+        begun.at = (task_id, time.monotonic())
+        reporter.started(key)
+
+    def postrun(
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Any = None,
+        retval: Any = None,
+        state: str | None = None,
+        **_: Any,
+    ) -> None:
+        outcome = _STATES.get(str(state))
+        key = task_key(task or sender, task_id)
+        if key is None or outcome is None:
+            return
+        started = getattr(begun, "at", None)
+        runtime = None
+        if started is not None and started[0] == task_id:
+            runtime = max(0.0, time.monotonic() - started[1])
+        error = None
+        if outcome is not Outcome.SUCCEEDED:
+            error = error_text(retval) if isinstance(retval, BaseException) else str(retval)
+        reporter.finished(key, outcome, error=error, runtime=runtime)
+
+    for signal, receiver, uid in (
+        (signals.task_prerun, prerun, "goatbeat.completion.prerun"),
+        (signals.task_postrun, postrun, "goatbeat.completion.postrun"),
+    ):
+        # A receiver already connected under this uid would be kept: replace it.
+        signal.disconnect(dispatch_uid=uid)
+        signal.connect(receiver, weak=False, dispatch_uid=uid)
+    return reporter

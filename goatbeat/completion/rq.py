@@ -1,0 +1,59 @@
+"""RQ: the ``Job`` class records what each goatbeat job became, with no change to your code.
+
+::
+
+    GOATBEAT_DATABASE=postgresql://…/goatbeat rq worker --job-class goatbeat.completion.rq.Job
+
+(or a subclass naming the database: ``class Job(goatbeat.completion.rq.Job): database =
+"postgresql://…"``). Every job carrying ``goatbeat_idempotency_key`` in its meta (what
+goatbeat enqueues) is reported around ``Job.perform``: ``running``, then ``succeeded``, or on
+an exception ``retried`` when the job has retries left (``Retry(max=...)``) and ``failed``
+otherwise, with the error. Other jobs run untouched. A work horse killed mid-job reports
+nothing: the execution stays ``running``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import rq.job
+
+from goatbeat.completion import Reporter, error_text
+from goatbeat.core.health import Outcome
+from goatbeat.submitters.keys import KEY_HEADER
+
+__all__ = ["Job"]
+
+_reporters: dict[str | None, Reporter] = {}
+
+
+def _reporter(database: str | None) -> Reporter:
+    # One per database and process: the work horse is a fork, and Reporter opens lazily.
+    found = _reporters.get(database)
+    if found is None:
+        found = _reporters[database] = Reporter(database)
+    return found
+
+
+class Job(rq.job.Job):
+    database: ClassVar[str | None] = None
+    """goatbeat's database URL; None: ``$GOATBEAT_DATABASE``."""
+
+    def perform(self) -> Any:
+        key = (self.meta or {}).get(KEY_HEADER)
+        if not isinstance(key, str) or not key:
+            return super().perform()
+        reporter = _reporter(type(self).database)
+        reporter.started(key)
+        began = time.monotonic()
+        try:
+            result = super().perform()
+        except BaseException as exc:
+            runtime = time.monotonic() - began
+            retries_left = self.retries_left or 0
+            outcome = Outcome.RETRIED if retries_left > 0 else Outcome.FAILED
+            reporter.finished(key, outcome, error=error_text(exc), runtime=runtime)
+            raise
+        reporter.finished(key, Outcome.SUCCEEDED, runtime=time.monotonic() - began)
+        return result

@@ -1,0 +1,315 @@
+"""Health: what an operator asks at 2 a.m., as values, and the rules that answer it.
+
+Is a scheduler leading? Which processes are alive? Is anything waiting to be dispatched, and
+since when? Did schedules miss or fail lately? Has each schedule succeeded as often as it
+should? The stores read the rows (:meth:`~goatbeat.core.store.ScheduleStore.status`,
+:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`); this module holds the values they
+return and the pure rules built on them, so ``goatbeat status --check``, the metrics and the
+alerts judge the same way:
+
+- :func:`check`: healthy when a scheduler holds an unexpired lease (by the database clock) and
+  nothing due waits longer than ``max_lag``;
+- :func:`is_overdue`: a schedule whose latest success is older than expected.
+
+What a worker reports about a run (:class:`Outcome`) is recorded by
+:meth:`~goatbeat.core.store.ScheduleStore.record_completion`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from goatbeat.core.timeutil import iso_z
+
+__all__ = [
+    "Role",
+    "Outcome",
+    "SchedulerBeat",
+    "SchedulerProcess",
+    "LeaseState",
+    "StatusSnapshot",
+    "ScheduleHealth",
+    "HealthCheck",
+    "check",
+    "is_overdue",
+    "STALE_RETENTION",
+    "MISS_RETENTION",
+    "STATUS_WINDOW",
+]
+
+STALE_RETENTION = timedelta(minutes=10)
+"""A scheduler row whose heartbeat expired longer ago than this is deleted by the next
+heartbeat of any scheduler (until then ``status`` shows it as stale: a crashed replica)."""
+
+MISS_RETENTION = timedelta(days=7)
+"""How long the record of each dropped occurrence (``goatbeat_miss``) is kept."""
+
+STATUS_WINDOW = timedelta(hours=1)
+"""The window of the missed and failed counts of ``goatbeat status``."""
+
+
+class Role(enum.StrEnum):
+    """What a scheduler process was doing at its last heartbeat."""
+
+    LEADER = "leader"  # held the lease: claims and dispatches
+    STANDBY = "standby"  # waits for the lease
+
+
+class Outcome(enum.StrEnum):
+    """How an attempt ended, as the worker saw it."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # final: the backend will not run it again
+    RETRIED = "retried"  # this attempt failed; the backend runs it again later
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerBeat:
+    """What one scheduler process writes at each heartbeat (at most once per lease renewal).
+
+    ``ttl``: how long the row stands for a live process without another heartbeat; the
+    scheduler gives its lease TTL plus its renewal interval."""
+
+    scheduler_id: str
+    role: Role
+    lease: str = "scheduler"
+    fencing_token: int | None = None
+    hostname: str = ""
+    pid: int | None = None
+    version: str = ""
+    ttl: timedelta = timedelta(seconds=40)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerProcess:
+    """A scheduler's row as read back. ``stale``: its heartbeat expired (by the store's clock):
+    the process died or cannot reach the database."""
+
+    scheduler_id: str
+    role: Role
+    lease: str
+    fencing_token: int | None
+    hostname: str
+    pid: int | None
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    stale: bool
+
+    def to_dict(self, now: datetime) -> dict[str, Any]:
+        return {
+            "scheduler_id": self.scheduler_id,
+            "role": self.role.value,
+            "lease": self.lease,
+            "fencing_token": self.fencing_token,
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "version": self.version,
+            "started_at": iso_z(self.started_at),
+            "heartbeat_at": iso_z(self.heartbeat_at),
+            "heartbeat_age_seconds": _seconds(now - self.heartbeat_at),
+            "stale": self.stale,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseState:
+    """The lease row. ``valid``: unexpired by the store's (database) clock."""
+
+    name: str
+    holder: str
+    token: int
+    expires_at: datetime
+    valid: bool
+
+    def to_dict(self, now: datetime) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "holder": self.holder,
+            "fencing_token": self.token,
+            "expires_at": iso_z(self.expires_at),
+            "expires_in_seconds": _seconds(self.expires_at - now),
+            "valid": self.valid,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusSnapshot:
+    """The whole system at one instant of the store's clock (``now``)."""
+
+    now: datetime
+    lease: LeaseState | None
+    schedulers: Sequence[SchedulerProcess] = ()
+    due: int = 0
+    """Enabled schedules whose ``next_run_at`` has come: not claimed yet."""
+    pending: int = 0
+    """Executions claimed but not accepted by the backend yet, whose instant has come
+    (a crash between claim and submission, submissions backing off, run-now requests)."""
+    oldest_due_at: datetime | None = None
+    """The oldest instant among those: how far dispatch is behind."""
+    oldest_due_name: str | None = None
+    missed: int = 0
+    """Occurrences dropped by misfire policies within ``window``."""
+    failed: int = 0
+    """Occurrences scheduled within ``window`` that failed (``failed``: reported by the
+    worker; ``submit_failed``: never accepted by the backend)."""
+    window: timedelta = STATUS_WINDOW
+
+    @property
+    def lag(self) -> float:
+        """Seconds the oldest due instant is behind ``now`` (0 when nothing waits)."""
+        if self.oldest_due_at is None:
+            return 0.0
+        return max(0.0, (self.now - self.oldest_due_at).total_seconds())
+
+    @property
+    def leader(self) -> SchedulerProcess | None:
+        """The live process holding the valid lease, when it has a heartbeat row."""
+        if self.lease is None or not self.lease.valid:
+            return None
+        for process in self.schedulers:
+            if process.scheduler_id == self.lease.holder and not process.stale:
+                return process
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "database_time": iso_z(self.now),
+            "lease": None if self.lease is None else self.lease.to_dict(self.now),
+            "schedulers": [p.to_dict(self.now) for p in self.schedulers],
+            "backlog": {
+                "due": self.due,
+                "pending": self.pending,
+                "oldest_at": None if self.oldest_due_at is None else iso_z(self.oldest_due_at),
+                "oldest_schedule": self.oldest_due_name,
+                "lag_seconds": round(self.lag, 3),
+            },
+            "window_seconds": self.window.total_seconds(),
+            "missed": self.missed,
+            "failed": self.failed,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthCheck:
+    """The answer of :func:`check`: ``ok`` and one line saying why."""
+
+    ok: bool
+    reason: str
+    problems: list[str] = field(default_factory=list)
+
+
+def check(snapshot: StatusSnapshot, *, max_lag: timedelta) -> HealthCheck:
+    """Healthy when a scheduler holds the lease, unexpired by the database clock, and nothing
+    due has waited longer than ``max_lag``. The reason names the holder, or every problem."""
+    problems: list[str] = []
+    lease = snapshot.lease
+    if lease is None:
+        problems.append("no scheduler has ever held the lease")
+    elif not lease.valid:
+        ago = _seconds(snapshot.now - lease.expires_at)
+        problems.append(
+            f"no scheduler holds the lease (the last holder, {lease.holder}, let it expire "
+            f"{ago:g}s ago)"
+        )
+    limit = max_lag.total_seconds()
+    if snapshot.oldest_due_at is not None and snapshot.lag > limit:
+        what = f"{snapshot.oldest_due_name!r} " if snapshot.oldest_due_name else ""
+        problems.append(
+            f"backlog: {what}due since {iso_z(snapshot.oldest_due_at)}, "
+            f"{snapshot.lag:.0f}s ago (--max-lag {limit:g}s); "
+            f"{snapshot.due} schedule(s) due, {snapshot.pending} claimed and not submitted"
+        )
+    if problems:
+        return HealthCheck(ok=False, reason="; ".join(problems), problems=problems)
+    assert lease is not None
+    left = _seconds(lease.expires_at - snapshot.now)
+    return HealthCheck(
+        ok=True,
+        reason=(
+            f"{lease.holder} holds the lease (fencing token {lease.token}, {left:g}s left); "
+            f"lag {snapshot.lag:.0f}s (max {limit:g}s)"
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleHealth:
+    """One schedule's record of success, as the stores read it for metrics and alerts.
+
+    ``last_success_at`` / ``last_failure_at``: when the latest run reported by a worker
+    succeeded / failed for good (None: never reported); ``consecutive_failures``: failures
+    since the last success; ``overdue``: :func:`is_overdue` at the instant it was read."""
+
+    name: str
+    enabled: bool
+    last_status: str | None
+    last_run_at: datetime | None
+    next_run_at: datetime | None
+    last_success_at: datetime | None
+    last_failure_at: datetime | None
+    consecutive_failures: int
+    missed_count: int
+    overdue: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "enabled": self.enabled,
+            "last_status": self.last_status,
+            "last_run_at": _iso_or_none(self.last_run_at),
+            "next_run_at": _iso_or_none(self.next_run_at),
+            "last_success_at": _iso_or_none(self.last_success_at),
+            "last_failure_at": _iso_or_none(self.last_failure_at),
+            "consecutive_failures": self.consecutive_failures,
+            "missed_count": self.missed_count,
+            "overdue": self.overdue,
+        }
+
+
+def is_overdue(
+    *,
+    enabled: bool,
+    next_run_at: datetime | None,
+    last_run_at: datetime | None,
+    last_success_at: datetime | None,
+    last_failure_at: datetime | None,
+    now: datetime,
+    overdue_after: timedelta,
+) -> bool:
+    """Whether a schedule's last success is older than expected at ``now``.
+
+    Expected: every occurrence due more than ``overdue_after`` ago was claimed, and, for a
+    schedule whose workers report completions (a success or failure was ever recorded), its
+    latest claimed occurrence has succeeded. So a schedule is overdue when it is enabled and
+
+    1. its ``next_run_at`` is more than ``overdue_after`` past (no scheduler claims it: none
+       leads, or the backlog is that long); or
+    2. it reports completions, its latest run (``last_run_at``) is more than
+       ``overdue_after`` past, and no success was recorded since that run was due (it failed,
+       is still running, or its message was lost).
+
+    The stores repeat this rule in SQL to pick the overdue schedules first; the conformance
+    suite holds them to it."""
+    if not enabled:
+        return False
+    late = now - overdue_after
+    if next_run_at is not None and next_run_at <= late:
+        return True
+    reports = last_success_at is not None or last_failure_at is not None
+    if not reports or last_run_at is None or last_run_at > late:
+        return False
+    return last_success_at is None or last_success_at < last_run_at
+
+
+def _seconds(delta: timedelta) -> float:
+    return round(delta.total_seconds(), 3)
+
+
+def _iso_or_none(value: datetime | None) -> str | None:
+    return None if value is None else iso_z(value)

@@ -1,0 +1,7 @@
+"""Metrics adapters: what a scheduler process exposes to a monitoring system.
+
+:mod:`goatbeat.metrics.prometheus` (the ``metrics`` extra, ``prometheus_client``) serves
+``/metrics`` for ``goatbeat scheduler --metrics-port``. The core knows none of it: the scheduler
+tells a :class:`~goatbeat.core.scheduler.SchedulerObserver` what happened, and the adapter
+turns that, and a periodic read of the store, into metrics. docs/operations.md lists them.
+"""

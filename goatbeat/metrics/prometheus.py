@@ -1,0 +1,319 @@
+"""Prometheus metrics for one scheduler process (``pip install goatbeat[metrics]``).
+
+``goatbeat scheduler --metrics-port 9464`` serves ``/metrics`` from a thread of the scheduler
+process: :class:`PrometheusObserver` is the scheduler's
+:class:`~goatbeat.core.scheduler.SchedulerObserver`, :func:`serve` starts the HTTP server.
+
+Two kinds of metrics (docs/operations.md lists them with their types and labels):
+
+- what this process did (counters and histograms since it started, ``goatbeat_lease_held``),
+  from the scheduler's own reports;
+- what the database says (backlog, lease validity, and per schedule: last success, last
+  failure, failures in a row, misses, overdue), the same from every replica. They are read by
+  the scheduler's own thread, after an iteration, at most once per ``refresh`` seconds (two
+  indexed queries), never by the scrape: a scrape only reads what was read last, so it costs
+  the database nothing and never waits for it.
+
+Cardinality. Per-schedule series exist only for schedules with something to say (a
+worker-reported success or failure, a miss, overdue), at most ``schedule_limit`` of them:
+overdue ones first, then the most failing, then by name
+(:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`).
+``goatbeat_schedule_series_truncated`` is 1 when some were left out. 100,000 quiet schedules
+make no series at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.errors import GoatbeatError
+from goatbeat.core.health import ScheduleHealth, StatusSnapshot
+from goatbeat.core.observability import log_event
+from goatbeat.core.scheduler import IterationResult
+from goatbeat.core.store import ScheduleStore
+
+__all__ = [
+    "PrometheusObserver",
+    "serve",
+    "DEFAULT_PORT",
+    "DEFAULT_SCHEDULE_LIMIT",
+    "REFRESH",
+    "LATENESS_BUCKETS",
+]
+
+DEFAULT_PORT = 9464
+DEFAULT_SCHEDULE_LIMIT = 500
+REFRESH = 15.0
+"""Seconds between two reads of the database for the store-derived metrics."""
+
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    status: StatusSnapshot
+    schedules: list[ScheduleHealth]
+    truncated: bool
+
+
+class PrometheusObserver:
+    """Counts what the scheduler reports and reads the store for the rest.
+
+    ``registry``: where the metrics go (a new one by default, with the process and platform
+    collectors; :func:`serve` exposes it)."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        *,
+        scheduler_id: str,
+        lease_name: str = "scheduler",
+        overdue_after: timedelta = timedelta(minutes=10),
+        schedule_limit: int = DEFAULT_SCHEDULE_LIMIT,
+        refresh: float = REFRESH,
+        registry: CollectorRegistry | None = None,
+        clock: Clock | None = None,
+        version: str = "",
+    ) -> None:
+        self.store = store
+        self.lease_name = lease_name
+        self.overdue_after = overdue_after
+        self.schedule_limit = schedule_limit
+        self.refresh = refresh
+        self.clock = clock or SystemClock()
+        if registry is None:
+            registry = CollectorRegistry()
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+        self.registry = registry
+        self._read: _Read | None = None
+        self._read_at: float | None = None
+        self._store_up = True
+        self._lock = threading.Lock()
+
+        info = Info("goatbeat_scheduler", "This scheduler process.", registry=registry)
+        info.info({"scheduler_id": scheduler_id, "version": version, "lease": lease_name})
+        self.lease_held = Gauge(
+            "goatbeat_lease_held",
+            "1 when this process held the lease (within its local deadline) in its last iteration.",
+            registry=registry,
+        )
+        self.iterations = Counter(
+            "goatbeat_iterations", "Scheduler iterations run.", registry=registry
+        )
+        self.iteration_errors = Counter(
+            "goatbeat_iteration_errors",
+            "Iterations that met a store error (the loop backed off).",
+            registry=registry,
+        )
+        self.iteration_duration = Histogram(
+            "goatbeat_iteration_duration_seconds",
+            "Time an iteration took (lease, pending rows, claims, submissions).",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.claimed = Counter(
+            "goatbeat_occurrences_claimed",
+            "Occurrences this process claimed.",
+            registry=registry,
+        )
+        self.submissions = Counter(
+            "goatbeat_occurrences_submitted",
+            "Occurrences the backend accepted from this process (resubmissions included).",
+            registry=registry,
+        )
+        self.submit_failures = Counter(
+            "goatbeat_submit_failures",
+            'Failed submissions; final="true" when given up (submit_failed).',
+            ["final"],
+            registry=registry,
+        )
+        self.missed = Counter(
+            "goatbeat_occurrences_missed",
+            "Occurrences this process's claims dropped by misfire policy.",
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            "goatbeat_lateness_seconds",
+            "From an occurrence's instant to the backend accepting it (database clock).",
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        for final in ("true", "false"):
+            self.submit_failures.labels(final=final)
+        registry.register(_StoreCollector(self))
+
+    # -- the SchedulerObserver -------------------------------------------------------------------
+
+    def iteration(self, result: IterationResult, duration: float) -> None:
+        self.iterations.inc()
+        self.iteration_duration.observe(max(0.0, duration))
+        self.lease_held.set(1 if result.leader else 0)
+        if result.error:
+            self.iteration_errors.inc()
+        self.claimed.inc(result.claimed)
+        self.missed.inc(result.missed)
+        self.submit_failures.labels(final="true").inc(result.failed)
+        self.submit_failures.labels(final="false").inc(result.retrying)
+        # submitted is counted per occurrence, with its lateness.
+        self.refresh_if_due()
+
+    def submitted(self, lateness: float) -> None:
+        self.submissions.inc()
+        self.lateness.observe(max(0.0, lateness))
+
+    # -- the store's side ------------------------------------------------------------------------
+
+    def refresh_if_due(self) -> None:
+        """Read the store when ``refresh`` seconds have passed since the last read (on the
+        scheduler's thread, between iterations). A failing read is logged; the metrics then
+        say ``goatbeat_store_up 0`` until a read succeeds."""
+        now = self.clock.monotonic()
+        if self._read_at is not None and now - self._read_at < self.refresh:
+            return
+        self._read_at = now
+        try:
+            status = self.store.status(lease_name=self.lease_name)
+            schedules = self.store.schedule_health(
+                overdue_after=self.overdue_after, limit=self.schedule_limit + 1
+            )
+        except GoatbeatError as exc:
+            log_event("scheduler.error", level=logging.WARNING, stage="metrics", error=str(exc))
+            with self._lock:
+                self._store_up = False
+            return
+        read = _Read(
+            status=status,
+            schedules=schedules[: self.schedule_limit],
+            truncated=len(schedules) > self.schedule_limit,
+        )
+        with self._lock:
+            self._read = read
+            self._store_up = True
+
+    def snapshot(self) -> tuple[_Read | None, bool]:
+        with self._lock:
+            return self._read, self._store_up
+
+
+class _StoreCollector(Collector):
+    """The store-derived metrics, from the observer's last read."""
+
+    def __init__(self, observer: PrometheusObserver) -> None:
+        self.observer = observer
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        read, up = self.observer.snapshot()
+        yield GaugeMetricFamily(
+            "goatbeat_store_up",
+            "1 when the last read of the database for these metrics succeeded.",
+            value=1 if up else 0,
+        )
+        if read is None:
+            return
+        status = read.status
+        lease = status.lease
+        yield GaugeMetricFamily(
+            "goatbeat_lease_valid",
+            "1 when some scheduler holds the lease, unexpired by the database clock.",
+            value=1 if lease is not None and lease.valid else 0,
+        )
+        schedulers = GaugeMetricFamily(
+            "goatbeat_schedulers",
+            "Scheduler processes with a live heartbeat, by role.",
+            labels=["role"],
+        )
+        for role in ("leader", "standby"):
+            count = sum(1 for p in status.schedulers if p.role.value == role and not p.stale)
+            schedulers.add_metric([role], count)
+        yield schedulers
+        yield GaugeMetricFamily(
+            "goatbeat_schedules_due",
+            "Enabled schedules whose next run has come and is not claimed yet.",
+            value=status.due,
+        )
+        yield GaugeMetricFamily(
+            "goatbeat_executions_pending",
+            "Executions claimed and due, not accepted by the backend yet.",
+            value=status.pending,
+        )
+        yield GaugeMetricFamily(
+            "goatbeat_backlog_lag_seconds",
+            "How long the oldest due occurrence has waited (0 when none waits).",
+            value=status.lag,
+        )
+        labels = ["schedule"]
+        success = GaugeMetricFamily(
+            "goatbeat_schedule_last_success_timestamp_seconds",
+            "When a worker last reported the schedule's run succeeded (Unix time).",
+            labels=labels,
+        )
+        failure = GaugeMetricFamily(
+            "goatbeat_schedule_last_failure_timestamp_seconds",
+            "When a worker last reported the schedule's run failed for good (Unix time).",
+            labels=labels,
+        )
+        streak = GaugeMetricFamily(
+            "goatbeat_schedule_consecutive_failures",
+            "Failures reported since the schedule's last success.",
+            labels=labels,
+        )
+        missed = CounterMetricFamily(
+            "goatbeat_schedule_missed",
+            "Occurrences of the schedule dropped by its misfire policy, ever.",
+            labels=labels,
+        )
+        overdue = GaugeMetricFamily(
+            "goatbeat_schedule_overdue",
+            "1 when the schedule's last success is older than expected (see overdue_after).",
+            labels=labels,
+        )
+        for h in read.schedules:
+            name = [h.name]
+            if h.last_success_at is not None:
+                success.add_metric(name, h.last_success_at.timestamp())
+            if h.last_failure_at is not None:
+                failure.add_metric(name, h.last_failure_at.timestamp())
+            streak.add_metric(name, h.consecutive_failures)
+            missed.add_metric(name, h.missed_count)
+            overdue.add_metric(name, 1 if h.overdue else 0)
+        yield from (success, failure, streak, missed, overdue)
+        yield GaugeMetricFamily(
+            "goatbeat_schedule_series_truncated",
+            "1 when more schedules had something to report than --metrics-schedules allows.",
+            value=1 if read.truncated else 0,
+        )
+
+
+def serve(observer: PrometheusObserver, port: int, address: str = "0.0.0.0") -> int:
+    """Serve ``observer.registry`` on ``http://address:port/metrics`` from a daemon thread;
+    returns the port (useful with port 0) and logs ``metrics.serving``."""
+    result: Any = start_http_server(port, addr=address, registry=observer.registry)
+    bound = port
+    if isinstance(result, tuple) and result:
+        bound = int(result[0].server_port)
+    log_event("metrics.serving", address=address, port=bound, path="/metrics")
+    return bound
