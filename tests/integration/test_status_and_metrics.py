@@ -198,6 +198,8 @@ def test_status_mistakes_and_unreadable_databases_exit_2(tmp_path: Path) -> None
 def test_metrics_on_a_port_in_use_is_one_line_exit_2(database: str) -> None:
     import socket
 
+    migrated = CliRunner().invoke(cli, ["--app", APP, "--database", database, "migrate"])
+    assert migrated.exit_code == 0, migrated.output
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
