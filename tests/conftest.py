@@ -1,4 +1,5 @@
-"""Session-wide fixtures: throwaway PostgreSQL and Redis servers, fresh databases per test."""
+"""Session-wide fixtures: throwaway PostgreSQL, PgBouncer and Redis servers, fresh databases per
+test."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from tests.services import PostgresServer, RedisServer
+from tests.services import PgBouncerServer, PostgresServer, RedisServer
 
 # CI replays the same examples every run, so a red build is reproducible and never a roll of
 # the dice; developers' runs keep exploring (and Hypothesis's local database replays what
@@ -71,6 +72,21 @@ def pg_dsn(postgres_server: PostgresServer | ExternalPostgres) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(postgres_server, dsn)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(
+    postgres_server: PostgresServer | ExternalPostgres,
+) -> Iterator[PgBouncerServer]:
+    """PgBouncer in transaction pooling mode in front of the test PostgreSQL server (every
+    database under its own name). Only in front of the server the tests start themselves."""
+    if not isinstance(postgres_server, PostgresServer):
+        pytest.skip("PgBouncer runs only in front of the throwaway PostgreSQL server")
+    server = PgBouncerServer(backend_port=postgres_server.port).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
