@@ -78,11 +78,9 @@ def pg_dsn(postgres_server: PostgresServer | ExternalPostgres) -> Iterator[str]:
 def pgbouncer_server(
     postgres_server: PostgresServer | ExternalPostgres,
 ) -> Iterator[PgBouncerServer]:
-    """PgBouncer in transaction pooling mode in front of the test PostgreSQL server (every
-    database under its own name). Only in front of the server the tests start themselves."""
-    if not isinstance(postgres_server, PostgresServer):
-        pytest.skip("PgBouncer runs only in front of the throwaway PostgreSQL server")
-    server = PgBouncerServer(backend_port=postgres_server.port).start()
+    """PgBouncer (Debian's ``pgbouncer``) in transaction pooling mode in front of the test
+    PostgreSQL server, every database under its own name (tests/services.py)."""
+    server = PgBouncerServer.in_front_of(postgres_server.dsn).start()
     try:
         yield server
     finally:

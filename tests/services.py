@@ -21,7 +21,8 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
+from urllib.parse import quote, unquote, urlsplit
 
 __all__ = ["free_port", "PgBouncerServer", "PostgresServer", "RedisServer", "pg_bin"]
 
@@ -228,24 +229,43 @@ class PgBouncerServer:
     """Debian's ``pgbouncer`` in front of a PostgreSQL server, in ``pool_mode = transaction``.
 
     Every database of the server is reachable under its own name (``* =`` fallback), as the
-    server's ``postgres`` user with ``auth_type = trust`` (the user must still be in the auth
-    file). At most ``pool_size`` server connections per database, at least ``min_pool_size``,
+    server's user (``postgres`` for the throwaway cluster), with ``auth_type = trust`` (the user
+    must still be in the auth file), or md5 when the server wants a password. At most ``pool_size`` server connections per database, at least ``min_pool_size``,
     used round robin.
     """
 
     backend_port: int
+    backend_host: str = "127.0.0.1"
+    user: str = "postgres"
+    password: str = ""
+    """The server's password for ``user``, if it wants one: clients then log in with md5."""
     pool_size: int = 20
     min_pool_size: int = 3
     port: int = field(default_factory=free_port)
     root: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+    @classmethod
+    def in_front_of(cls, dsn: str, **options: Any) -> PgBouncerServer:
+        """A PgBouncer for the server ``dsn`` connects to, as its user."""
+        parts = urlsplit(dsn)
+        return cls(
+            backend_port=parts.port or 5432,
+            backend_host=parts.hostname or "127.0.0.1",
+            user=unquote(parts.username or "postgres"),
+            password=unquote(parts.password or ""),
+            **options,
+        )
 
     def dsn_for(self, dbname: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+        auth = quote(self.user, safe="")
+        if self.password:
+            auth += ":" + quote(self.password, safe="")
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{dbname}"
+
+    @property
+    def dsn(self) -> str:
+        return self.dsn_for("postgres")
 
     def pooled(self, direct_dsn: str) -> str:
         """The PgBouncer DSN of the database ``direct_dsn`` names on the server."""
@@ -256,19 +276,20 @@ class PgBouncerServer:
         if not Path(binary).exists():
             raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
         self.root = Path(tempfile.mkdtemp(prefix="goatbeat-pgbouncer-"))
-        (self.root / "userlist.txt").write_text('"postgres" ""\n')
+        secret = self.password.replace('"', '""')
+        (self.root / "userlist.txt").write_text(f'"{self.user}" "{secret}"\n')
         config = self.root / "pgbouncer.ini"
         config.write_text(
             "\n".join(
                 [
                     "[databases]",
-                    f"* = host=127.0.0.1 port={self.backend_port}",
+                    f"* = host={self.backend_host} port={self.backend_port}",
                     "",
                     "[pgbouncer]",
                     "listen_addr = 127.0.0.1",
                     f"listen_port = {self.port}",
                     "unix_socket_dir =",
-                    "auth_type = trust",
+                    f"auth_type = {'md5' if self.password else 'trust'}",
                     f"auth_file = {self.root / 'userlist.txt'}",
                     "pool_mode = transaction",
                     f"default_pool_size = {self.pool_size}",
@@ -283,7 +304,7 @@ class PgBouncerServer:
                     "ignore_startup_parameters = extra_float_digits",
                     f"logfile = {self.root / 'pgbouncer.log'}",
                     f"pidfile = {self.root / 'pgbouncer.pid'}",
-                    "admin_users = postgres",
+                    f"admin_users = {self.user}",
                     "",
                 ]
             )

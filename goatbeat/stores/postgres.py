@@ -13,8 +13,9 @@ on its connection, and ``wait`` returns as soon as a notification arrives.
 Behind a transaction-pooling proxy (PgBouncer ``pool_mode = transaction``) consecutive
 transactions, and autocommit statements, may run on different server connections, so nothing
 here leaves state in a session: statements are never prepared server-side (the default
-provider connects with ``prepare_threshold=None``; the extra parse and plan cost about 2 %
-of claim throughput, measured with bench_claim), every setting is transaction-local
+provider connects with ``prepare_threshold=None``, pooled or not: claim throughput shows no
+measurable difference, about 9,500 claims/s either way in bench_claim's store loop, and an idle
+iteration costs the server a millisecond or two more of planning), every setting is transaction-local
 (``set_config(..., true)``, ``SET TRANSACTION``), locks are row locks or
 ``pg_advisory_xact_lock``, and no cursor outlives its transaction. LISTEN is the one thing
 that needs a session: with ``pooled=True`` the store never LISTENs on its connection; it
