@@ -75,7 +75,7 @@ _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 _CHATTY = frozenset({"scheduler", "demo"})
 _VERBOSITY_LEVELS = {0: "ERROR", 2: "INFO", 3: "DEBUG"}
 """Django's ``-v``: 1 keeps the command's default level."""
-_NOT_UNDER_DJANGO = frozenset({"app_spec", "database"})
+_NOT_UNDER_DJANGO = frozenset({"app_spec", "database", "listen_database", "pooled"})
 """Group options ``manage.py goatbeat`` hides and refuses: the app and its database are the
 Django project's."""
 DJANGO_OPTIONS_HELP = [
