@@ -268,8 +268,26 @@ class PgBouncerServer:
         return self.dsn_for("postgres")
 
     def pooled(self, direct_dsn: str) -> str:
-        """The PgBouncer DSN of the database ``direct_dsn`` names on the server."""
-        return self.dsn_for(direct_dsn.rsplit("/", 1)[1])
+        """The PgBouncer DSN of the database ``direct_dsn`` names on the server, its pool
+        already holding ``min_pool_size`` server connections (PgBouncer would add them only
+        after a while): from the first statement on, consecutive transactions of one client
+        run on different server sessions."""
+        dsn = self.dsn_for(direct_dsn.rsplit("/", 1)[1])
+        import psycopg
+
+        # Each open transaction holds a server connection of its own.
+        held = [
+            psycopg.connect(dsn, prepare_threshold=None)
+            for _ in range(min(self.min_pool_size, self.pool_size))
+        ]
+        try:
+            for conn in held:
+                conn.execute("SELECT 1")
+        finally:
+            for conn in held:
+                conn.rollback()  # a client gone mid-transaction takes its server connection
+                conn.close()
+        return dsn
 
     def start(self) -> Self:
         binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
