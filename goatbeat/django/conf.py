@@ -83,6 +83,8 @@ def load(raw: Any = None) -> DjangoSettings:
         problem = _database_problem(alias)
         if problem:
             problems.append(problem)
+    if core is not None and core.pooled and isinstance(alias, str):
+        problems.extend(_pooling_problems(alias))
     listen = raw.get("listen_database")
     if core is not None and core.listen_database and "://" not in core.listen_database:
         problem = _database_problem(core.listen_database, key="listen_database")
@@ -121,6 +123,31 @@ def _database_problem(alias: str, *, key: str = "database") -> str | None:
             "LISTEN/NOTIFY"
         )
     return None
+
+
+def _pooling_problems(alias: str) -> list[str]:
+    """What a pooled alias's OPTIONS would leave in a server session that PgBouncer (transaction
+    mode) hands to the next client: prepared statements, and the role ``assume_role`` SETs."""
+    databases = getattr(django_settings, "DATABASES", {}) or {}
+    entry = databases.get(alias)
+    options = entry.get("OPTIONS", {}) if isinstance(entry, Mapping) else {}
+    if not isinstance(options, Mapping):
+        return []
+    problems = []
+    threshold = options.get("prepare_threshold")
+    if threshold is not None:
+        problems.append(
+            f"database: {alias!r} is pooled but OPTIONS['prepare_threshold'] is {threshold!r}: "
+            "psycopg would prepare statements on server sessions PgBouncer gives to other "
+            "clients; remove it (Django's default, None, prepares nothing)"
+        )
+    if options.get("assume_role"):
+        problems.append(
+            f"database: {alias!r} is pooled but OPTIONS['assume_role'] is "
+            f"{options['assume_role']!r}: SET ROLE lasts for the server session, which "
+            "PgBouncer gives to other clients; grant the login role what it needs instead"
+        )
+    return problems
 
 
 _cached: DjangoSettings | None = None

@@ -72,6 +72,25 @@ def test_listen_database_takes_an_alias_or_a_url_and_names_the_problem(
         assert all(word in message for word in words), message
 
 
+def test_a_pooled_alias_that_would_leave_session_state_is_refused(
+    direct_alias: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.conf import settings
+
+    direct_alias(DISABLE_SERVER_SIDE_CURSORS=True)
+    options = dict(settings.DATABASES["default"].get("OPTIONS", {}))
+    monkeypatch.setitem(
+        settings.DATABASES["default"],
+        "OPTIONS",
+        {**options, "prepare_threshold": 5, "assume_role": "reporter"},
+    )
+    with pytest.raises(ImproperlyConfigured) as caught:
+        conf.load({})
+    message = str(caught.value)
+    assert "prepare_threshold'] is 5" in message and "assume_role'] is 'reporter'" in message
+    assert conf.load({"pooled": False}).core.pooled is False  # not pooled: none of our business
+
+
 def _pgbouncer_env(pgbouncer_server: Any, **extra: str) -> dict[str, str]:
     return {
         "DJANGO_SETTINGS_MODULE": PGBOUNCER_SETTINGS,
