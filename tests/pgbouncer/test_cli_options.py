@@ -73,3 +73,41 @@ def test_the_options_reach_the_postgresql_store(
         cli.commands.pop("probe-store", None)
     assert done.exit_code == 0, done.output
     assert seen == {"pooled": pooled, "listen": listen}
+
+
+@pytest.mark.postgres
+@pytest.mark.pgbouncer
+@pytest.mark.slow
+def test_the_goatbeat_command_works_through_pgbouncer(
+    pg_dsn: str, pgbouncer_server: Any, tmp_path: Path
+) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    pooled = pgbouncer_server.pooled(pg_dsn)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    for name in ("GOATBEAT_APP", "GOATBEAT_LISTEN_DATABASE", "GOATBEAT_POOLED", "GB_RECORD_FILE"):
+        env.pop(name, None)
+
+    def goatbeat(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "goatbeat", "--app", "tests.integration.test_multi_scheduler:beat",
+             "--database", pooled, "--pooled", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    goatbeat("migrate")
+    goatbeat("publish")
+    listed = json.loads(goatbeat("schedule", "list", "--json"))
+    assert {row["name"] for row in listed} == {"tick-0", "tick-1", "tick-2"}
+    goatbeat("schedule", "pause", "tick-1", "--note", "through PgBouncer")
+    goatbeat("schedule", "run", "tick-0")
+    once = json.loads(goatbeat("scheduler", "--once", "--no-publish").strip().splitlines()[-1])
+    assert once["leader"] is True and once["submitted"] >= 1, once
+    status = json.loads(goatbeat("status", "--json"))
+    assert status, status
