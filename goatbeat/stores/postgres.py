@@ -22,7 +22,8 @@ that needs a session: with ``pooled=True`` the store never LISTENs on its connec
 LISTENs on ``listen_database`` (a direct connection of its own, used for nothing else) when one
 is given, and otherwise ``wait`` polls: it returns True every ``poll_interval`` (logged once,
 ``store.polling``), so the scheduler's iteration reads whatever a notification would have
-announced. NOTIFY works through the proxy (it is sent at commit) and always goes there.
+announced. A listen connection that fails raises StoreError once, then ``wait`` polls for
+30 s before it connects again. NOTIFY works through the proxy (it is sent at commit) and always goes there.
 
 A claim batch is a fixed number of statements whatever its size: lease check (``FOR SHARE``),
 due select (index walk, no row locks), one compare-and-set UPDATE over arrays, one INSERT of
@@ -112,6 +113,7 @@ FREEZE_ENV = "GOATBEAT_FREEZE_IN_CLAIM"
 
 _JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
 _WAIT_SLICE = 0.5  # wait() gives the connection back to other threads this often
+_LISTEN_RETRY = 30.0  # after the listen connection failed, poll this long before reconnecting
 _CLAIM_ATTEMPTS = 3  # a deadlock or serialization failure rolls the batch back: try again
 _ROLLED_BACK = (
     pg_errors.TransactionRollback,
@@ -214,8 +216,9 @@ class PostgresStore:
                 raise InvalidValue("database", dsn, "PostgresStore needs a DSN or a provider")
             connection_provider = DsnConnectionProvider(dsn)
         if listen_provider is None and listen_database:
+            # A short connect timeout: the attempt happens inside the scheduler's sleep.
             listen_provider = DsnConnectionProvider(
-                listen_database, application_name="goatbeat-listen"
+                listen_database, connect_timeout=2.0, application_name="goatbeat-listen"
             )
         if not poll_interval > 0:
             raise InvalidValue("poll_interval", poll_interval, "must be above 0 seconds")
@@ -226,6 +229,7 @@ class PostgresStore:
         self.pooled = pooled or listen_provider is not None
         self.poll_interval = float(poll_interval)
         self._listen_lock = threading.Lock()
+        self._listen_retry_at: float | None = None
         self._next_poll: float | None = None
         self._polling_logged = False
         self.clock: Clock = clock or SystemClock()
@@ -1112,7 +1116,15 @@ class PostgresStore:
     def _wait_on_listen_connection(self, timeout: float) -> bool:
         # The listen connection has a lock of its own: a thread waiting on it never keeps the
         # (pooled) main connection from the others.
+        # While the listen database is unreachable the scheduler polls, so wake-ups keep
+        # working; it tries to reconnect every _LISTEN_RETRY seconds (each failure is a
+        # StoreError, logged by the scheduler), never at every slice of its sleep.
         assert self.listen_provider is not None
+        if self._listen_retry_at is not None:
+            if time.monotonic() < self._listen_retry_at:
+                return self._poll(timeout)
+            self._listen_retry_at = None
+            self._next_poll = None
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             remaining = max(0.0, deadline - time.monotonic())
@@ -1125,6 +1137,7 @@ class PostgresStore:
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                     self._listening = None
                     self.listen_provider.discard()
+                    self._listen_retry_at = time.monotonic() + _LISTEN_RETRY
                     raise StoreError(f"postgres (listen_database): {exc}") from exc
                 except psycopg.Error as exc:
                     raise StoreError(f"postgres (listen_database): {exc}") from exc
@@ -1136,8 +1149,10 @@ class PostgresStore:
         scheduler's next iteration finds what a notification would have announced."""
         now = time.monotonic()
         if self._next_poll is None:
-            self._next_poll = now + self.poll_interval
-            if not self._polling_logged:
+            # The first wake-up comes at once: whatever happened since the last one (or while
+            # the listen connection was failing) is looked for now.
+            self._next_poll = now
+            if not self._polling_logged and self.listen_provider is None:
                 self._polling_logged = True
                 log_event(
                     "store.polling",

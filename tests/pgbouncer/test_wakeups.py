@@ -154,3 +154,24 @@ def test_control_listen_through_pgbouncer_misses_the_request(start: Any, pooled:
     assert not running.scheduler.store.pooled  # type: ignore[attr-defined]
     with pytest.raises(pytest.fail.Exception, match="not submitted within"):
         running.run_now(pooled, "nightly", timeout=3.0)
+
+
+def test_an_unreachable_listen_database_falls_back_to_polling(
+    start: Any, pooled: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tests.services import free_port
+
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/nothing"
+    with caplog.at_level(logging.INFO, logger="goatbeat"):
+        running = start(listen_database=nowhere, poll_interval="1s")
+        for _ in range(2):
+            running.run_now(pooled, "nightly", timeout=1.0 + 2.0)
+    errors = [
+        r
+        for r in caplog.records
+        if r.getMessage() == "scheduler.error" and "listen_database" in str(r.goatbeat)  # type: ignore[attr-defined]
+    ]
+    # One failed connection (at start, when the scheduler keeps quiet about it, or reported
+    # once): the next attempt waits half a minute, polling meanwhile.
+    assert len(errors) <= 1, [r.goatbeat for r in errors]  # type: ignore[attr-defined]
+    assert running.scheduler.store._listen_retry_at is not None  # type: ignore[attr-defined]
