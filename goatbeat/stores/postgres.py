@@ -326,11 +326,19 @@ class PostgresStore:
                     versions = [int(r["version"]) for r in self._fetch(conn, "applied_versions")]
             except pg_errors.UndefinedTable:
                 versions = []
-            return {
+            info: dict[str, Any] = {
                 "kind": "postgres",
                 "database": f"{conn.info.dbname}@{conn.info.host}:{conn.info.port}",
                 "schema_version": max(versions, default=0),
             }
+        if self.pooled:  # how wake-ups arrive, for the scheduler.started log line
+            info["pooled"] = True
+            info["wake_ups"] = (
+                "listen_database"
+                if self.listen_provider is not None
+                else f"polling every {self.poll_interval:g}s"
+            )
+        return info
 
     # -- schedules -------------------------------------------------------------------------
 

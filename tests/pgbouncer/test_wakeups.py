@@ -122,7 +122,8 @@ def test_a_run_now_request_wakes_the_scheduler_through_listen_database(
             latency = running.run_now(pooled, "nightly", timeout=3.0)
             print(f"\nrun-now picked up {latency * 1000:.0f} ms after the request (LISTEN)")
     assert "store.polling" not in [r.getMessage() for r in caplog.records]
-    assert running.scheduler.store.pooled  # type: ignore[attr-defined]
+    info = running.scheduler.store.info()
+    assert (info["pooled"], info["wake_ups"]) == (True, "listen_database")
 
 
 def test_without_listen_database_a_pooled_scheduler_polls_and_says_so_once(
@@ -136,6 +137,7 @@ def test_without_listen_database_a_pooled_scheduler_polls_and_says_so_once(
     polling = [r for r in caplog.records if r.getMessage() == "store.polling"]
     assert len(polling) == 1
     assert polling[0].goatbeat["poll_interval"] == 1.0  # type: ignore[attr-defined]
+    assert running.scheduler.store.info()["wake_ups"] == "polling every 1s"
 
 
 def test_listen_database_is_refused_for_a_store_that_is_not_postgresql(tmp_path: Any) -> None:
