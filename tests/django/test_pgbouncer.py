@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,6 +92,24 @@ def test_a_pooled_alias_that_would_leave_session_state_is_refused(
     assert conf.load({"pooled": False}).core.pooled is False  # not pooled: none of our business
 
 
+def _listening_apps(dbname: str) -> list[str]:
+    """application_name of the sessions of ``dbname`` whose last statement was a LISTEN."""
+    import psycopg
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    params.pop("context", None)
+    params.pop("cursor_factory", None)
+    params["dbname"] = dbname
+    with psycopg.connect(**params, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT application_name FROM pg_stat_activity "
+            "WHERE datname = %s AND query LIKE 'LISTEN goatbeat%%'",
+            [dbname],
+        ).fetchall()
+    return sorted(str(r[0]) for r in rows)
+
+
 def _pgbouncer_env(pgbouncer_server: Any, **extra: str) -> dict[str, str]:
     return {
         "DJANGO_SETTINGS_MODULE": PGBOUNCER_SETTINGS,
@@ -119,7 +138,7 @@ def test_manage_py_schedule_list_and_scheduler_once_through_pgbouncer(
 @pytest.mark.slow
 @pytest.mark.parametrize("poll", [False, True], ids=["listen_database", "polling"])
 def test_a_running_manage_py_scheduler_through_pgbouncer_runs_a_requested_run(
-    store: Any, pgbouncer_server: Any, poll: bool
+    store: Any, pgbouncer_server: Any, poll: bool, tmp_path: Path
 ) -> None:
     from django.db import connection
 
@@ -129,17 +148,22 @@ def test_a_running_manage_py_scheduler_through_pgbouncer_runs_a_requested_run(
         "GOATBEAT_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
         **_pgbouncer_env(pgbouncer_server, **({"GOATBEAT_TEST_POLL": "1"} if poll else {})),
     }
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests/django/project/manage.py"), "goatbeat", "-v", "2",
-         "scheduler"],
-        env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    log = tmp_path / "scheduler.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests/django/project/manage.py"), "goatbeat", "-v",
+             "2", "scheduler"],
+            env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=out, text=True,
+        )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while store.read_lease("scheduler") is None or store.read_lease("scheduler")[3]:
-            assert proc.poll() is None, proc.communicate()[1]
+            assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the scheduler never took the lease"
             time.sleep(0.1)
+        # LISTEN runs on the direct alias (its application_name says so), never through
+        # PgBouncer, whose server sessions would carry the query text too.
+        assert _listening_apps(connection.settings_dict["NAME"]) == ([] if poll else ["direct"])
         asked = manage("goatbeat", "schedule", "run", "ping", env=_pgbouncer_env(pgbouncer_server))
         assert asked.returncode == 0, asked.stderr
         while not [
@@ -147,12 +171,13 @@ def test_a_running_manage_py_scheduler_through_pgbouncer_runs_a_requested_run(
             for e in store.executions(name="ping")
             if e.kind is ExecutionKind.MANUAL and e.status is ExecutionStatus.SUBMITTED
         ]:
-            assert proc.poll() is None, proc.communicate()[1]
+            assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "the requested run was never submitted"
             time.sleep(0.1)
     finally:
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+    stderr = log.read_text()
     assert proc.returncode == 0, stderr
     events = [json.loads(line)["event"] for line in stderr.splitlines() if line.startswith("{")]
     assert ("store.polling" in events) is poll, stderr[-3000:]

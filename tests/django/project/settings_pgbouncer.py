@@ -19,7 +19,8 @@ DATABASES = {
         "PORT": os.environ.get("GOATBEAT_TEST_PGBOUNCER_PORT", "6432"),
         "DISABLE_SERVER_SIDE_CURSORS": True,
     },
-    "direct": dict(_database),
+    # application_name shows, in pg_stat_activity, which session LISTENs (the tests look).
+    "direct": {**_database, "OPTIONS": {"application_name": "direct"}},
     "legacy": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
 }
 
