@@ -194,11 +194,7 @@ class PostgresStore:
 
     ``PostgresStore("postgresql://...")`` or ``PostgresStore(connection_provider=...)``.
     ``clock`` is accepted for symmetry with the other stores, but coordination never reads it:
-    the database's ``now()`` is the only clock that counts here.
-
-    Behind a transaction-pooling proxy: ``pooled=True``, and ``listen_database`` (a direct
-    ``postgresql://`` URL) or ``listen_provider`` for the LISTEN connection; with neither,
-    ``wait`` polls every ``poll_interval`` seconds. A listen database implies ``pooled``."""
+    the database's ``now()`` is the only clock that counts here."""
 
     def __init__(
         self,
@@ -216,6 +212,10 @@ class PostgresStore:
             if not dsn:
                 raise InvalidValue("database", dsn, "PostgresStore needs a DSN or a provider")
             connection_provider = DsnConnectionProvider(dsn)
+        # Behind a transaction-pooling proxy: ``pooled=True``, and ``listen_database`` (a
+        # direct postgresql:// URL) or ``listen_provider`` for the LISTEN connection; with
+        # neither, wait() polls every ``poll_interval`` seconds. A listen database implies
+        # ``pooled`` (module docstring).
         if listen_provider is None and listen_database:
             # A short connect timeout: the attempt happens inside the scheduler's sleep.
             listen_provider = DsnConnectionProvider(
