@@ -44,3 +44,19 @@ def test_bad_values_are_named_with_the_field_and_the_value(
         parse_settings(raw)
     (problem,) = info.value.problems
     assert all(word in problem for word in words), problem
+
+
+def test_open_store_takes_the_pooling_options_for_postgresql_only(tmp_path: object) -> None:
+    from goatbeat.core.errors import InvalidValue
+    from goatbeat.stores import open_store
+    from goatbeat.stores.postgres import PostgresStore
+
+    store = open_store("postgresql://u@pgbouncer:6432/app", listen_database="postgresql://u@db/app")
+    assert isinstance(store, PostgresStore) and store.pooled  # nothing connects yet
+    assert open_store("postgresql://u@pgbouncer:6432/app", pooled=True).pooled  # type: ignore[attr-defined]
+    with pytest.raises(InvalidValue, match="listen_database.*'direct'.*Django"):
+        open_store("postgresql://u@pgbouncer:6432/app", listen_database="direct")
+    with pytest.raises(InvalidValue, match="pooled.*only a PostgreSQL database"):
+        open_store("memory://", pooled=True)
+    with pytest.raises(InvalidValue, match="listen_database.*only a PostgreSQL database"):
+        open_store("sqlite:///x.db", listen_database="postgresql://u@db/app")
