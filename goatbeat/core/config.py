@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from goatbeat.core.allowlist import parse_patterns
 from goatbeat.core.durations import parse_duration
@@ -178,6 +179,15 @@ def _http_url(key: str, value: Any) -> str | None:
     return value
 
 
+def _masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``: error messages end up in logs."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url
+    return url.replace(f":{password}@", ":***@", 1) if password else url
+
+
 def _listen_database(key: str, value: Any) -> str | None:
     # A URL is checked here; a bare name is a Django DATABASES alias, which the Django app
     # checks (and a plain Python app refuses: it has no aliases).
@@ -191,8 +201,8 @@ def _listen_database(key: str, value: Any) -> str | None:
     if sep and scheme.lower() not in ("postgresql", "postgres"):
         raise InvalidValue(
             key,
-            value,
-            f"{short_repr(value)} is not a postgresql:// URL: LISTEN needs a direct "
+            _masked(value),
+            f"{short_repr(_masked(value))} is not a postgresql:// URL: LISTEN needs a direct "
             "connection to PostgreSQL",
         )
     if not sep and not value.strip().isidentifier():

@@ -60,3 +60,9 @@ def test_open_store_takes_the_pooling_options_for_postgresql_only(tmp_path: obje
         open_store("memory://", pooled=True)
     with pytest.raises(InvalidValue, match="listen_database.*only a PostgreSQL database"):
         open_store("sqlite:///x.db", listen_database="postgresql://u@db/app")
+
+
+def test_a_refused_listen_database_never_shows_its_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings({"listen_database": "mysql://app:s3cret@db/app"})
+    assert "s3cret" not in str(info.value) and "mysql://app:***@db/app" in str(info.value)
