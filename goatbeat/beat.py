@@ -337,8 +337,9 @@ class Beat:
 
     def configure(self, **overrides: Any) -> Settings:
         """Change settings keys (``lease_ttl="3s"`` ...), validated like ``GOATBEAT``."""
-        if "database" in overrides and self._store is not None:
-            raise InvalidValue("database", overrides["database"], "the store is already open")
+        for key in ("database", "listen_database", "pooled", "poll_interval"):
+            if key in overrides and self._store is not None:
+                raise InvalidValue(key, overrides[key], "the store is already open")
         current = dataclasses.asdict(self.settings)
         self.settings = parse_settings(overrides, defaults=current)
         return self.settings
@@ -369,7 +370,14 @@ class Beat:
         if self._store is None:
             from goatbeat.stores import open_store
 
-            store = open_store(self.database, clock=self.clock)
+            settings = self.settings
+            store = open_store(
+                self.database,
+                clock=self.clock,
+                pooled=settings.pooled,
+                listen_database=settings.listen_database,
+                poll_interval=settings.poll_interval.total_seconds(),
+            )
             if self.database.startswith(_EMBEDDED_PREFIXES):
                 store.migrate()
             self._store = store

@@ -1,4 +1,5 @@
-"""Session-wide fixtures: throwaway PostgreSQL and Redis servers, fresh databases per test."""
+"""Session-wide fixtures: throwaway PostgreSQL, PgBouncer and Redis servers, fresh databases per
+test."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from tests.services import PostgresServer, RedisServer
+from tests.services import PgBouncerServer, PostgresServer, RedisServer
 
 # CI replays the same examples every run, so a red build is reproducible and never a roll of
 # the dice; developers' runs keep exploring (and Hypothesis's local database replays what
@@ -71,6 +72,19 @@ def pg_dsn(postgres_server: PostgresServer | ExternalPostgres) -> Iterator[str]:
         yield dsn
     finally:
         drop_database(postgres_server, dsn)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_server(
+    postgres_server: PostgresServer | ExternalPostgres,
+) -> Iterator[PgBouncerServer]:
+    """PgBouncer (Debian's ``pgbouncer``) in transaction pooling mode in front of the test
+    PostgreSQL server, every database under its own name (tests/services.py)."""
+    server = PgBouncerServer.in_front_of(postgres_server.dsn).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

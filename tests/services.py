@@ -1,11 +1,12 @@
-"""Throwaway servers for the test suite: PostgreSQL and Redis on free loopback ports.
+"""Throwaway servers for the test suite: PostgreSQL, PgBouncer and Redis on free loopback ports.
 
 Started once per test session (see conftest.py) and stopped at the end, even when tests fail
 (fixture finalizers plus an atexit hook). Set GOATBEAT_TEST_PG_DSN / GOATBEAT_TEST_REDIS_URL to
 reuse servers you already run.
 
 PostgreSQL refuses to run as root, so as root the cluster belongs to the ``postgres`` system
-user and every server command runs through ``runuser``.
+user and every server command runs through ``runuser``. PgBouncer refuses root too: it runs as
+``postgres`` as well, from a temp dir of its own.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
+from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["free_port", "PostgresServer", "RedisServer", "pg_bin"]
+__all__ = ["free_port", "PgBouncerServer", "PostgresServer", "RedisServer", "pg_bin"]
 
 
 def free_port() -> int:
@@ -220,3 +222,143 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.proc = None
+
+
+@dataclass
+class PgBouncerServer:
+    """Debian's ``pgbouncer`` in front of a PostgreSQL server, in ``pool_mode = transaction``.
+
+    Every database of the server is reachable under its own name (``* =`` fallback), as the
+    server's user (``postgres`` for the throwaway cluster), with ``auth_type = trust`` (the user
+    must still be in the auth file), or md5 when the server wants a password. At most ``pool_size`` server connections per database, at least ``min_pool_size``,
+    used round robin.
+    """
+
+    backend_port: int
+    backend_host: str = "127.0.0.1"
+    user: str = "postgres"
+    password: str = ""
+    """The server's password for ``user``, if it wants one: clients then log in with md5."""
+    pool_size: int = 20
+    min_pool_size: int = 3
+    port: int = field(default_factory=free_port)
+    root: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def in_front_of(cls, dsn: str, **options: Any) -> PgBouncerServer:
+        """A PgBouncer for the server ``dsn`` connects to, as its user."""
+        parts = urlsplit(dsn)
+        return cls(
+            backend_port=parts.port or 5432,
+            backend_host=parts.hostname or "127.0.0.1",
+            user=unquote(parts.username or "postgres"),
+            password=unquote(parts.password or ""),
+            **options,
+        )
+
+    def dsn_for(self, dbname: str) -> str:
+        auth = quote(self.user, safe="")
+        if self.password:
+            auth += ":" + quote(self.password, safe="")
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{dbname}"
+
+    @property
+    def dsn(self) -> str:
+        return self.dsn_for("postgres")
+
+    def pooled(self, direct_dsn: str) -> str:
+        """The PgBouncer DSN of the database ``direct_dsn`` names on the server, its pool
+        already holding ``min_pool_size`` server connections (PgBouncer would add them only
+        after a while): from the first statement on, consecutive transactions of one client
+        run on different server sessions."""
+        dsn = self.dsn_for(direct_dsn.rsplit("/", 1)[1])
+        import psycopg
+
+        # Each open transaction holds a server connection of its own.
+        held = [
+            psycopg.connect(dsn, prepare_threshold=None)
+            for _ in range(min(self.min_pool_size, self.pool_size))
+        ]
+        try:
+            for conn in held:
+                conn.execute("SELECT 1")
+        finally:
+            for conn in held:
+                conn.rollback()  # a client gone mid-transaction takes its server connection
+                conn.close()
+        return dsn
+
+    def start(self) -> Self:
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(binary).exists():
+            raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
+        self.root = Path(tempfile.mkdtemp(prefix="goatbeat-pgbouncer-"))
+        secret = self.password.replace('"', '""')
+        (self.root / "userlist.txt").write_text(f'"{self.user}" "{secret}"\n')
+        config = self.root / "pgbouncer.ini"
+        config.write_text(
+            "\n".join(
+                [
+                    "[databases]",
+                    f"* = host={self.backend_host} port={self.backend_port}",
+                    "",
+                    "[pgbouncer]",
+                    "listen_addr = 127.0.0.1",
+                    f"listen_port = {self.port}",
+                    "unix_socket_dir =",
+                    f"auth_type = {'md5' if self.password else 'trust'}",
+                    f"auth_file = {self.root / 'userlist.txt'}",
+                    "pool_mode = transaction",
+                    f"default_pool_size = {self.pool_size}",
+                    # Several server connections, taken in turn: consecutive transactions of
+                    # one client land on different sessions, so leaning on session state
+                    # between them fails here as it would under load in production.
+                    f"min_pool_size = {min(self.min_pool_size, self.pool_size)}",
+                    "server_round_robin = 1",
+                    "max_client_conn = 1000",
+                    "max_db_connections = 0",
+                    "server_lifetime = 3600",
+                    "ignore_startup_parameters = extra_float_digits",
+                    f"logfile = {self.root / 'pgbouncer.log'}",
+                    f"pidfile = {self.root / 'pgbouncer.pid'}",
+                    f"admin_users = {self.user}",
+                    "",
+                ]
+            )
+        )
+        as_root = os.geteuid() == 0
+        if as_root:
+            for path in (self.root, *self.root.iterdir()):
+                shutil.chown(path, "postgres", "postgres")
+        self.proc = subprocess.Popen(
+            [binary, str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=self.root,
+            **({"user": "postgres", "group": "postgres", "extra_groups": []} if as_root else {}),
+        )
+        atexit.register(self.stop)
+        try:
+            _wait_port(self.port, 15)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
+
+    def log(self) -> str:
+        path = None if self.root is None else self.root / "pgbouncer.log"
+        return path.read_text(errors="replace") if path and path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: immediate shutdown
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None

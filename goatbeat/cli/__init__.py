@@ -75,7 +75,7 @@ _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 _CHATTY = frozenset({"scheduler", "demo"})
 _VERBOSITY_LEVELS = {0: "ERROR", 2: "INFO", 3: "DEBUG"}
 """Django's ``-v``: 1 keeps the command's default level."""
-_NOT_UNDER_DJANGO = frozenset({"app_spec", "database"})
+_NOT_UNDER_DJANGO = frozenset({"app_spec", "database", "listen_database", "pooled"})
 """Group options ``manage.py goatbeat`` hides and refuses: the app and its database are the
 Django project's."""
 DJANGO_OPTIONS_HELP = [
@@ -167,6 +167,21 @@ def _extra(name: str) -> click.Command | None:
 )
 @click.option("--database", metavar="URL", help="sqlite:///x.db, memory://, postgresql://...")
 @click.option(
+    "--listen-database",
+    metavar="URL",
+    envvar="GOATBEAT_LISTEN_DATABASE",
+    help="PostgreSQL reached directly, for LISTEN, when --database goes through PgBouncer "
+    "in transaction mode (implies --pooled; env GOATBEAT_LISTEN_DATABASE).",
+)
+@click.option(
+    "--pooled",
+    is_flag=True,
+    default=False,
+    envvar="GOATBEAT_POOLED",
+    help="--database goes through a transaction-pooling proxy (PgBouncer): no LISTEN on it; "
+    "without --listen-database the scheduler polls (env GOATBEAT_POOLED).",
+)
+@click.option(
     "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
 )
 @click.option(
@@ -181,6 +196,8 @@ def cli(
     ctx: click.Context,
     app_spec: str | None,
     database: str | None,
+    listen_database: str | None,
+    pooled: bool,
     log_format: str,
     log_level: str | None,
 ) -> None:
@@ -195,7 +212,12 @@ def cli(
     level = log_level.upper()
     if existing is None:
         ctx.obj = existing = CliContext(
-            app=app_spec, database=database, log_format=log_format, log_level=level
+            app=app_spec,
+            database=database,
+            listen_database=listen_database,
+            pooled=pooled,
+            log_format=log_format,
+            log_level=level,
         )
     else:  # a caller (Django's management command) provided the context
         if existing.django and app_spec:
@@ -209,7 +231,14 @@ def cli(
                 "GOATBEAT['database'] (a DATABASES alias); run the standalone goatbeat command "
                 "for another database"
             )
+        if existing.django and (listen_database or pooled):
+            raise UserError(
+                "--listen-database and --pooled cannot be used with manage.py goatbeat: set "
+                "GOATBEAT['listen_database'] / GOATBEAT['pooled'] in the settings instead"
+            )
         existing.database = database or existing.database
+        existing.listen_database = listen_database or existing.listen_database
+        existing.pooled = pooled or existing.pooled
         existing.log_format, existing.log_level = log_format, level
     existing.log_level_explicit = explicit
     previous_level = configure_logging(

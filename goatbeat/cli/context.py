@@ -65,6 +65,8 @@ class CliContext:
         *,
         app: str | BeatLike | None = None,
         database: str | None = None,
+        listen_database: str | None = None,
+        pooled: bool = False,
         log_format: str = "text",
         log_level: str = "INFO",
         django: bool = False,
@@ -73,6 +75,10 @@ class CliContext:
     ) -> None:
         self.app_spec = app
         self.database = database
+        self.listen_database = listen_database
+        """``--listen-database``: LISTEN there, the database being pooled (PgBouncer)."""
+        self.pooled = pooled
+        """``--pooled``: the database goes through a transaction-pooling proxy."""
         self.log_format = log_format
         self.log_level = log_level
         self.django = django
@@ -114,7 +120,27 @@ class CliContext:
                 if not callable(use):
                     raise UserError("--database cannot be used with this app")
                 use(self.database)
+            self._configure_pooling()
         return self._app
+
+    def _configure_pooling(self) -> None:
+        if not (self.listen_database or self.pooled):
+            return
+        if self.django:
+            raise UserError(
+                "--listen-database and --pooled cannot be used with the Django project: set "
+                "GOATBEAT['listen_database'] / GOATBEAT['pooled'] instead"
+            )
+        configure = getattr(self._app, "configure", None)
+        if not callable(configure):
+            raise UserError("--listen-database and --pooled cannot be used with this app")
+        options: dict[str, Any] = {"pooled": True}
+        if self.listen_database:
+            options["listen_database"] = self.listen_database
+        try:
+            configure(**options)
+        except GoatbeatError as exc:
+            raise UserError(str(exc)) from None
 
     def store(self) -> ScheduleStore:
         return self.app().store

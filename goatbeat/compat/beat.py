@@ -130,7 +130,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if url is None:
             raise ImproperlyConfigured(NO_DATABASE)
         raw: dict[str, Any] = {"database": url}
-        for key in ("lease_ttl", "lease_renew_interval", "claim_ahead", "scheduler_id"):
+        for key in (
+            "lease_ttl",
+            "lease_renew_interval",
+            "claim_ahead",
+            "scheduler_id",
+            "listen_database",
+            "pooled",
+            "poll_interval",
+        ):
             value = self._conf(f"goatbeat_{key}")
             if value is not None:
                 raw[key] = value
@@ -146,7 +154,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
         settings = self._settings()
         self._show_fields()
-        store = open_store(settings.database)
+        store = open_store(
+            settings.database,
+            pooled=settings.pooled,
+            listen_database=settings.listen_database,
+            poll_interval=settings.poll_interval.total_seconds(),
+        )
         self._gb_store = store
         store.migrate()
         self._publish(store)

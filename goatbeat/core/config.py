@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from goatbeat.core.allowlist import parse_patterns
 from goatbeat.core.durations import parse_duration
@@ -39,6 +40,20 @@ MAX_CLAIM_AHEAD = timedelta(seconds=5)
 class Settings:
     database: str = "default"
     """Django: a PostgreSQL database alias. CLI: a URL (``sqlite:///goatbeat.db``, ``postgresql://...``)."""
+    listen_database: str | None = None
+    """Where a PostgreSQL scheduler LISTENs for wake-ups, when ``database`` goes through a
+    transaction-pooling proxy such as PgBouncer (LISTEN is session state, which such a proxy
+    does not keep): a ``postgresql://`` URL that reaches PostgreSQL directly (Django: a
+    ``DATABASES`` alias or a URL). Only the LISTEN goes there; everything else, NOTIFY
+    included, still uses ``database``. Setting it implies ``pooled``."""
+    pooled: bool = False
+    """``database`` goes through a transaction-pooling proxy (PgBouncer ``pool_mode =
+    transaction``, pgcat, Supavisor...): never LISTEN on it. Without ``listen_database`` the
+    scheduler then polls every ``poll_interval`` instead. (Django: defaults to the alias's
+    ``DISABLE_SERVER_SIDE_CURSORS``.)"""
+    poll_interval: timedelta = timedelta(seconds=1)
+    """How often a ``pooled`` scheduler without ``listen_database`` wakes up to look for
+    what a notification would have announced (run-now requests, edits, a released lease)."""
     timezone: str = "UTC"
     """Default zone of cron schedules that do not name one."""
     lease_ttl: timedelta = _DEFAULT_LEASE_TTL
@@ -77,6 +92,9 @@ class Settings:
 
 KEYS = (
     "database",
+    "listen_database",
+    "pooled",
+    "poll_interval",
     "timezone",
     "lease_ttl",
     "lease_renew_interval",
@@ -161,6 +179,39 @@ def _http_url(key: str, value: Any) -> str | None:
     return value
 
 
+def _masked(url: str) -> str:
+    """``url`` with its password replaced by ``***``: error messages end up in logs."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return url
+    return url.replace(f":{password}@", ":***@", 1) if password else url
+
+
+def _listen_database(key: str, value: Any) -> str | None:
+    # A URL is checked here; a bare name is a Django DATABASES alias, which the Django app
+    # checks (and a plain Python app refuses: it has no aliases).
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 2000:
+        raise InvalidValue(
+            key, value, f"{short_repr(value)} is not a postgresql:// URL or a DATABASES alias"
+        )
+    scheme, sep, _ = value.strip().partition("://")
+    if sep and scheme.lower() not in ("postgresql", "postgres"):
+        raise InvalidValue(
+            key,
+            _masked(value),
+            f"{short_repr(_masked(value))} is not a postgresql:// URL: LISTEN needs a direct "
+            "connection to PostgreSQL",
+        )
+    if not sep and not value.strip().isidentifier():
+        raise InvalidValue(
+            key, value, f"{short_repr(value)} is not a postgresql:// URL or a DATABASES alias"
+        )
+    return value.strip()
+
+
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*)?")
 
 
@@ -171,6 +222,9 @@ def _timezone(key: str, value: Any) -> str:
 
 _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "database": _text(1000),
+    "listen_database": _listen_database,
+    "pooled": _flag,
+    "poll_interval": _duration(timedelta(milliseconds=100), timedelta(minutes=10)),
     "timezone": _timezone,
     "lease_ttl": _duration(timedelta(seconds=1)),
     "lease_renew_interval": _duration(timedelta(milliseconds=100)),
@@ -225,4 +279,6 @@ def parse_settings(
         )
     if problems:
         raise ConfigError(problems)
+    if values.get("listen_database"):
+        values["pooled"] = True
     return Settings(**values)

@@ -4,6 +4,11 @@ The core's :func:`~goatbeat.core.config.parse_settings` checks the shared keys; 
 what only makes sense inside Django: ``timezone`` defaults to ``TIME_ZONE``, ``database`` must
 name a PostgreSQL alias of ``DATABASES``, and the Django-only ``submitter`` key pins one task
 backend for every schedule instead of picking it from the task object.
+
+Behind PgBouncer (transaction pooling): ``pooled`` defaults to the ``database`` alias's
+``DISABLE_SERVER_SIDE_CURSORS`` (what Django's own docs ask for there), and
+``listen_database`` may name another ``DATABASES`` alias (one that reaches PostgreSQL
+directly) as well as a ``postgresql://`` URL.
 """
 
 from __future__ import annotations
@@ -51,8 +56,15 @@ def load(raw: Any = None) -> DjangoSettings:
     core_raw = {k: v for k, v in raw.items() if k not in _DJANGO_ONLY_KEYS}
     zone = getattr(django_settings, "TIME_ZONE", None) or "UTC"
     core: Settings | None = None
+    alias = raw.get("database", "default")
+    defaults: dict[str, Any] = {"timezone": zone}
+    databases = getattr(django_settings, "DATABASES", {}) or {}
+    if isinstance(alias, str) and isinstance(databases.get(alias), Mapping):
+        # Django needs DISABLE_SERVER_SIDE_CURSORS behind a transaction pooler: take it as
+        # the hint that the alias is pooled, unless GOATBEAT says otherwise.
+        defaults["pooled"] = bool(databases[alias].get("DISABLE_SERVER_SIDE_CURSORS", False))
     try:
-        core = parse_settings(core_raw, defaults={"timezone": zone})
+        core = parse_settings(core_raw, defaults=defaults)
     except ConfigError as exc:
         problems.extend(exc.problems)
     submitter = raw.get("submitter")
@@ -67,9 +79,20 @@ def load(raw: Any = None) -> DjangoSettings:
             "to dicts of constructor options"
         )
         options = {}
-    alias = raw.get("database", "default")
     if isinstance(alias, str) and alias.strip():
         problem = _database_problem(alias)
+        if problem:
+            problems.append(problem)
+    if core is not None and core.pooled and isinstance(alias, str):
+        problems.extend(_pooling_problems(alias))
+    listen = raw.get("listen_database")
+    if core is not None and core.listen_database and "://" not in core.listen_database:
+        problem = _database_problem(core.listen_database, key="listen_database")
+        if problem is None and core.listen_database == alias:
+            problem = (
+                f"listen_database: {listen!r} is the pooled database itself; name an alias "
+                "(or a postgresql:// URL) that reaches PostgreSQL directly"
+            )
         if problem:
             problems.append(problem)
     if problems or core is None:
@@ -83,11 +106,11 @@ def load(raw: Any = None) -> DjangoSettings:
     )
 
 
-def _database_problem(alias: str) -> str | None:
+def _database_problem(alias: str, *, key: str = "database") -> str | None:
     databases = getattr(django_settings, "DATABASES", {}) or {}
     if alias not in databases:
         known = ", ".join(sorted(databases)) or "none"
-        return f"database: {alias!r} is not a DATABASES alias (known: {known})"
+        return f"{key}: {alias!r} is not a DATABASES alias (known: {known})"
     engine = str(databases[alias].get("ENGINE", ""))
     # The vendor, not the exact engine path, so PostGIS and other PostgreSQL-based engines pass.
     from django.db import connections
@@ -95,11 +118,36 @@ def _database_problem(alias: str) -> str | None:
     vendor = getattr(connections[alias], "vendor", None)
     if vendor != "postgresql":
         return (
-            f"database: {alias!r} uses {engine or 'no ENGINE'}; goatbeat needs PostgreSQL "
+            f"{key}: {alias!r} uses {engine or 'no ENGINE'}; goatbeat needs PostgreSQL "
             "(django.db.backends.postgresql): its coordination relies on row locks and "
             "LISTEN/NOTIFY"
         )
     return None
+
+
+def _pooling_problems(alias: str) -> list[str]:
+    """What a pooled alias's OPTIONS would leave in a server session that PgBouncer (transaction
+    mode) hands to the next client: prepared statements, and the role ``assume_role`` SETs."""
+    databases = getattr(django_settings, "DATABASES", {}) or {}
+    entry = databases.get(alias)
+    options = entry.get("OPTIONS", {}) if isinstance(entry, Mapping) else {}
+    if not isinstance(options, Mapping):
+        return []
+    problems = []
+    threshold = options.get("prepare_threshold")
+    if threshold is not None:
+        problems.append(
+            f"database: {alias!r} is pooled but OPTIONS['prepare_threshold'] is {threshold!r}: "
+            "psycopg would prepare statements on server sessions PgBouncer gives to other "
+            "clients; remove it (Django's default, None, prepares nothing)"
+        )
+    if options.get("assume_role"):
+        problems.append(
+            f"database: {alias!r} is pooled but OPTIONS['assume_role'] is "
+            f"{options['assume_role']!r}: SET ROLE lasts for the server session, which "
+            "PgBouncer gives to other clients; grant the login role what it needs instead"
+        )
+    return problems
 
 
 _cached: DjangoSettings | None = None

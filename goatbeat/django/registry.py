@@ -275,13 +275,24 @@ def get_store() -> ScheduleStore:
     Django's connections are per thread, so each thread gets its own store object."""
     from goatbeat.django import conf
 
-    alias = conf.get().database
+    core = conf.get().core
+    alias = core.database
     store: ScheduleStore | None = getattr(_stores, "store", None)
     if store is None or getattr(_stores, "alias", None) != alias:
         from goatbeat.django.connection import DjangoConnectionProvider
         from goatbeat.stores.postgres import PostgresStore
 
-        store = PostgresStore(connection_provider=DjangoConnectionProvider(alias))
+        listen = core.listen_database
+        store = PostgresStore(
+            connection_provider=DjangoConnectionProvider(alias),
+            pooled=core.pooled,
+            # A URL gets a connection of the store's own; an alias, Django's for this thread.
+            listen_database=listen if listen and "://" in listen else None,
+            listen_provider=(
+                DjangoConnectionProvider(listen) if listen and "://" not in listen else None
+            ),
+            poll_interval=core.poll_interval.total_seconds(),
+        )
         _stores.store = store
         _stores.alias = alias
     return store

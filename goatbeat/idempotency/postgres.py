@@ -63,6 +63,9 @@ class PostgresLedger:
             conn = psycopg.connect(
                 self.dsn,
                 autocommit=True,
+                # Never prepared server-side: the workers' database may be PgBouncer in
+                # transaction mode, where a prepared statement is gone with the session.
+                prepare_threshold=None,
                 connect_timeout=max(1, int(self.connect_timeout)),
                 application_name="goatbeat-worker",
             )

@@ -73,7 +73,10 @@ def connect(url: str, *, write: bool = False) -> Iterator[Any]:
         import psycopg
 
         try:
-            pg = psycopg.connect(url.replace("postgresql+psycopg", "postgresql", 1))
+            # prepare_threshold=None: the URL may be PgBouncer in transaction mode.
+            pg = psycopg.connect(
+                url.replace("postgresql+psycopg", "postgresql", 1), prepare_threshold=None
+            )
         except psycopg.Error as exc:
             raise StoreError(f"cannot connect to {redact_url(url)}: {exc}") from None
         try:

@@ -37,9 +37,20 @@ __all__ = [
 _EXAMPLES = "memory://, sqlite:///relative.db, sqlite:////abs/path.db, postgresql://user@host/db"
 
 
-def open_store(url: str, *, clock: Clock | None = None) -> ScheduleStore:
+def open_store(
+    url: str,
+    *,
+    clock: Clock | None = None,
+    pooled: bool = False,
+    listen_database: str | None = None,
+    poll_interval: float = 1.0,
+) -> ScheduleStore:
     """The store ``url`` names. Does not connect or migrate yet (PostgreSQL connects on first
-    use); raises InvalidValue (field ``database``) for a URL it cannot use."""
+    use); raises InvalidValue (field ``database``) for a URL it cannot use.
+
+    ``pooled``, ``listen_database`` and ``poll_interval`` are for PostgreSQL behind a
+    transaction-pooling proxy (:class:`~goatbeat.stores.postgres.PostgresStore`); another
+    store refuses them (field ``listen_database`` or ``pooled``)."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidValue("database", url, f"{url!r} is not a store URL (try {_EXAMPLES})")
     text = url.strip()
@@ -47,6 +58,11 @@ def open_store(url: str, *, clock: Clock | None = None) -> ScheduleStore:
     scheme = scheme.lower()
     if not sep:
         raise InvalidValue("database", url, f"{url!r} has no scheme (try {_EXAMPLES})")
+    if scheme not in ("postgresql", "postgres") and (listen_database or pooled):
+        field, value = ("listen_database", listen_database) if listen_database else ("pooled", True)
+        raise InvalidValue(
+            field, value, f"only a PostgreSQL database is pooled, not {redact_url(text)!r}"
+        )
     if scheme == "memory":
         if rest not in ("", "/"):
             raise InvalidValue("database", url, f"{url!r}: memory:// takes no path")
@@ -72,7 +88,20 @@ def open_store(url: str, *, clock: Clock | None = None) -> ScheduleStore:
                 url,
                 f"PostgreSQL needs psycopg 3: pip install 'goatbeat[postgres]' ({exc})",
             ) from None
-        return PostgresStore(text, clock=clock)
+        if listen_database is not None and "://" not in listen_database:
+            raise InvalidValue(
+                "listen_database",
+                listen_database,
+                f"{listen_database!r} is not a postgresql:// URL (a DATABASES alias only means "
+                "something in a Django project)",
+            )
+        return PostgresStore(
+            text,
+            clock=clock,
+            pooled=pooled,
+            listen_database=listen_database,
+            poll_interval=poll_interval,
+        )
     raise InvalidValue("database", url, f"unknown store scheme {scheme!r} (try {_EXAMPLES})")
 
 

@@ -70,10 +70,25 @@ def _empty_pg(dsn: str) -> str:
     return dsn
 
 
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        "postgres",
+        # PostgreSQL through PgBouncer in transaction pooling mode (LISTEN on a direct
+        # connection): the kind stays "postgres", only the connection differs.
+        pytest.param("pgbouncer", marks=pytest.mark.pgbouncer),
+    ]
+)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     kind: str = request.param
-    if kind == "memory":
+    if kind == "pgbouncer":
+        from goatbeat.stores.postgres import PostgresStore
+
+        direct = _empty_pg(request.getfixturevalue("conformance_pg"))
+        pooled = request.getfixturevalue("pgbouncer_server").pooled(direct)
+        b = Backend("postgres", pooled, lambda: PostgresStore(pooled, listen_database=direct))
+    elif kind == "memory":
         shared = MemoryStore()
         b = Backend(kind, None, lambda: shared)
     elif kind == "sqlite":
