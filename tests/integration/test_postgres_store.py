@@ -317,12 +317,16 @@ def test_concurrent_migrations_serialise(pg_dsn: str) -> None:
     assert _rows(pg_dsn, "SELECT version FROM goatbeat_schema_version") == [(v,) for v in VERSIONS]
 
 
-def test_due_query_can_walk_the_partial_index(pg_dsn: str, stores: list[PostgresStore]) -> None:
+@pytest.mark.parametrize("shards", [1, 4])
+def test_due_query_can_walk_the_partial_index(
+    pg_dsn: str, stores: list[PostgresStore], shards: int
+) -> None:
     stores[0].publish([hourly(f"s{i}") for i in range(50)])
     sql = queries("postgres")["claim_select_due"]
+    params = {"now": T0 + HOUR, "limit": 100, "shard": shards - 1, "shards": shards}
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         conn.execute("SET enable_seqscan = off")
-        plan_rows = conn.execute("EXPLAIN " + sql, {"now": T0 + HOUR, "limit": 100}).fetchall()
+        plan_rows = conn.execute("EXPLAIN " + sql, params).fetchall()
     assert "goatbeat_schedule_due_idx" in "\n".join(r[0] for r in plan_rows)
 
 

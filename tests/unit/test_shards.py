@@ -1,0 +1,84 @@
+"""The shard function (stable, evenly spread), lease names and fair shares."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from goatbeat.core.config import parse_settings
+from goatbeat.core.errors import ConfigError
+from goatbeat.core.shards import (
+    ALL,
+    Shard,
+    fair_share,
+    lease_name,
+    parse_lease_name,
+    shard_hash,
+    shard_of,
+)
+
+
+def test_the_shard_of_a_name_never_changes() -> None:
+    # Pinned: PostgreSQL computes these in the claim query, and every replica of every
+    # version must agree, so a change here would move schedules between shards.
+    assert shard_hash("daily-report") == 0xE91BF0BD
+    assert [shard_of(f"s-{i}", 4) for i in range(8)] == [3, 3, 0, 2, 2, 3, 2, 0]
+
+
+def test_the_hash_is_the_first_four_bytes_of_sha256() -> None:
+    import hashlib
+
+    digest = hashlib.sha256(b"ping").digest()
+    assert shard_hash("ping") == int.from_bytes(digest[:4], "big")
+    assert 0 <= shard_hash("x" * 1000) < 2**32
+
+
+@pytest.mark.parametrize("shards", [2, 3, 4, 8, 16])
+def test_names_spread_evenly(shards: int) -> None:
+    counts = Counter(shard_of(f"schedule-{i}", shards) for i in range(100_000))
+    assert set(counts) == set(range(shards))
+    expected = 100_000 / shards
+    assert max(abs(n - expected) for n in counts.values()) < expected * 0.03
+
+
+def test_one_shard_holds_everything_under_todays_lease_name() -> None:
+    assert shard_of("anything", 1) == 0
+    assert lease_name(0, 1) == "scheduler"
+    assert parse_lease_name("scheduler") == ALL
+    assert ALL.everything and ALL.holds("x")
+
+
+def test_lease_names_round_trip() -> None:
+    for count in (2, 4, 7):
+        for index in range(count):
+            name = lease_name(index, count)
+            assert name == f"scheduler/shard-{index}-of-{count}"
+            assert parse_lease_name(name) == Shard(index=index, count=count)
+    assert parse_lease_name("compat-lease") == ALL
+
+
+def test_a_shard_outside_its_count_does_not_exist() -> None:
+    with pytest.raises(ValueError, match="shard 4 of 4"):
+        Shard(index=4, count=4)
+
+
+@pytest.mark.parametrize(("shards", "members"), [(4, 3), (4, 2), (4, 4), (4, 5), (7, 3), (1, 3)])
+def test_fair_shares_add_up_and_differ_by_one_at_most(shards: int, members: int) -> None:
+    live = [f"m{i}" for i in range(members)]
+    shares = [fair_share(shards, live, m) for m in live]
+    assert sum(shares) == shards
+    assert max(shares) - min(shares) <= 1
+
+
+def test_a_member_not_yet_listed_counts_itself() -> None:
+    assert fair_share(4, ["a", "b"], "c") == 1
+    assert fair_share(4, [], "c") == 4
+
+
+def test_the_shards_setting_is_validated() -> None:
+    assert parse_settings({}).shards == 1
+    assert parse_settings({"shards": 4}).shards == 4
+    for bad in (0, -1, "4", 4.0, True, 100_000):
+        with pytest.raises(ConfigError, match="shards: "):
+            parse_settings({"shards": bad})
