@@ -1034,6 +1034,7 @@ class PostgresStore:
             counts = self._fetch_one(conn, "status_counts", params)
             oldest = self._fetch_one(conn, "status_oldest", params)
             lease = self._fetch_one(conn, "lease_read", {"name": lease_name})
+            shard_rows = self._fetch(conn, "leases_like")
             rows = self._fetch(conn, "schedulers")
         assert counts is not None
         return StatusSnapshot(
@@ -1048,6 +1049,17 @@ class PostgresStore:
                 valid=not lease["expired"],
             ),
             schedulers=[ops.scheduler_from_row(r) for r in rows],
+            shard_leases=[
+                LeaseState(
+                    name=r["name"],
+                    holder=r["holder"],
+                    token=int(r["token"]),
+                    expires_at=r["expires_at"].astimezone(UTC),
+                    valid=not r["expired"],
+                )
+                for r in shard_rows
+                if r["name"] != "scheduler"
+            ],
             due=int(counts["due"]),
             pending=int(counts["pending"]),
             oldest_due_at=None if oldest is None else oldest["at"].astimezone(UTC),
