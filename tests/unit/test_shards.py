@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from goatbeat.core.config import parse_settings
 from goatbeat.core.errors import ConfigError
+from goatbeat.core.health import LeaseState, StatusSnapshot, check
 from goatbeat.core.shards import (
     ALL,
     Shard,
@@ -82,3 +84,35 @@ def test_the_shards_setting_is_validated() -> None:
     for bad in (0, -1, "4", 4.0, True, 100_000):
         with pytest.raises(ConfigError, match="shards: "):
             parse_settings({"shards": bad})
+
+
+def _lease(name: str, holder: str, valid: bool, at: datetime) -> LeaseState:
+    return LeaseState(name=name, holder=holder, token=1, expires_at=at, valid=valid)
+
+
+def test_status_is_healthy_only_while_every_shard_is_held() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    later = now + timedelta(seconds=20)
+    old = _lease("scheduler", "gone", False, now - timedelta(hours=1))
+    held = [_lease(lease_name(i, 4), f"s{i % 2}", True, later) for i in range(4)]
+    snap = StatusSnapshot(now=now, lease=old, shard_leases=held)
+    assert [s.name for s in snap.shards] == [lease_name(i, 4) for i in range(4)]
+    verdict = check(snap, max_lag=timedelta(minutes=1))
+    assert verdict.ok and "2 scheduler(s) hold the 4 shards" in verdict.reason
+    lapsed = [*held[:3], _lease(lease_name(3, 4), "s1", False, now)]
+    verdict = check(StatusSnapshot(now=now, lease=old, shard_leases=lapsed), max_lag=timedelta(1))
+    assert not verdict.ok and "scheduler/shard-3-of-4" in verdict.reason
+    # A shard never held is reported too.
+    verdict = check(
+        StatusSnapshot(now=now, lease=None, shard_leases=held[:3]), max_lag=timedelta(1)
+    )
+    assert not verdict.ok and "scheduler/shard-3-of-4" in verdict.reason
+
+
+def test_status_follows_the_single_lease_once_shards_are_history() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    single = _lease("scheduler", "s0", True, now + timedelta(seconds=20))
+    stale = [_lease(lease_name(i, 4), "s1", False, now - timedelta(hours=1)) for i in range(4)]
+    snap = StatusSnapshot(now=now, lease=single, shard_leases=stale)
+    assert snap.shards == []
+    assert check(snap, max_lag=timedelta(minutes=1)).ok
