@@ -559,6 +559,11 @@ class Scheduler:
             for index, lease in self._shard_leases.items():
                 if self._stop.is_set():
                     break
+                if lease.grant is not None and lease.due_for_renewal():
+                    # The shards before this one took a while (a backlog): renew it now
+                    # rather than let its local deadline lapse unused.
+                    stage = "lease"
+                    lease.acquire()
                 if not lease.is_held():
                     continue
                 grant = lease.grant
@@ -621,13 +626,21 @@ class Scheduler:
         now = store.now()
         mono = self.clock.monotonic()
         became = False
-        # Renew what is ours first, so a slow pass never lets a held lease lapse.
+        # Renew what is ours first. A lease still ours in the store that this process stopped
+        # trusting (a store error, a refused claim) is renewed at once, as the single lease is.
         for index, lease in self._shard_leases.items():
-            if lease.grant is None:
+            row = rows.get(lease.name)
+            ours = row is not None and row[0] == me and not row[3]
+            if lease.grant is None and not ours:
                 continue
-            if lease.due_for_renewal() or not lease.is_held():
-                if lease.acquire() is None:
+            if lease.grant is None or lease.due_for_renewal() or not lease.is_held():
+                grant = lease.acquire()
+                if grant is None:
                     self._shard_tokens.pop(index, None)
+                elif self._shard_tokens.get(index) != grant.token:
+                    became = True
+                    self._shard_tokens[index] = grant.token
+                    self._retries_possible = True
         held = [i for i, lease in self._shard_leases.items() if lease.is_held()]
         # Who holds what (valid leases of live members), to see whether anybody is short.
         holdings: dict[str, int] = {m: 0 for m in live}
@@ -1027,7 +1040,9 @@ class Scheduler:
                 self.alerter.emit_all(
                     Alert.missed(m, at=now, scheduler_id=self.scheduler_id) for m in misses
                 )
-        if result.leader:
+        # With shards, the holder of shard 0 alone looks for failing and overdue schedules
+        # (every schedule), so an alert is raised once, not once per replica.
+        if result.leader and (self._sharded is None or self._shard_leases[0].is_held()):
             self._check_alerts()
         else:
             self._alerts.reset()
