@@ -546,8 +546,9 @@ class Scheduler:
 
     def _iterate_shards(self, store: ShardedStore) -> IterationResult:
         """One iteration with shards: balance the leases (renew those held, release extras,
-        take free ones up to this scheduler's fair share), then for each shard held, what
-        :meth:`_iterate` does for the single lease: pending rows, claims, the sleep."""
+        take free ones up to this scheduler's fair share), then what :meth:`_iterate` does for
+        the single lease, for each shard held: its pending rows, its claims (one batch per
+        shard in turn when several are held), the sleep (the earliest of every shard's)."""
         total = _Tally()
         became_leader = False
         self._store_ref = None
@@ -556,29 +557,50 @@ class Scheduler:
         try:
             became_leader, standby_sleep = self._balance(store)
             sleeps.append(standby_sleep)
-            for index, lease in self._shard_leases.items():
-                if self._stop.is_set():
-                    break
-                if lease.grant is not None and lease.due_for_renewal():
-                    # The shards before this one took a while (a backlog): renew it now
-                    # rather than let its local deadline lapse unused.
-                    stage = "lease"
-                    lease.acquire()
-                if not lease.is_held():
-                    continue
-                grant = lease.grant
-                assert grant is not None
-                self.lease = lease
-                self._shard = Shard(index=index, count=self.settings.shards)
-                self._due_read = None
-                self._retries_possible = True
-                tally = _Tally()
-                stage = "pending"
-                self._submit_pending(grant, tally)
-                stage = "claim"
-                self._claim_and_submit(grant, tally)
-                stage = "sleep"
+            tallies: dict[int, _Tally] = {}
+            due_reads: dict[int, tuple[datetime | None] | None] = {}
+            stage = "pending"
+            for index in self._held_shards():
+                tallies[index] = _Tally()
+                self._work_on(index)
+                self._submit_pending(self._grant(), tallies[index])
+            stage = "claim"
+            held = self._held_shards()
+            if len(held) == 1:
+                self._work_on(held[0])
+                self._claim_and_submit(self._grant(), tallies[held[0]])
+                due_reads[held[0]] = self._due_read
+            else:
+                # One batch per shard in turn: the due index holds every shard's rows, so
+                # draining one shard first would walk past the others' due rows again and
+                # again (a backlog would cost its square); in turn, each walk skips about one
+                # batch per shard.
+                targets: dict[int, datetime | None] = {}
+                active = list(held)
+                while active and not self._stop.is_set():
+                    for index in list(active):
+                        lease = self._shard_leases[index]
+                        if lease.grant is not None and lease.due_for_renewal():
+                            stage = "lease"
+                            lease.acquire()  # a long backlog: keep every lease renewed
+                            stage = "claim"
+                        if not lease.is_held() or self._stop.is_set():
+                            active.remove(index)
+                            continue
+                        self._work_on(index)
+                        if index not in targets:
+                            targets[index] = self._claim_target()
+                            due_reads[index] = self._due_read
+                        tally = tallies.setdefault(index, _Tally())
+                        if not self._claim_one(self._grant(), tally, targets[index]):
+                            active.remove(index)
+            stage = "sleep"
+            for index in self._held_shards():
+                self._work_on(index)
+                self._due_read = due_reads.get(index)
+                tally = tallies.setdefault(index, _Tally())
                 sleeps.append(self._leader_sleep(tally))
+            for tally in tallies.values():
                 total.merge(tally)
         except StoreError as exc:
             self._error_streak += 1
@@ -611,6 +633,47 @@ class Scheduler:
             refused=total.refused,
             sleep=sleep,
         )
+
+    def _held_shards(self) -> list[int]:
+        return [i for i, lease in self._shard_leases.items() if lease.is_held()]
+
+    def _work_on(self, index: int) -> None:
+        """Point the loop at shard ``index``: its lease, its reads."""
+        self.lease = self._shard_leases[index]
+        self._shard = Shard(index=index, count=self.settings.shards)
+        self._due_read = None
+        self._retries_possible = True
+
+    def _grant(self) -> LeaseGrant:
+        grant = self.lease.grant
+        assert grant is not None
+        return grant
+
+    def _claim_one(self, grant: LeaseGrant, tally: _Tally, target: datetime | None) -> bool:
+        """Claim one batch of the current shard and submit it; whether a full batch came."""
+        limit = self.settings.batch_size
+        if not self.lease.is_held():
+            return False
+        result = self._claim(grant, limit, target)
+        if result.refused:
+            tally.refused = True
+            log_event(
+                "claim.refused",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                lease=self.lease.name,
+            )
+            self._drop_lease()
+            return False
+        self._log_claim(result, grant, tally)
+        if result.deferred:
+            self._retries_possible = True
+        occurrences = self._screen(result.occurrences, grant, tally)
+        more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
+        if occurrences:
+            self._submit_batch(occurrences, grant, tally, pending=False)
+        return more
 
     def _balance(self, store: ShardedStore) -> tuple[bool, float]:
         """Renew, release and acquire shard leases. Returns whether a shard was newly taken

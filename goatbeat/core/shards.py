@@ -35,8 +35,9 @@ __all__ = [
     "MAX_SHARDS",
 ]
 
-MAX_SHARDS = 1024
-"""The largest ``shards``: each shard is a lease row every scheduler reads per iteration."""
+MAX_SHARDS = 256
+"""The largest ``shards``: each shard is a lease row every scheduler reads per iteration, and
+the claim query lists the other shards (PostgreSQL's estimate of that filter stays sane)."""
 _BASE = "scheduler"
 _LEASE = re.compile(r"scheduler/shard-(\d+)-of-(\d+)")
 

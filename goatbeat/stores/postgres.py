@@ -161,8 +161,10 @@ class DsnConnectionProvider:
                 pass  # it is already broken; closing is best effort
 
 
-def _shard_params(shard: Shard) -> dict[str, int]:
-    return {"shard": shard.index, "shards": shard.count}
+def _shard_params(shard: Shard) -> dict[str, Any]:
+    """The shard filter's parameters: the count and the OTHER shards (see queries.sql)."""
+    others = [i for i in range(shard.count) if i != shard.index]
+    return {"shards": shard.count, "others": others}
 
 
 class _RetryableStoreError(StoreError):
@@ -765,7 +767,7 @@ class PostgresStore:
         lease: LeaseGrant,
         scheduler_id: str,
         now: datetime,
-        shard: Mapping[str, int],
+        shard: Mapping[str, Any],
     ) -> list[Occurrence]:
         """Buffered occurrences (of the lease's shard) whose schedule's run ended (or expired
         by ``max_runtime``) start now: they become this claim's, and the run their schedule

@@ -88,4 +88,4 @@ def test_the_shards_setting_goes_through_the_core_settings() -> None:
     assert conf.load({}).core.shards == 1
     with pytest.raises(ImproperlyConfigured) as caught:
         conf.load({"shards": 0})
-    assert "shards: 0 is out of range 1..1024" in str(caught.value)
+    assert "shards: 0 is out of range 1..256" in str(caught.value)
