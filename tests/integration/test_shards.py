@@ -10,11 +10,15 @@ rolling change of ``shards``) never claim an occurrence twice and lose none.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import psycopg
@@ -277,3 +281,21 @@ def test_schedulers_of_different_shard_counts_never_claim_twice(
     # Each generation leaves the other's claimed rows alone while it is alive (a row claimed
     # in a newcomer's first iteration, before its first heartbeat, is the exception).
     assert resubmitted <= 3
+
+
+def test_the_cli_refuses_shards_on_sqlite_in_one_line(tmp_path: Any) -> None:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("GOATBEAT_APP", None)
+    for value, says in (
+        ("4", "goatbeat: error: shards: 4 needs PostgreSQL: SQLiteStore runs a single shard"),
+        ("0", "shards: 0 is out of range 1..256"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "goatbeat", "--app", "tests.integration.test_multi_scheduler:beat",
+             "--database", f"sqlite:///{tmp_path}/g.db", "scheduler", "--shards", value, "--once"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 2, proc.stderr
+        assert says in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
