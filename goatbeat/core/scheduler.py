@@ -50,6 +50,15 @@ row written with SQL) is refused through the store (``refuse``: the claimed exec
 code taken out of scheduling), ``schedule.refused`` is logged once per schedule and process,
 and nothing of it reaches the backend.
 
+Shards (``shards`` > 1, PostgreSQL; docs/scaling.md). One :class:`LeaseManager` per shard;
+each iteration first balances them (:meth:`Scheduler._balance`: renew those held, release
+extras to a member short of its fair share, take free ones up to this scheduler's share, or any
+shard left free for a renewal interval), then does steps 3-5 for each shard held, ``self.lease``
+pointing at that shard's manager: pending rows, claims (one batch per shard in turn when
+several are held), the sleep (the earliest of every shard's, at most a renewal interval, so the
+heartbeat that makes this scheduler a member is written in time). A graceful stop removes the
+heartbeat row, then releases every lease.
+
 Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
 the retries with backoff after a failed submission, the bookkeeping of every outcome in one
 store call and the per-occurrence log records are :mod:`goatbeat.core.submission`'s; this loop

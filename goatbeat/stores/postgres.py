@@ -887,6 +887,7 @@ class PostgresStore:
                     "token": lease.token,
                     "scheduler_id": scheduler_id,
                     "ids": wanted,
+                    **_shard_params(parse_lease_name(lease.name)),
                 },
             )
         return sorted(int(r["id"]) for r in rows)

@@ -166,6 +166,29 @@ def test_a_claim_under_a_shard_lease_takes_only_that_shards_schedules(
     assert all(seen.values()), "40 names leave no shard of 4 empty"
 
 
+def test_run_now_requests_and_backfills_belong_to_their_schedules_shard(
+    store: PostgresStore,
+) -> None:
+    names = _due_schedules(store, 8)
+    for name in names:
+        store.request_run(name)
+    for index in range(4):
+        shard = Shard(index=index, count=4)
+        pending = store.pending(limit=100, shard=shard)
+        assert {o.schedule_name for o in pending} == {n for n in names if shard_of(n, 4) == index}
+        grant = store.acquire_lease(shard.lease, "me", timedelta(seconds=30))
+        assert grant is not None
+        ids = [o.execution_id for o in pending]
+        other = store.acquire_lease(
+            Shard(index=(index + 1) % 4, count=4).lease, "me", timedelta(seconds=30)
+        )
+        assert other is not None
+        assert store.claim_manual_runs(other, scheduler_id="me", execution_ids=ids) == []
+        assert sorted(
+            store.claim_manual_runs(grant, scheduler_id="me", execution_ids=ids)
+        ) == sorted(ids)
+
+
 def test_a_stale_shard_lease_claims_nothing(store: PostgresStore) -> None:
     _due_schedules(store, 20)
     shard = Shard(index=1, count=4)

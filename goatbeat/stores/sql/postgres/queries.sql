@@ -417,6 +417,8 @@ WITH lease AS (
     WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind IN ('manual', 'backfill')
       AND e.status = 'claimed'
       AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)
+      -- Only runs of the lease's shard (every run with one shard).
+      AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(e.schedule_name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
     RETURNING e.id, e.schedule_id, e.scheduled_at
 ), runs AS (
     SELECT schedule_id, max(scheduled_at) AS at, count(*) AS n
