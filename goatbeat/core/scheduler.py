@@ -690,7 +690,7 @@ class Scheduler:
         count = self.settings.shards
         me = self.scheduler_id
         renew = self.settings.lease_renew_interval.total_seconds()
-        live = store.live_schedulers(self._live_window())
+        live = store.live_schedulers(self._live_window(), shards=count)
         if me not in live:
             live = sorted([*live, me])
         target = fair_share(count, live, me)

@@ -639,7 +639,8 @@ class ShardedStore(ScheduleStore, Protocol):
         """:meth:`ScheduleStore.read_lease` for several names at once (absent rows left out)."""
         ...
 
-    def live_schedulers(self, within: timedelta) -> list[str]:
-        """Ids of the schedulers whose heartbeat (``heartbeat``) is younger than ``within`` by
-        the store's clock and not expired, sorted. Read-only."""
+    def live_schedulers(self, within: timedelta, *, shards: int) -> list[str]:
+        """Ids of the schedulers running ``shards`` shards (their heartbeat's ``lease`` is
+        ``scheduler/...-of-<shards>``) whose heartbeat is younger than ``within`` by the
+        store's clock and not expired, sorted. Read-only."""
         ...

@@ -606,9 +606,9 @@ class PostgresStore:
             for r in rows
         }
 
-    def live_schedulers(self, within: timedelta) -> list[str]:
+    def live_schedulers(self, within: timedelta, *, shards: int) -> list[str]:
         with self._session() as conn:
-            rows = self._fetch(conn, "live_schedulers", {"within": within})
+            rows = self._fetch(conn, "live_schedulers", {"within": within, "shards": shards})
         return [str(r["scheduler_id"]) for r in rows]
 
     # -- claiming --------------------------------------------------------------------------

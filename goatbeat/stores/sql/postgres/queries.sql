@@ -354,10 +354,12 @@ WHERE name = 'scheduler' OR name LIKE 'scheduler/shard-%%'
 ORDER BY name;
 
 -- name: live_schedulers
--- The scheduler processes whose heartbeat is recent (database clock): the members a sharded
--- scheduler shares the shards with.
+-- The scheduler processes whose heartbeat is recent (database clock) and that run the same
+-- shard count (their heartbeat's lease says it): the members a sharded scheduler shares the
+-- shards with. Those of another count (a rolling change of `shards`) take none of these.
 SELECT scheduler_id FROM goatbeat_scheduler
 WHERE heartbeat_at > now() - %(within)s::interval AND expires_at > now()
+  AND lease LIKE ('scheduler/%%-of-' || %(shards)s::int)
 ORDER BY scheduler_id;
 
 -- name: record_outcomes
