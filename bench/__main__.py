@@ -30,10 +30,11 @@ from bench import (
     bench_failover,
     bench_lateness,
     bench_scale,
+    bench_shards,
 )
 from bench._common import ROOT, Row, Section, Servers, ensure_peers, fmt, machine
 
-NAMES = ("dispatch", "claim", "scale", "lateness", "failover", "cron")
+NAMES = ("dispatch", "claim", "scale", "lateness", "failover", "cron", "shards")
 DOCS = ROOT / "docs"
 
 
@@ -187,6 +188,7 @@ METHODS: dict[str, Any] = {
     "scale": bench_scale,
     "lateness": bench_lateness,
     "failover": bench_failover,
+    "shards": bench_shards,
 }
 
 
@@ -299,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             "lateness": lambda: bench_lateness.run(servers, quick=args.quick),
             "failover": lambda: bench_failover.run(servers, quick=args.quick),
             "cron": lambda: run_cron(args.quick),
+            "shards": lambda: bench_shards.run(servers, quick=args.quick),
         }
         for name in NAMES:
             if name not in wanted:

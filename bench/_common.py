@@ -373,7 +373,12 @@ def make_beat() -> Any:
             submitter="celery",
             submitter_options={"app": broker},
         )
-    return Beat(os.environ["GOATBEAT_BENCH_DB"], submitter=NoopSubmitter())
+    # The rows bench_shards inserts with SQL name TASK: stored schedules need it allowed.
+    return Beat(
+        os.environ["GOATBEAT_BENCH_DB"],
+        submitter=NoopSubmitter(),
+        settings={"allowed_tasks": [TASK]},
+    )
 
 
 # -- the machine ----------------------------------------------------------------------------

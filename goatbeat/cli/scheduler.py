@@ -59,6 +59,14 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
 )
 @click.option("--batch-size", type=int, default=None, help="Claims per transaction (500).")
 @click.option(
+    "--shards",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Split the schedules into N shards, each with its own lease, shared out among the "
+    "live schedulers (default 1: a single leader; more needs PostgreSQL; docs/scaling.md).",
+)
+@click.option(
     "--no-publish",
     is_flag=True,
     help="Do not publish code schedules at start (publish them as a release step instead, "
@@ -99,6 +107,7 @@ def scheduler(
     max_sleep: str | None,
     claim_ahead: str | None,
     batch_size: int | None,
+    shards: int | None,
     no_publish: bool,
     max_submit_retries: int | None,
     metrics_port: int | None,
@@ -115,6 +124,7 @@ def scheduler(
             ("max_sleep", max_sleep),
             ("claim_ahead", claim_ahead),
             ("batch_size", batch_size),
+            ("shards", shards),
             ("max_submit_retries", max_submit_retries),
         )
         if value is not None

@@ -117,7 +117,9 @@ def _text(
 ) -> str:
     now = s.now
     lines = []
-    if s.lease is None:
+    if s.shards and (s.lease is None or not s.lease.valid):
+        pass  # sharded (below): the single lease is history
+    elif s.lease is None:
         lines.append("lease:      never held")
     else:
         lease = s.lease
@@ -125,6 +127,15 @@ def _text(
         lines.append(
             f"lease:      {lease.name} {state} {lease.holder} (fencing token {lease.token}), "
             f"expires {iso(lease.expires_at)} ({_ago(now, lease.expires_at)}, database clock)"
+        )
+    for shard in s.shards:
+        if not shard.holder:
+            lines.append(f"shard:      {shard.name} NEVER HELD")
+            continue
+        state = "held by" if shard.valid else "EXPIRED, last held by"
+        lines.append(
+            f"shard:      {shard.name} {state} {shard.holder} (fencing token {shard.token}), "
+            f"expires {_ago(now, shard.expires_at)}"
         )
     live = [p for p in s.schedulers if not p.stale]
     leaders = sum(1 for p in live if p.role.value == "leader")

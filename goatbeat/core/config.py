@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from goatbeat.core.allowlist import parse_patterns
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import ConfigError, InvalidValue, short_repr
+from goatbeat.core.shards import MAX_SHARDS
 from goatbeat.core.timeutil import get_zone
 
 __all__ = ["Settings", "parse_settings", "default_scheduler_id", "KEYS", "MAX_CLAIM_AHEAD"]
@@ -64,6 +65,10 @@ class Settings:
     then happens while waiting; the occurrence is still submitted at its instant, never
     before. 0 claims only what is already due."""
     batch_size: int = 500
+    shards: int = 1
+    """How many shards the schedules are split into, each with its own lease: the live
+    schedulers share them out (docs/scaling.md). 1 is the single leader; more needs
+    PostgreSQL."""
     max_submit_retries: int = 5
     """Retries a failed submission gets even when its misfire grace is shorter; within the
     grace it is retried until the grace runs out (:mod:`goatbeat.core.submission`)."""
@@ -101,6 +106,7 @@ KEYS = (
     "max_sleep",
     "claim_ahead",
     "batch_size",
+    "shards",
     "max_submit_retries",
     "scheduler_id",
     "prune_on_publish",
@@ -231,6 +237,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "max_sleep": _duration(timedelta(milliseconds=10)),
     "claim_ahead": _duration(timedelta(0), MAX_CLAIM_AHEAD),
     "batch_size": _int_range(1, 100_000),
+    "shards": _int_range(1, MAX_SHARDS),
     "max_submit_retries": _int_range(0, 1000),
     "scheduler_id": _text(255),
     "prune_on_publish": _flag,

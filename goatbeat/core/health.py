@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from goatbeat.core.shards import lease_name, parse_lease_name
 from goatbeat.core.timeutil import iso_z
 
 __all__ = [
@@ -145,6 +146,8 @@ class StatusSnapshot:
     now: datetime
     lease: LeaseState | None
     schedulers: Sequence[SchedulerProcess] = ()
+    shard_leases: Sequence[LeaseState] = ()
+    """Every shard lease row (``scheduler/shard-K-of-N``, docs/scaling.md), of any count."""
     due: int = 0
     """Enabled schedules whose ``next_run_at`` has come: not claimed yet."""
     pending: int = 0
@@ -168,6 +171,26 @@ class StatusSnapshot:
         return max(0.0, (self.now - self.oldest_due_at).total_seconds())
 
     @property
+    def shards(self) -> list[LeaseState]:
+        """The shard leases of the shard count in use, by shard: that of the lease (the
+        single one included) expiring last. Empty when the single lease is the one in use.
+        A shard never held is listed as an invalid lease with no holder."""
+        rows = [*self.shard_leases, *([self.lease] if self.lease is not None else [])]
+        if not self.shard_leases:
+            return []
+        latest = max(rows, key=lambda lease: (lease.valid, lease.expires_at))
+        count = parse_lease_name(latest.name).count
+        if count == 1:
+            return []
+        by_name = {lease.name: lease for lease in self.shard_leases}
+        never = datetime.min.replace(tzinfo=self.now.tzinfo)
+        return [
+            by_name.get(name)
+            or LeaseState(name=name, holder="", token=0, expires_at=never, valid=False)
+            for name in (lease_name(i, count) for i in range(count))
+        ]
+
+    @property
     def leader(self) -> SchedulerProcess | None:
         """The live process holding the valid lease, when it has a heartbeat row."""
         if self.lease is None or not self.lease.valid:
@@ -181,6 +204,7 @@ class StatusSnapshot:
         return {
             "database_time": iso_z(self.now),
             "lease": None if self.lease is None else self.lease.to_dict(self.now),
+            "shards": [lease.to_dict(self.now) for lease in self.shards if lease.holder],
             "schedulers": [p.to_dict(self.now) for p in self.schedulers],
             "backlog": {
                 "due": self.due,
@@ -209,7 +233,12 @@ def check(snapshot: StatusSnapshot, *, max_lag: timedelta) -> HealthCheck:
     due has waited longer than ``max_lag``. The reason names the holder, or every problem."""
     problems: list[str] = []
     lease = snapshot.lease
-    if lease is None:
+    shards = snapshot.shards
+    if shards:
+        unheld = [s.name for s in shards if not s.valid]
+        if unheld:
+            problems.append(f"no scheduler holds {', '.join(unheld)}")
+    elif lease is None:
         problems.append("no scheduler has ever held the lease")
     elif not lease.valid:
         ago = _seconds(snapshot.now - lease.expires_at)
@@ -227,6 +256,15 @@ def check(snapshot: StatusSnapshot, *, max_lag: timedelta) -> HealthCheck:
         )
     if problems:
         return HealthCheck(ok=False, reason="; ".join(problems), problems=problems)
+    if shards:
+        holders = sorted({s.holder for s in shards})
+        return HealthCheck(
+            ok=True,
+            reason=(
+                f"{len(holders)} scheduler(s) hold the {len(shards)} shards "
+                f"({', '.join(holders)}); lag {snapshot.lag:.0f}s (max {limit:g}s)"
+            ),
+        )
     assert lease is not None
     left = _seconds(lease.expires_at - snapshot.now)
     return HealthCheck(

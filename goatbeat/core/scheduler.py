@@ -50,6 +50,15 @@ row written with SQL) is refused through the store (``refuse``: the claimed exec
 code taken out of scheduling), ``schedule.refused`` is logged once per schedule and process,
 and nothing of it reaches the backend.
 
+Shards (``shards`` > 1, PostgreSQL; docs/scaling.md). One :class:`LeaseManager` per shard;
+each iteration first balances them (:meth:`Scheduler._balance`: renew those held, release
+extras to a member short of its fair share, take free ones up to this scheduler's share, or any
+shard left free for a renewal interval), then does steps 3-5 for each shard held, ``self.lease``
+pointing at that shard's manager: pending rows, claims (one batch per shard in turn when
+several are held), the sleep (the earliest of every shard's, at most a renewal interval, so the
+heartbeat that makes this scheduler a member is written in time). A graceful stop removes the
+heartbeat row, then releases every lease.
+
 Submission. Sending a batch (one by one, in ``submit_many`` chunks, from submission threads),
 the retries with backoff after a failed submission, the bookkeeping of every outcome in one
 store call and the per-occurrence log records are :mod:`goatbeat.core.submission`'s; this loop
@@ -68,18 +77,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from goatbeat.core.alerts import Alert, Alerter, AlertTracker
 from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
-from goatbeat.core.errors import GoatbeatError, StoreError, short_repr
+from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError, short_repr
 from goatbeat.core.health import Role, SchedulerBeat
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import ClaimResult, ExecutionKind, LeaseGrant, Miss, Occurrence
 from goatbeat.core.observability import log_event, logger
-from goatbeat.core.store import ScheduleStore
+from goatbeat.core.shards import ALL, Shard, fair_share
+from goatbeat.core.store import ScheduleStore, ShardedStore
 from goatbeat.core.submission import (
     BatchCounts,
     Sent,
@@ -189,6 +199,13 @@ class _Tally:
         self.failed += batch.failed
         self.missed += batch.missed
 
+    def merge(self, other: _Tally) -> None:
+        for name in self.__slots__:
+            if name == "refused":
+                self.refused = self.refused or other.refused
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def result(self, **fields: Any) -> IterationResult:
         """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
         counts = {name: getattr(self, name) for name in self.__slots__ if name != "refused"}
@@ -226,6 +243,34 @@ class Scheduler:
             name=lease_name,
             clock=self.clock,
         )
+        # Shards (docs/scaling.md): one LeaseManager per shard, ``self.lease`` the one whose
+        # shard the iteration is working on. One shard keeps the single lease above.
+        self._sharded: ShardedStore | None = None
+        self._shard: Shard = ALL
+        self._shard_leases: dict[int, LeaseManager] = {}
+        self._shard_tokens: dict[int, int] = {}
+        self._shard_free_since: dict[int, float] = {}
+        self._shard_view: tuple[tuple[int, ...], int, int] | None = None
+        if settings.shards > 1:
+            if not getattr(store, "supports_shards", False):
+                kind = type(store).__name__
+                raise InvalidValue(
+                    "shards",
+                    settings.shards,
+                    f"{settings.shards} needs PostgreSQL: {kind} runs a single shard "
+                    "(one process); set shards to 1",
+                )
+            self._sharded = cast(ShardedStore, store)
+            for index in range(settings.shards):
+                shard = Shard(index=index, count=settings.shards)
+                self._shard_leases[index] = LeaseManager(
+                    store,
+                    holder=settings.scheduler_id,
+                    ttl=settings.lease_ttl,
+                    renew_interval=settings.lease_renew_interval,
+                    name=shard.lease,
+                    clock=self.clock,
+                )
         self._stop = threading.Event()
         self._leader_token: int | None = None
         self._standby_logged = False
@@ -243,7 +288,7 @@ class Scheduler:
             clock=self.clock,
             scheduler_id=settings.scheduler_id,
             max_submit_retries=settings.max_submit_retries,
-            lease_held=self.lease.is_held,
+            lease_held=self._lease_held,
             wait_for_instant=self._wait_for_instant,
         )
         # Operations (see the module docstring).
@@ -276,6 +321,8 @@ class Scheduler:
         """Give the lease up now (graceful stop) so a standby takes over at once, and take
         this scheduler's heartbeat row away."""
         self._leader_token = None
+        if self._sharded is not None:
+            return self._release_shards()
         try:
             released = self.lease.release()
         except StoreError as exc:
@@ -286,6 +333,43 @@ class Scheduler:
             self._beat = None
             self._best_effort("heartbeat", self.store.remove_scheduler, self.scheduler_id)
         return released
+
+    def _release_shards(self) -> bool:
+        # The heartbeat row goes first: the schedulers the releases wake up then count one
+        # member less and take this one's shards at once.
+        if self._beat is not None:
+            self._beat = None
+            self._best_effort("heartbeat", self.store.remove_scheduler, self.scheduler_id)
+        released = False
+        for lease in self._shard_leases.values():
+            if lease.grant is None:
+                continue
+            try:
+                released = lease.release() or released
+            except StoreError as exc:
+                self._log_store_error("release", exc, lease=lease.name)
+        self._shard_tokens.clear()
+        return released
+
+    def _lease_held(self) -> bool:
+        return self.lease.is_held()
+
+    # -- the store, read for the shard being worked on -------------------------------------------
+
+    def _pending(self, limit: int) -> list[Occurrence]:
+        if self._sharded is None:
+            return self.store.pending(limit=limit)
+        return self._sharded.pending(limit=limit, shard=self._shard)
+
+    def _next_due_at(self) -> datetime | None:
+        if self._sharded is None:
+            return self.store.next_due_at()
+        return self._sharded.next_due_at(shard=self._shard)
+
+    def _next_retry_at(self) -> datetime | None:
+        if self._sharded is None:
+            return self.store.next_retry_at()
+        return self._sharded.next_retry_at(shard=self._shard)
 
     def _log_store_error(
         self, stage: str, exc: StoreError, *, level: int = logging.WARNING, **fields: Any
@@ -394,6 +478,8 @@ class Scheduler:
         return result
 
     def _iterate(self) -> IterationResult:
+        if self._sharded is not None:
+            return self._iterate_shards(self._sharded)
         tally = _Tally()
         became_leader = False
         self._store_ref = None  # each iteration maps the store's clock afresh
@@ -457,6 +543,243 @@ class Scheduler:
         self.lease.drop()
         self._leader_token = None
 
+    # -- shards ---------------------------------------------------------------------------------
+
+    def _live_window(self) -> timedelta:
+        """A scheduler whose heartbeat is older than this no longer counts as a member. Sharded
+        schedulers beat at least once per ``lease_renew_interval``; a crashed one drops out
+        before its leases expire (``lease_ttl`` after its last renewal), so the survivors'
+        shares already include its shards when they come free."""
+        renew = self.settings.lease_renew_interval
+        return max(renew * 1.5, self.settings.lease_ttl - renew)
+
+    def _iterate_shards(self, store: ShardedStore) -> IterationResult:
+        """One iteration with shards: balance the leases (renew those held, release extras,
+        take free ones up to this scheduler's fair share), then what :meth:`_iterate` does for
+        the single lease, for each shard held: its pending rows, its claims (one batch per
+        shard in turn when several are held), the sleep (the earliest of every shard's)."""
+        total = _Tally()
+        became_leader = False
+        self._store_ref = None
+        stage = "lease"
+        sleeps: list[float] = [self.settings.lease_renew_interval.total_seconds()]
+        try:
+            became_leader, standby_sleep = self._balance(store)
+            sleeps.append(standby_sleep)
+            tallies: dict[int, _Tally] = {}
+            due_reads: dict[int, tuple[datetime | None] | None] = {}
+            stage = "pending"
+            for index in self._held_shards():
+                tallies[index] = _Tally()
+                self._work_on(index)
+                self._submit_pending(self._grant(), tallies[index])
+            stage = "claim"
+            held = self._held_shards()
+            if len(held) == 1:
+                self._work_on(held[0])
+                self._claim_and_submit(self._grant(), tallies[held[0]])
+                due_reads[held[0]] = self._due_read
+            else:
+                # One batch per shard in turn: the due index holds every shard's rows, so
+                # draining one shard first would walk past the others' due rows again and
+                # again (a backlog would cost its square); in turn, each walk skips about one
+                # batch per shard.
+                targets: dict[int, datetime | None] = {}
+                active = list(held)
+                while active and not self._stop.is_set():
+                    for index in list(active):
+                        lease = self._shard_leases[index]
+                        if lease.grant is not None and lease.due_for_renewal():
+                            stage = "lease"
+                            lease.acquire()  # a long backlog: keep every lease renewed
+                            stage = "claim"
+                        if not lease.is_held() or self._stop.is_set():
+                            active.remove(index)
+                            continue
+                        self._work_on(index)
+                        if index not in targets:
+                            targets[index] = self._claim_target()
+                            due_reads[index] = self._due_read
+                        tally = tallies.setdefault(index, _Tally())
+                        if not self._claim_one(self._grant(), tally, targets[index]):
+                            active.remove(index)
+            stage = "sleep"
+            for index in self._held_shards():
+                self._work_on(index)
+                self._due_read = due_reads.get(index)
+                tally = tallies.setdefault(index, _Tally())
+                sleeps.append(self._leader_sleep(tally))
+            for tally in tallies.values():
+                total.merge(tally)
+        except StoreError as exc:
+            self._error_streak += 1
+            backoff = min(
+                ERROR_BACKOFF_CAP,
+                self.settings.max_sleep.total_seconds(),
+                ERROR_BACKOFF_BASE * 2 ** (self._error_streak - 1),
+            )
+            self._log_store_error(stage, exc, level=logging.ERROR, retry_in=backoff)
+            # We cannot know whether a renewal or a claim landed: stop trusting every lease.
+            for lease in self._shard_leases.values():
+                lease.drop()
+            self._shard_tokens.clear()
+            return total.result(
+                leader=False, became_leader=became_leader, error=str(exc), sleep=backoff
+            )
+        self._error_streak = 0
+        tokens = [
+            lease.grant.token
+            for lease in self._shard_leases.values()
+            if lease.grant is not None and lease.is_held()
+        ]
+        sleep = max(0.0, min(sleeps))
+        if sleep < MIN_IDLE_SLEEP and not (total.claimed or total.submitted or total.failed):
+            sleep = MIN_IDLE_SLEEP
+        return total.result(
+            leader=bool(tokens),
+            fencing_token=tokens[0] if tokens else None,
+            became_leader=became_leader,
+            refused=total.refused,
+            sleep=sleep,
+        )
+
+    def _held_shards(self) -> list[int]:
+        return [i for i, lease in self._shard_leases.items() if lease.is_held()]
+
+    def _work_on(self, index: int) -> None:
+        """Point the loop at shard ``index``: its lease, its reads."""
+        self.lease = self._shard_leases[index]
+        self._shard = Shard(index=index, count=self.settings.shards)
+        self._due_read = None
+        self._retries_possible = True
+
+    def _grant(self) -> LeaseGrant:
+        grant = self.lease.grant
+        assert grant is not None
+        return grant
+
+    def _claim_one(self, grant: LeaseGrant, tally: _Tally, target: datetime | None) -> bool:
+        """Claim one batch of the current shard and submit it; whether a full batch came."""
+        limit = self.settings.batch_size
+        if not self.lease.is_held():
+            return False
+        result = self._claim(grant, limit, target)
+        if result.refused:
+            tally.refused = True
+            log_event(
+                "claim.refused",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                lease=self.lease.name,
+            )
+            self._drop_lease()
+            return False
+        self._log_claim(result, grant, tally)
+        if result.deferred:
+            self._retries_possible = True
+        occurrences = self._screen(result.occurrences, grant, tally)
+        more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
+        if occurrences:
+            self._submit_batch(occurrences, grant, tally, pending=False)
+        return more
+
+    def _balance(self, store: ShardedStore) -> tuple[bool, float]:
+        """Renew, release and acquire shard leases. Returns whether a shard was newly taken
+        and how long to sleep at most for the shards not held (until one may come free)."""
+        count = self.settings.shards
+        me = self.scheduler_id
+        renew = self.settings.lease_renew_interval.total_seconds()
+        live = store.live_schedulers(self._live_window(), shards=count)
+        if me not in live:
+            live = sorted([*live, me])
+        target = fair_share(count, live, me)
+        rows = store.read_leases([lease.name for lease in self._shard_leases.values()])
+        now = store.now()
+        mono = self.clock.monotonic()
+        became = False
+        # Renew what is ours first. A lease still ours in the store that this process stopped
+        # trusting (a store error, a refused claim) is renewed at once, as the single lease is.
+        for index, lease in self._shard_leases.items():
+            row = rows.get(lease.name)
+            ours = row is not None and row[0] == me and not row[3]
+            if lease.grant is None and not ours:
+                continue
+            if lease.grant is None or lease.due_for_renewal() or not lease.is_held():
+                grant = lease.acquire()
+                if grant is None:
+                    self._shard_tokens.pop(index, None)
+                elif self._shard_tokens.get(index) != grant.token:
+                    became = True
+                    self._shard_tokens[index] = grant.token
+                    self._retries_possible = True
+        held = [i for i, lease in self._shard_leases.items() if lease.is_held()]
+        # Who holds what (valid leases of live members), to see whether anybody is short.
+        holdings: dict[str, int] = {m: 0 for m in live}
+        free: list[int] = []
+        for index, lease in self._shard_leases.items():
+            row = rows.get(lease.name)
+            if index in held:
+                holdings[me] = holdings.get(me, 0) + 1
+                self._shard_free_since.pop(index, None)
+            elif row is None or row[3]:
+                free.append(index)
+                self._shard_free_since.setdefault(index, mono)
+            else:
+                self._shard_free_since.pop(index, None)
+                if row[0] in holdings:
+                    holdings[row[0]] += 1
+        short = any(holdings[m] < fair_share(count, live, m) for m in live if m != me)
+        if len(held) > target and not free and short:
+            # Hand the extras over: each release NOTIFYs, the member short of its share takes
+            # it at once. The highest shards go, so the members agree on the rest.
+            for index in sorted(held, reverse=True)[: len(held) - target]:
+                self._shard_leases[index].release()
+                self._shard_tokens.pop(index, None)
+                held.remove(index)
+        for index in free:
+            lease = self._shard_leases[index]
+            # A free shard nobody takes within a renewal interval (the members disagree about
+            # who is alive) is taken anyway: a shard without a holder is worse than an uneven
+            # split.
+            stranded = mono - self._shard_free_since.get(index, mono) >= renew
+            if len(held) >= target and not stranded:
+                continue
+            grant = lease.acquire()
+            if grant is None:
+                continue
+            held.append(index)
+            self._shard_free_since.pop(index, None)
+            if self._shard_tokens.get(index) != grant.token:
+                became = True
+                self._shard_tokens[index] = grant.token
+                self._retries_possible = True
+        # Sleep until a shard this scheduler would take may come free: at its expiry when
+        # short of the share, a renewal interval after it (the stranded rule) otherwise.
+        until = [renew]
+        for index, lease in self._shard_leases.items():
+            if index in held:
+                continue
+            row = rows.get(lease.name)
+            if row is None or row[3]:
+                since = self._shard_free_since.get(index, mono)
+                until.append(max(MIN_IDLE_SLEEP, since + renew - mono))
+                continue
+            wait = (row[2] - now).total_seconds() + MIN_IDLE_SLEEP
+            until.append(wait if len(held) < target else wait + renew)
+        view = (tuple(sorted(held)), target, len(live))
+        if view != self._shard_view:
+            self._shard_view = view
+            log_event(
+                "lease.shards",
+                scheduler_id=me,
+                shards=count,
+                held=list(view[0]),
+                target=target,
+                live=len(live),
+            )
+        return became, max(MIN_IDLE_SLEEP, min(until))
+
     def _on_standby(self) -> None:
         self._leader_token = None
         self._standby_iterations += 1
@@ -492,7 +815,7 @@ class Scheduler:
         being submitted, by failing for good, or by failing again (it then backs off)."""
         limit = self.settings.batch_size
         while self.lease.is_held() and not self._stop.is_set():
-            rows = self.store.pending(limit=limit)
+            rows = self._pending(limit)
             if not rows:
                 return
             if self._store_ref is None:
@@ -612,7 +935,7 @@ class Scheduler:
         ahead = self.settings.claim_ahead
         if not ahead:
             return None
-        nxt = self.store.next_due_at()
+        nxt = self._next_due_at()
         self._due_read = (nxt,)
         if nxt is None:
             return None
@@ -742,14 +1065,14 @@ class Scheduler:
         # The read made before claiming still holds when the claim moved no schedule (an edit
         # since then NOTIFYs, which ends the sleep).
         moved = tally.claimed or tally.missed or tally.conflicts or tally.skipped
-        nxt = self._due_read[0] if self._due_read and not moved else self.store.next_due_at()
+        nxt = self._due_read[0] if self._due_read and not moved else self._next_due_at()
         if nxt is not None:
             # Due-ness is judged by the store's clock, so the distance is too; wake early
             # enough to claim ahead of the instant.
             until = nxt - self._store_now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
         if self._retries_possible:
-            retry_at = self.store.next_retry_at()
+            retry_at = self._next_retry_at()
             if retry_at is None:
                 self._retries_possible = False
             else:
@@ -789,7 +1112,9 @@ class Scheduler:
                 self.alerter.emit_all(
                     Alert.missed(m, at=now, scheduler_id=self.scheduler_id) for m in misses
                 )
-        if result.leader:
+        # With shards, the holder of shard 0 alone looks for failing and overdue schedules
+        # (every schedule), so an alert is raised once, not once per replica.
+        if result.leader and (self._sharded is None or self._shard_leases[0].is_held()):
             self._check_alerts()
         else:
             self._alerts.reset()
@@ -804,21 +1129,35 @@ class Scheduler:
         state = (Role.LEADER, result.fencing_token) if result.leader else (Role.STANDBY, None)
         now = self.clock.monotonic()
         interval = self.settings.lease_renew_interval.total_seconds()
+        lease_name = self.lease.name
+        if self._sharded is not None:
+            # Membership: the other schedulers count this one while its beat is recent (see
+            # _live_window), so it beats a little more often than once per renewal.
+            interval *= 0.9
+            held = [str(i) for i, lease in self._shard_leases.items() if lease.is_held()]
+            lease_name = f"scheduler/shard-{','.join(held) or '-'}-of-{self.settings.shards}"
+            if len(lease_name) > 64:
+                lease_name = f"scheduler/{len(held)}-shards-of-{self.settings.shards}"
         if state == self._beat and self._beat_at is not None and now - self._beat_at < interval:
             return
         self._beat_at = now  # a failed write waits for the next slot too
         beat = SchedulerBeat(
             scheduler_id=self.scheduler_id,
             role=state[0],
-            lease=self.lease.name,
+            lease=lease_name,
             fencing_token=state[1],
             hostname=self._hostname,
             pid=os.getpid(),
             version=self.version,
             ttl=self.settings.lease_ttl + self.settings.lease_renew_interval,
         )
+        joined = self._beat is None
         if self._best_effort("heartbeat", self.store.heartbeat, beat):
             self._beat = state
+            if joined and self._sharded is not None:
+                # A new member: the others wake, count it and hand it its share now rather
+                # than at their next renewal.
+                self._best_effort("heartbeat", self.store.notify, "lease:scheduler/joined")
 
     def _check_alerts(self) -> None:
         if self.alerter is None:

@@ -52,9 +52,11 @@ from goatbeat.core.model import (
     SubmitOutcome,
     json_safe,
 )
+from goatbeat.core.shards import ALL, Shard
 from goatbeat.core.triggers import trigger_from_spec
 
 __all__ = [
+    "ShardedStore",
     "ScheduleStore",
     "PublishResult",
     "ResumeResult",
@@ -605,4 +607,40 @@ class ScheduleStore(Protocol):
 
     def info(self) -> dict[str, Any]:
         """A short description for logs (kind, database, schema version)."""
+        ...
+
+
+class ShardedStore(ScheduleStore, Protocol):
+    """A store that runs more than one shard (:mod:`goatbeat.core.shards`): PostgresStore.
+    SQLite and memory serve a single process and keep one shard; a scheduler configured with
+    ``shards`` > 1 on them refuses to start, naming the setting.
+
+    ``claim_due`` reads the shard from the lease's name (``scheduler/shard-K-of-N``) and claims
+    only schedules of that shard; any other lease name covers every schedule. The three reads
+    below take the shard to look at (default: every schedule)."""
+
+    supports_shards: bool
+
+    def next_due_at(self, *, shard: Shard = ALL) -> datetime | None:
+        """As :meth:`ScheduleStore.next_due_at`, counting only ``shard``'s schedules."""
+        ...
+
+    def pending(
+        self, *, limit: int, exclude: Collection[int] = (), shard: Shard = ALL
+    ) -> list[Occurrence]:
+        """As :meth:`ScheduleStore.pending`, only executions of ``shard``'s schedules."""
+        ...
+
+    def next_retry_at(self, *, shard: Shard = ALL) -> datetime | None:
+        """As :meth:`ScheduleStore.next_retry_at`, only executions of ``shard``'s schedules."""
+        ...
+
+    def read_leases(self, names: Sequence[str]) -> dict[str, tuple[str, int, datetime, bool]]:
+        """:meth:`ScheduleStore.read_lease` for several names at once (absent rows left out)."""
+        ...
+
+    def live_schedulers(self, within: timedelta, *, shards: int) -> list[str]:
+        """Ids of the schedulers running ``shards`` shards (their heartbeat's ``lease`` is
+        ``scheduler/...-of-<shards>``) whose heartbeat is younger than ``within`` by the
+        store's clock and not expired, sorted. Read-only."""
         ...

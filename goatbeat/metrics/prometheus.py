@@ -236,10 +236,13 @@ class _StoreCollector(Collector):
             return
         status = read.status
         lease = status.lease
+        shards = status.shards
+        held = all(s.valid for s in shards) if shards else lease is not None and lease.valid
         yield GaugeMetricFamily(
             "goatbeat_lease_valid",
-            "1 when some scheduler holds the lease, unexpired by the database clock.",
-            value=1 if lease is not None and lease.valid else 0,
+            "1 when some scheduler holds the lease (with shards: every shard's lease), "
+            "unexpired by the database clock.",
+            value=1 if held else 0,
         )
         schedulers = GaugeMetricFamily(
             "goatbeat_schedulers",

@@ -1147,7 +1147,7 @@ def occurrence_for(
     )
 
 
-_PAYLOAD = re.compile(r"\A(?:schedule:[0-9]{1,19}|run:[0-9]{1,19}|lease:[A-Za-z0-9_.:-]{1,64})\Z")
+_PAYLOAD = re.compile(r"\A(?:schedule:[0-9]{1,19}|run:[0-9]{1,19}|lease:[A-Za-z0-9_.:/-]{1,64})\Z")
 
 
 def validate_payload(payload: object) -> bool:

@@ -102,6 +102,7 @@ from goatbeat.core.model import (
     manual_key,
 )
 from goatbeat.core.observability import log_event
+from goatbeat.core.shards import ALL, Shard, parse_lease_name
 from goatbeat.core.store import NOTIFY_CHANNEL, BackfillResult, PublishResult, ResumeResult
 from goatbeat.stores import _common as common
 from goatbeat.stores import _operations as ops
@@ -181,6 +182,12 @@ class DsnConnectionProvider:
                 pass  # it is already broken; closing is best effort
 
 
+def _shard_params(shard: Shard) -> dict[str, Any]:
+    """The shard filter's parameters: the count and the OTHER shards (see queries.sql)."""
+    others = [i for i in range(shard.count) if i != shard.index]
+    return {"shards": shard.count, "others": others}
+
+
 class _RetryableStoreError(StoreError):
     """The transaction was rolled back by a deadlock or serialization failure."""
 
@@ -194,7 +201,13 @@ class PostgresStore:
 
     ``PostgresStore("postgresql://...")`` or ``PostgresStore(connection_provider=...)``.
     ``clock`` is accepted for symmetry with the other stores, but coordination never reads it:
-    the database's ``now()`` is the only clock that counts here."""
+    the database's ``now()`` is the only clock that counts here.
+
+    It supports shards (:class:`~goatbeat.core.store.ShardedStore`): a claim under the lease of
+    shard K of N touches only that shard's schedules, and ``pending``, ``next_due_at`` and
+    ``next_retry_at`` take the shard to look at."""
+
+    supports_shards = True
 
     def __init__(
         self,
@@ -636,11 +649,29 @@ class PostgresStore:
             bool(row["expired"]),
         )
 
+    def read_leases(self, names: Sequence[str]) -> dict[str, tuple[str, int, datetime, bool]]:
+        with self._session() as conn:
+            rows = self._fetch(conn, "lease_read_many", {"names": list(names)})
+        return {
+            r["name"]: (
+                r["holder"],
+                int(r["token"]),
+                r["expires_at"].astimezone(UTC),
+                bool(r["expired"]),
+            )
+            for r in rows
+        }
+
+    def live_schedulers(self, within: timedelta, *, shards: int) -> list[str]:
+        with self._session() as conn:
+            rows = self._fetch(conn, "live_schedulers", {"within": within, "shards": shards})
+        return [str(r["scheduler_id"]) for r in rows]
+
     # -- claiming --------------------------------------------------------------------------
 
-    def next_due_at(self) -> datetime | None:
+    def next_due_at(self, *, shard: Shard = ALL) -> datetime | None:
         with self._session() as conn:
-            row = self._fetch_one(conn, "next_due_at")
+            row = self._fetch_one(conn, "next_due_at", _shard_params(shard))
         value = None if row is None else row["next_due_at"]
         return None if value is None else value.astimezone(UTC)
 
@@ -681,7 +712,8 @@ class PostgresStore:
             if check is None:
                 return ClaimResult(occurrences=[], refused=True)
             at = (now or check["now"]).astimezone(UTC)
-            rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit})
+            shard = _shard_params(parse_lease_name(lease.name))
+            rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit, **shard})
             schedules, damaged = common.decode_due(rows, self._cache.from_row)
             batch = common.plan_batch(schedules, at, self.planner, common.run_states(rows, at))
             batch.schedules_seen = len(rows)
@@ -766,7 +798,9 @@ class PostgresStore:
                             {"ids": list(started), "execution_ids": list(started.values())},
                         )
             if check["buffered"]:
-                occurrences += self._promote_buffered(conn, lease, scheduler_id, check["now"])
+                occurrences += self._promote_buffered(
+                    conn, lease, scheduler_id, check["now"], shard
+                )
         # Committed: only now may the cache believe the rows are at their new versions.
         for adv in advs:
             if adv.schedule.id in advanced:
@@ -784,11 +818,17 @@ class PostgresStore:
         )
 
     def _promote_buffered(
-        self, conn: psycopg.Connection[Any], lease: LeaseGrant, scheduler_id: str, now: datetime
+        self,
+        conn: psycopg.Connection[Any],
+        lease: LeaseGrant,
+        scheduler_id: str,
+        now: datetime,
+        shard: Mapping[str, Any],
     ) -> list[Occurrence]:
-        """Buffered occurrences whose schedule's run ended (or expired by ``max_runtime``)
-        start now: they become this claim's, and the run their schedule waits for next."""
-        rows = self._fetch(conn, "buffered_runs")
+        """Buffered occurrences (of the lease's shard) whose schedule's run ended (or expired
+        by ``max_runtime``) start now: they become this claim's, and the run their schedule
+        waits for next."""
+        rows = self._fetch(conn, "buffered_runs", shard)
         if not rows:
             return []
         ready = [
@@ -844,11 +884,14 @@ class PostgresStore:
         }
         return [d for d in damaged if d.id in written]
 
-    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
+    def pending(
+        self, *, limit: int, exclude: Collection[int] = (), shard: Shard = ALL
+    ) -> list[Occurrence]:
         common.check_positive("limit", limit)
         skip = common.execution_ids("exclude", exclude)
+        params = {"limit": limit, "exclude": skip, **_shard_params(shard)}
         with self._session() as conn:
-            rows = self._fetch(conn, "pending", {"limit": limit, "exclude": skip})
+            rows = self._fetch(conn, "pending", params)
             occurrences, failed = common.decode_pending(rows)
             if failed:
                 with psycopg.Cursor(conn) as cur:
@@ -858,9 +901,9 @@ class PostgresStore:
                     )
         return occurrences
 
-    def next_retry_at(self) -> datetime | None:
+    def next_retry_at(self, *, shard: Shard = ALL) -> datetime | None:
         with self._session() as conn:
-            row = self._fetch_one(conn, "next_retry_at")
+            row = self._fetch_one(conn, "next_retry_at", _shard_params(shard))
         at = None if row is None else row["at"]
         return None if at is None else at.astimezone(UTC)
 
@@ -900,6 +943,7 @@ class PostgresStore:
                     "token": lease.token,
                     "scheduler_id": scheduler_id,
                     "ids": wanted,
+                    **_shard_params(parse_lease_name(lease.name)),
                 },
             )
         return sorted(int(r["id"]) for r in rows)
@@ -1049,6 +1093,7 @@ class PostgresStore:
             counts = self._fetch_one(conn, "status_counts", params)
             oldest = self._fetch_one(conn, "status_oldest", params)
             lease = self._fetch_one(conn, "lease_read", {"name": lease_name})
+            shard_rows = self._fetch(conn, "leases_like")
             rows = self._fetch(conn, "schedulers")
         assert counts is not None
         return StatusSnapshot(
@@ -1063,6 +1108,17 @@ class PostgresStore:
                 valid=not lease["expired"],
             ),
             schedulers=[ops.scheduler_from_row(r) for r in rows],
+            shard_leases=[
+                LeaseState(
+                    name=r["name"],
+                    holder=r["holder"],
+                    token=int(r["token"]),
+                    expires_at=r["expires_at"].astimezone(UTC),
+                    valid=not r["expired"],
+                )
+                for r in shard_rows
+                if r["name"] != "scheduler"
+            ],
             due=int(counts["due"]),
             pending=int(counts["pending"]),
             oldest_due_at=None if oldest is None else oldest["at"].astimezone(UTC),

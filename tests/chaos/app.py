@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 from goatbeat.beat import Beat
 from goatbeat.core.errors import RetryableSubmitError
 from goatbeat.core.model import Occurrence, SubmitOutcome
+from goatbeat.core.shards import ALL, Shard
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
 from tests.doubles import AcceptingSubmitter
@@ -165,9 +166,11 @@ class RecordingPostgresStore(PostgresStore):
         self.dsn = dsn
         self.recorder = recorder
 
-    def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
+    def pending(
+        self, *, limit: int, exclude: Collection[int] = (), shard: Shard = ALL
+    ) -> list[Occurrence]:
         started = time.time()
-        rows = super().pending(limit=limit, exclude=exclude)
+        rows = super().pending(limit=limit, exclude=exclude, shard=shard)
         if rows:
             self.recorder.write(
                 {"type": "pending", "ids": [o.execution_id for o in rows], "t": started}

@@ -83,7 +83,9 @@ What is asserted, and what is allowed (and why):
 ``token-order`` / ``token-holder``
     Fencing tokens never decrease in the order claims happened (``claimed_at``), nor in the
     harness's polls of the lease row; one token belongs to one scheduler (in the executions, in
-    the lease polls, and in the ``lease.acquired`` log events).
+    the lease polls, and in the ``lease.acquired`` log events). With shards each shard's lease
+    has its own tokens: every rule holds per lease, an execution's lease being the one of its
+    schedule's shard (``shard_of(name, shards)``).
 
 ``stalled``
     Liveness at the end: every enabled schedule's final ``next_run_at`` lies after the moment
@@ -101,6 +103,7 @@ from pathlib import Path
 from typing import Any
 
 from goatbeat.core.model import MisfirePolicy, Schedule
+from goatbeat.core.shards import lease_name, shard_of
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
 EVIL_PREFIX = "evil-"
@@ -203,9 +206,11 @@ class Evidence:
     """Definition history by schedule name, oldest first."""
     records: list[dict[str, Any]]
     """submit / pending / booked records; each has ``src`` (the scheduler id of its file)."""
-    lease_polls: list[tuple[float, str, int]] = field(default_factory=list)
-    acquisitions: list[tuple[str, int]] = field(default_factory=list)
-    """(scheduler id, fencing token) of every ``lease.acquired`` log event."""
+    lease_polls: list[tuple[float, str, int, str]] = field(default_factory=list)
+    """(wall time, holder, token, lease name) of every change the harness saw."""
+    acquisitions: list[tuple[str, int, str]] = field(default_factory=list)
+    """(scheduler id, fencing token, lease name) of every ``lease.acquired`` log event."""
+    shards: int = 1
     died: set[str] = field(default_factory=set)
     """Scheduler ids whose process was killed or crashed."""
     faults_stopped_at: datetime | None = None
@@ -719,42 +724,46 @@ def _check_edits(ev: Evidence, report: Report) -> None:
 
 
 def _check_tokens(ev: Evidence, report: Report) -> None:
-    holders: dict[int, set[str]] = defaultdict(set)
+    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
     ordered = sorted(
         (e for e in ev.executions if e.token is not None), key=lambda e: (e.claimed_at, e.id)
     )
-    highest: ExecRow | None = None
+    highest: dict[str, ExecRow] = {}
     for e in ordered:
         assert e.token is not None
-        holders[e.token].add(e.scheduler_id or "?")
-        if highest is not None and highest.token is not None and e.token < highest.token:
+        lease = lease_name(shard_of(e.name, ev.shards), ev.shards)
+        holders[lease, e.token].add(e.scheduler_id or "?")
+        top = highest.get(lease)
+        if top is not None and top.token is not None and e.token < top.token:
             report.add(
                 "token-order",
                 f"{e.key} claimed at {e.claimed_at.isoformat()} with token {e.token} after "
-                f"{highest.key} was claimed with token {highest.token}",
+                f"{top.key} was claimed with token {top.token} ({lease})",
             )
-        if highest is None or (highest.token or 0) < e.token:
-            highest = e
-    for sid, token in ev.acquisitions:
-        holders[token].add(sid)
-    last: tuple[float, str, int] | None = None
+        if top is None or (top.token or 0) < e.token:
+            highest[lease] = e
+    for sid, token, lease in ev.acquisitions:
+        holders[lease, token].add(sid)
+    last: dict[str, tuple[float, str, int, str]] = {}
     changes = 0
     for poll in sorted(ev.lease_polls):
-        _, holder, token = poll
-        holders[token].add(holder)
-        if last is not None:
-            if token < last[2]:
-                report.add("token-order", f"lease token went from {last[2]} back to {token}")
-            elif holder != last[1] and token <= last[2]:
+        _, holder, token, lease = poll
+        holders[lease, token].add(holder)
+        before = last.get(lease)
+        if before is not None:
+            if token < before[2]:
+                report.add("token-order", f"{lease} token went from {before[2]} back to {token}")
+            elif holder != before[1] and token <= before[2]:
                 report.add(
-                    "token-order", f"lease went from {last[1]} to {holder} keeping token {token}"
+                    "token-order",
+                    f"{lease} went from {before[1]} to {holder} keeping token {token}",
                 )
-            elif holder != last[1]:
+            elif holder != before[1]:
                 changes += 1
-        last = poll
-    for token, sids in sorted(holders.items()):
+        last[lease] = poll
+    for (lease, token), sids in sorted(holders.items()):
         if len(sids) > 1:
-            report.add("token-holder", f"token {token} used by {sorted(sids)}")
+            report.add("token-holder", f"{lease} token {token} used by {sorted(sids)}")
     report.figures["fencing_tokens"] = len(holders)
     report.figures["leader_changes_polled"] = changes
 
@@ -767,7 +776,15 @@ def _check_pauses(ev: Evidence, report: Report) -> None:
     """A leader paused past its TTL while another took over must stand down on waking."""
     replaced = stood_down = 0
     for sid, stopped, resumed in ev.pauses:
-        others = [p for p in ev.lease_polls if stopped < p[0] < resumed and p[1] != sid]
+        # The leases it held when it stopped (the last poll of each before the pause).
+        held: dict[str, str] = {}
+        for t, holder, _token, lease in sorted(ev.lease_polls):
+            if t <= stopped:
+                held[lease] = holder
+        mine = {lease for lease, holder in held.items() if holder == sid}
+        others = [
+            p for p in ev.lease_polls if stopped < p[0] < resumed and p[1] != sid and p[3] in mine
+        ]
         if not others:
             continue  # nobody took over (the database was down too...): nothing to refuse
         replaced += 1
@@ -881,18 +898,24 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
         for rec in _read_jsonl(path):
             rec["src"] = src
             records.append(rec)
-    acquisitions: list[tuple[str, int]] = []
+    acquisitions: list[tuple[str, int, str]] = []
     events: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for path in sorted(workdir.glob("log-*.jsonl")):
         for rec in _read_jsonl(path):
             event = rec.get("event")
             if event == "lease.acquired":
-                acquisitions.append((str(rec["scheduler_id"]), int(rec["fencing_token"])))
+                acquisitions.append(
+                    (
+                        str(rec["scheduler_id"]),
+                        int(rec["fencing_token"]),
+                        str(rec.get("lease") or "scheduler"),
+                    )
+                )
             if event in _STAND_DOWN or event in _ATTEMPTS or event == "lease.acquired":
                 sid = str(rec.get("scheduler_id") or path.name[len("log-") : -len(".jsonl")])
                 events[sid].append((_dt(rec["ts"]).timestamp(), event))
     polls = [
-        (float(r["t"]), str(r["holder"]), int(r["token"]))
+        (float(r["t"]), str(r["holder"]), int(r["token"]), str(r.get("lease") or "scheduler"))
         for r in (
             _read_jsonl(workdir / "lease.jsonl") if (workdir / "lease.jsonl").exists() else []
         )
@@ -928,6 +951,8 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
             stopped_at = datetime.fromtimestamp(float(rec["t"]), UTC)
     if broker_down is not None:
         broker_faults.append((broker_down, float("inf")))
+    config_path = workdir / "config.json"
+    shards = int(json.loads(config_path.read_text())["shards"]) if config_path.exists() else 1
     broker_path = workdir / "broker.json"
     broker = Counter(json.loads(broker_path.read_text())) if broker_path.exists() else None
     return Evidence(
@@ -937,6 +962,7 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
         records=records,
         lease_polls=polls,
         acquisitions=acquisitions,
+        shards=shards,
         died=died,
         faults_stopped_at=stopped_at,
         pauses=pauses,

@@ -57,6 +57,7 @@ from typing import Any
 from goatbeat.core.clock import OFFSET_ENV
 from goatbeat.core.errors import ConflictError, StoreError
 from goatbeat.core.model import MisfirePolicy, Schedule, Source
+from goatbeat.core.shards import lease_name
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger, Trigger
 from goatbeat.stores.postgres import FREEZE_ENV, DsnConnectionProvider, PostgresStore
 from tests.chaos.app import APP_NAME_PREFIX, DELIVERIES
@@ -114,6 +115,9 @@ class ChaosConfig:
     edit_gap: float = 0.25
     fail_rate: float = 0.01
     settle: float = 12.0
+    shards: int = 1
+    """``--shards`` of every scheduler: each shard's lease is polled and its tokens checked
+    apart, faults aimed at "the leader" hit a random shard's holder."""
     log: Callable[[str], None] = print
 
 
@@ -203,6 +207,7 @@ class ChaosRun:
         cfg = self.config
         assert self.server is not None
         self.dsn = self.server.dsn
+        (self.workdir / "config.json").write_text(json.dumps({"shards": cfg.shards}))
         setup = self._store("setup")
         setup.migrate()
         self._create_admin_schedules(setup)
@@ -424,6 +429,8 @@ class ChaosRun:
                 "1s",
                 "--max-submit-retries",
                 str(MAX_SUBMIT_RETRIES),
+                "--shards",
+                str(cfg.shards),
                 *(extra or ["--batch-size", "100"]),
             ],
             cwd=self.workdir,
@@ -465,14 +472,20 @@ class ChaosRun:
         try:
             store = self._store("probe")
             try:
-                lease = store.read_lease("scheduler")
+                leases = store.read_leases(self._lease_names())
             finally:
                 store.close()
         except StoreError:
             return None
-        if lease is None or lease[3]:
+        holders = sorted({row[0] for row in leases.values() if not row[3]})
+        if not holders:
             return None
-        return next((n for n in self.nodes if n.sid == lease[0]), None)
+        # With shards, "the leader" is the holder of a shard the seed picks.
+        holder = self.rng.choice(holders)
+        return next((n for n in self.nodes if n.sid == holder), None)
+
+    def _lease_names(self) -> list[str]:
+        return [lease_name(i, self.config.shards) for i in range(self.config.shards)]
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -653,19 +666,27 @@ class ChaosRun:
 
     def _lease_poller(self) -> None:
         store = self._store("lease-poller")
-        last: tuple[str, int] | None = None
+        last: dict[str, tuple[str, int]] = {}
+        names = self._lease_names()
         try:
             while not self._stop.is_set():
                 try:
-                    lease = store.read_lease("scheduler")
+                    leases = store.read_leases(names)
                 except StoreError:
                     self._stop.wait(0.2)
                     continue
-                if lease is not None and (lease[0], lease[1]) != last:
-                    last = (lease[0], lease[1])
-                    self._append(
-                        "lease.jsonl", {"t": time.time(), "holder": lease[0], "token": lease[1]}
-                    )
+                for name, lease in sorted(leases.items()):
+                    if (lease[0], lease[1]) != last.get(name):
+                        last[name] = (lease[0], lease[1])
+                        self._append(
+                            "lease.jsonl",
+                            {
+                                "t": time.time(),
+                                "lease": name,
+                                "holder": lease[0],
+                                "token": lease[1],
+                            },
+                        )
                 self._stop.wait(0.05)
         finally:
             store.close()

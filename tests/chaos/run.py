@@ -3,7 +3,9 @@
 ::
 
     python -m tests.chaos.run --duration 600 --seed 1234 --schedulers 3
+    python -m tests.chaos.run --shards 4    # every scheduler runs 4 shards
     ./dev soak                      # the same, 600 s by default; figures for docs/reliability.md
+    ./dev soak --shards 4           # the sharded soak; figures for docs/scaling.md
 
 Prints the seed first (replay a failure with ``--seed``), each fault as it is injected, then
 the checker's figures and violations. Exit status 0 when no guarantee was broken, 1 otherwise.
@@ -42,6 +44,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> tuple[ChaosRun, Report]:
         "seed": config.seed,
         "duration_s": config.duration,
         "schedulers": config.schedulers,
+        "shards": config.shards,
         "faults_injected": sum(n for k, n in stats.faults.items() if k != "end"),
         "faults": {k: n for k, n in sorted(stats.faults.items()) if k != "end"},
         "process_restarts": stats.restarts,
@@ -60,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of faults")
     parser.add_argument("--seed", type=int, default=None, help="default: random, printed")
     parser.add_argument("--schedulers", type=int, default=3)
+    parser.add_argument("--shards", type=int, default=1, help="--shards of every scheduler")
     parser.add_argument("--schedules", type=int, default=280, help="admin schedules")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
     parser.add_argument("--workdir", type=Path, default=None)
@@ -76,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=seed,
         duration=args.duration,
         schedulers=args.schedulers,
+        shards=args.shards,
         admin_schedules=args.schedules,
         faults=faults,
         log=lambda line: print(line, flush=True),

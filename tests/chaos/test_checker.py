@@ -277,7 +277,7 @@ def paused_history(submissions_after_resume: int) -> Evidence:
     return h.evidence(
         T0 + (6 + submissions_after_resume) * S,
         pauses=[("a", resumed - 4, resumed)],
-        lease_polls=[(resumed - 4.5, "a", 1), (resumed - 1, "b", 2)],
+        lease_polls=[(resumed - 4.5, "a", 1, "scheduler"), (resumed - 1, "b", 2, "scheduler")],
         events={"a": [((T0 + 9 * S).timestamp(), "lease.lost")]},
     )
 

@@ -81,3 +81,11 @@ def test_a_pinned_submitter_must_be_a_known_backend() -> None:
 def test_goatbeat_must_be_a_dict() -> None:
     with pytest.raises(ImproperlyConfigured, match="must be a dict"):
         conf.load(["database", "default"])
+
+
+def test_the_shards_setting_goes_through_the_core_settings() -> None:
+    assert conf.load({"shards": 4}).core.shards == 4
+    assert conf.load({}).core.shards == 1
+    with pytest.raises(ImproperlyConfigured) as caught:
+        conf.load({"shards": 0})
+    assert "shards: 0 is out of range 1..256" in str(caught.value)

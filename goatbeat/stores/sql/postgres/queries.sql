@@ -131,9 +131,17 @@ RETURNING name;
 -- The earliest instant a claim has work: a next_run_at (the due index, paused rows left out),
 -- or a buffered occurrence whose run ended (its own past instant) or expires (max_runtime).
 -- least() ignores NULLs: a run claimed and not yet sent has no expiry to wait for.
+-- With shards (goatbeat/core/shards.py) only the schedules of one shard count; the shard is
+-- the first four bytes of the SHA-256 of the UTF-8 name modulo the shard count, exactly as
+-- Python computes it, so it is never stored (see docs/scaling.md). Every shard filter says
+-- "not in any OTHER shard" (%(others)s) rather than "= this shard": the same rows, but the
+-- planner estimates an inequality as barely selective and keeps walking the due index, where
+-- an equality on an expression is estimated at 0.5 % and, with most of the table due (an
+-- hourly burst), makes it scan and sort the whole table instead, every batch.
 SELECT least(
     (SELECT min(next_run_at) FROM goatbeat_schedule
-     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL),
+     WHERE enabled AND NOT paused AND next_run_at IS NOT NULL
+       AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))),
     (SELECT min(CASE
                 WHEN a.status IS NULL
                      OR a.status NOT IN ('claimed', 'submitted', 'running', 'retried')
@@ -145,7 +153,7 @@ SELECT least(
      FROM goatbeat_execution b
      JOIN goatbeat_schedule s ON s.id = b.schedule_id
      LEFT JOIN goatbeat_execution a ON a.id = s.active_execution_id
-     WHERE b.status = 'buffered')
+     WHERE b.status = 'buffered' AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(s.name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[])))
 ) AS next_due_at;
 
 -- name: buffered_runs
@@ -157,7 +165,7 @@ SELECT b.id AS buffered_id, b.scheduled_at AS buffered_at, s.max_runtime,
 FROM goatbeat_execution b
 JOIN goatbeat_schedule s ON s.id = b.schedule_id
 LEFT JOIN goatbeat_execution a ON a.id = s.active_execution_id
-WHERE b.status = 'buffered'
+WHERE b.status = 'buffered' AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(s.name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
 ORDER BY b.id;
 
 -- name: promote_buffered
@@ -269,6 +277,9 @@ SELECT s.id, s.name, s.source, s.task, s.trigger::text AS trigger, s.timezone,
 FROM goatbeat_schedule s
 LEFT JOIN goatbeat_execution a ON s.overlap <> 'allow' AND a.id = s.active_execution_id
 WHERE s.enabled AND NOT s.paused AND s.next_run_at <= %(now)s
+  -- The claiming lease's shard (every schedule with one shard): the hash is computed for the
+  -- due rows the index walk meets, never for the table.
+  AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(s.name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
 ORDER BY s.next_run_at
 LIMIT %(limit)s;
 
@@ -314,11 +325,42 @@ FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
 WHERE e.status = 'claimed' AND e.id <> ALL(%(exclude)s::bigint[])
   AND (e.retry_at IS NULL OR e.retry_at <= now())
+  -- Rows a live scheduler running another shard count claimed are its own to send (a rolling
+  -- change of `shards`: the two generations' shards overlap). Its heartbeat's lease tells
+  -- the generation; when it dies, its rows are resubmitted here as any dead leader's are.
+  AND NOT EXISTS (
+      SELECT 1 FROM goatbeat_scheduler h
+      WHERE h.scheduler_id = e.scheduler_id AND h.expires_at > now()
+        AND CASE WHEN %(shards)s::int = 1 THEN h.lease LIKE 'scheduler/%%'
+                 ELSE h.lease NOT LIKE ('scheduler/%%-of-' || %(shards)s::int) END)
+  AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(s.name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
 ORDER BY e.claimed_at, e.id
 LIMIT %(limit)s;
 
 -- name: next_retry_at
-SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
+SELECT min(retry_at) AS at FROM goatbeat_execution
+WHERE status = 'claimed' AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(schedule_name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]));
+
+-- name: lease_read_many
+SELECT name, holder, token, expires_at, expires_at <= now() AS expired
+FROM goatbeat_lease
+WHERE name = ANY(%(names)s::text[]);
+
+-- name: leases_like
+-- Every lease row of the scheduler (shards of any count), for status.
+SELECT name, holder, token, expires_at, expires_at <= now() AS expired
+FROM goatbeat_lease
+WHERE name = 'scheduler' OR name LIKE 'scheduler/shard-%%'
+ORDER BY name;
+
+-- name: live_schedulers
+-- The scheduler processes whose heartbeat is recent (database clock) and that run the same
+-- shard count (their heartbeat's lease says it): the members a sharded scheduler shares the
+-- shards with. Those of another count (a rolling change of `shards`) take none of these.
+SELECT scheduler_id FROM goatbeat_scheduler
+WHERE heartbeat_at > now() - %(within)s::interval AND expires_at > now()
+  AND lease LIKE ('scheduler/%%-of-' || %(shards)s::int)
+ORDER BY scheduler_id;
 
 -- name: record_outcomes
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence
@@ -377,6 +419,8 @@ WITH lease AS (
     WHERE e.id = ANY(%(ids)s::bigint[]) AND e.kind IN ('manual', 'backfill')
       AND e.status = 'claimed'
       AND e.fencing_token IS NULL AND EXISTS (SELECT 1 FROM lease)
+      -- Only runs of the lease's shard (every run with one shard).
+      AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(e.schedule_name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
     RETURNING e.id, e.schedule_id, e.scheduled_at
 ), runs AS (
     SELECT schedule_id, max(scheduled_at) AS at, count(*) AS n
