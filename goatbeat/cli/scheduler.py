@@ -144,6 +144,9 @@ def scheduler(
             if result.error:
                 raise OperationalError(f"store error: {result.error}")
             return
+        release = getattr(app, "release_declarations", None)
+        if callable(release):
+            release()  # published: a process that runs for weeks need not hold them all
         loop.run()
 
 

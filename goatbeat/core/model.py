@@ -212,6 +212,8 @@ def _check_json(field_name: str, value: Any) -> None:
     """``value`` must survive a JSON round trip unchanged, since that is how it is stored and
     sent: finite numbers, strings, lists, and objects with string keys, nested at most
     MAX_JSON_DEPTH deep (tuples become lists, which backends already do)."""
+    if _plain_json(value, 0):
+        return
     problem = _json_problem(value)
     if problem is None:
         try:
@@ -222,6 +224,26 @@ def _check_json(field_name: str, value: Any) -> None:
         raise InvalidSchedule(
             field_name, value, f"{short_repr(value)} is not JSON-serialisable: {problem}"
         )
+
+
+def _plain_json(value: Any, depth: int) -> bool:
+    """The common case, checked quickly: only lists, dicts with string keys, strings, finite
+    floats, ints of a sane size, booleans and None, of exactly those types (anything else
+    goes through :func:`_json_problem` and :func:`json.dumps`)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(value.bit_length() <= 10_000)
+    if kind is float:
+        return math.isfinite(value)
+    if depth >= MAX_JSON_DEPTH:
+        return False
+    if kind is list:
+        return all(_plain_json(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def _json_form(value: Any) -> Any:

@@ -34,6 +34,7 @@ It logs ``store.frozen`` (with ``monotonic``, this host's monotonic clock) just 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -166,6 +167,24 @@ class _RetryableStoreError(StoreError):
 
 def _params(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+_COMPARE_CHUNK = 10_000
+"""Declarations per ``publish_unchanged`` statement: a few MB of JSON each, not one document
+of every declaration at once."""
+
+_COPY_COLUMNS = (
+    "name", "source", "task", "trigger", "timezone", "args", "kwargs", "queue", "exchange",
+    "routing_key", "priority", "expires", "headers", "misfire_policy", "misfire_grace",
+    "catch_up_limit", "one_off", "enabled", "start_at", "end_at", "next_run_at", "last_run_at",
+    "total_run_count", "description", "published_fingerprint", "jitter", "overlap",
+    "max_runtime", "pause_on_failure",
+)  # fmt: skip
+"""The columns of ``schedule_copy``, in its order."""
+
+
+def _copy_value(column: str, value: Any) -> Any:
+    return Jsonb(value) if column in _JSON_COLUMNS else value
 
 
 class PostgresStore:
@@ -307,15 +326,17 @@ class PostgresStore:
     ) -> PublishResult:
         schedules = list(schedules)
         definitions = common.validate_batch(schedules)
+        names = [s.name for s in schedules]
         with self._session() as conn, conn.transaction():
             conn.execute(self._q["publish_lock"])
             now = self._db_now(conn)
-            existing = {
-                r["name"]: r
-                for r in self._fetch(
-                    conn, "schedules_by_names", {"names": [s.name for s in schedules]}
-                )
-            }
+            unchanged = self._unchanged(conn, schedules, definitions, source, follow_last_run)
+            rest = [name for name in names if name not in unchanged]
+            existing = (
+                {r["name"]: r for r in self._fetch(conn, "schedules_by_names", {"names": rest})}
+                if rest
+                else {}
+            )
             actions = common.plan_publish(
                 schedules,
                 existing,
@@ -323,22 +344,17 @@ class PostgresStore:
                 now=now,
                 definitions=definitions,
                 follow_last_run=follow_last_run,
+                unchanged=unchanged,
             )
             orphaned: list[str] = []
             if Source(source) is Source.CODE:
-                rows = self._fetch(
-                    conn,
-                    "orphans",
-                    {"source": Source.CODE.value, "names": [s.name for s in schedules]},
-                )
+                rows = self._fetch(conn, "orphans", {"source": Source.CODE.value, "names": names})
                 orphaned = [r["name"] for r in rows]
             if dry_run:
                 return actions.result(orphaned=orphaned, dry_run=True)
             with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
-                    cur.executemany(
-                        self._q["schedule_insert"], [_params(r) for r in actions.inserts]
-                    )
+                    self._copy_in(cur, actions.inserts)
                 if actions.replaces:
                     params = []
                     for rep in actions.replaces:
@@ -359,6 +375,46 @@ class PostgresStore:
             if actions.changed:
                 self._notify(conn, "schedule:0")
         return actions.result(orphaned=orphaned)
+
+    def _unchanged(
+        self,
+        conn: psycopg.Connection[Any],
+        schedules: Sequence[Schedule],
+        definitions: Sequence[dict[str, Any]],
+        source: Source,
+        follow_last_run: bool,
+    ) -> set[str]:
+        """The names stored exactly as declared, found in one statement (``publish_unchanged``)
+        that carries one JSON document of the declarations and returns names only. A
+        declaration that may move the last run forward (``follow_last_run``) is left to the
+        full comparison."""
+        unchanged: set[str] = set()
+        pairs: list[str] = []
+
+        def send() -> None:
+            with psycopg.Cursor(conn) as cur:
+                cur.execute(
+                    self._q["publish_unchanged"],
+                    {"declared": f"[{','.join(pairs)}]", "source": Source(source).value},
+                )
+                unchanged.update(row[0] for row in cur.fetchall())
+            pairs.clear()
+
+        for schedule, definition in zip(schedules, definitions, strict=True):
+            if follow_last_run and schedule.last_run_at is not None:
+                continue
+            pairs.append(f"[{json.dumps(schedule.name)},{common.definition_text(definition)}]")
+            if len(pairs) == _COMPARE_CHUNK:
+                send()
+        if pairs:
+            send()
+        return unchanged
+
+    def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
+        with cur.copy(self._q["schedule_copy"]) as copy:
+            for row in rows:
+                copy.write_row([_copy_value(column, row[column]) for column in _COPY_COLUMNS])
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         with self._session() as conn, conn.transaction():
