@@ -30,10 +30,11 @@ from bench import (
     bench_failover,
     bench_lateness,
     bench_scale,
+    bench_startup,
 )
 from bench._common import ROOT, Row, Section, Servers, ensure_peers, fmt, machine
 
-NAMES = ("dispatch", "claim", "scale", "lateness", "failover", "cron")
+NAMES = ("dispatch", "startup", "claim", "scale", "lateness", "failover", "cron")
 DOCS = ROOT / "docs"
 
 
@@ -185,6 +186,7 @@ METHODS: dict[str, Any] = {
     "dispatch": bench_dispatch,
     "claim": bench_claim,
     "scale": bench_scale,
+    "startup": bench_startup,
     "lateness": bench_lateness,
     "failover": bench_failover,
 }
@@ -296,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "claim": lambda: bench_claim.run(servers, quick=args.quick, profile=args.profile),
             "scale": lambda: bench_scale.run(servers, quick=args.quick),
+            "startup": lambda: bench_startup.run(servers, quick=args.quick),
             "lateness": lambda: bench_lateness.run(servers, quick=args.quick),
             "failover": lambda: bench_failover.run(servers, quick=args.quick),
             "cron": lambda: run_cron(args.quick),
