@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -207,6 +208,21 @@ class Routing:
 
 MAX_JSON_DEPTH = 100
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts (both use Py_UNICODE_ISSPACE)
+
+_TRIGGER_TYPES: set[type] = set()
+"""goatbeat's trigger classes once one of their instances passed the protocol check (an
+``isinstance`` against a runtime Protocol inspects every member, every time)."""
+
+
+def _is_trigger(value: object) -> bool:
+    if not isinstance(value, Trigger):
+        return False
+    if type(value).__module__.startswith("goatbeat."):
+        _TRIGGER_TYPES.add(type(value))
+    return True
+
 
 def _check_json(field_name: str, value: Any) -> None:
     """``value`` must survive a JSON round trip unchanged, since that is how it is stored and
@@ -347,17 +363,13 @@ class Schedule:
             raise InvalidSchedule(
                 "name", self.name, f"{short_repr(self.name)} is longer than {MAX_NAME_LENGTH}"
             )
-        if any(ord(c) < 32 for c in self.name):
+        if _CONTROL.search(self.name):
             raise InvalidSchedule(
                 "name", self.name, f"{short_repr(self.name)} contains control characters"
             )
-        if (
-            not isinstance(self.task, str)
-            or not self.task.strip()
-            or any(c.isspace() for c in self.task)
-        ):
+        if not isinstance(self.task, str) or not self.task.strip() or _SPACE.search(self.task):
             raise InvalidSchedule("task", self.task, f"{short_repr(self.task)} is not a task name")
-        if not isinstance(self.trigger, Trigger):
+        if type(self.trigger) not in _TRIGGER_TYPES and not _is_trigger(self.trigger):
             raise InvalidSchedule(
                 "trigger", self.trigger, f"{short_repr(self.trigger)} is not a trigger"
             )

@@ -403,7 +403,7 @@ class PostgresStore:
         for schedule, definition in zip(schedules, definitions, strict=True):
             if follow_last_run and schedule.last_run_at is not None:
                 continue
-            pairs.append(f"[{json.dumps(schedule.name)},{common.definition_text(definition)}]")
+            pairs.append(f"[{json.dumps(schedule.name)},{common.definition_json(definition)}]")
             if len(pairs) == _COMPARE_CHUNK:
                 send()
         if pairs:

@@ -24,15 +24,18 @@ WHERE name = ANY(%(names)s::text[]);
 -- The declared names stored with exactly the declared definition, compared in the database so
 -- that an unchanged declaration costs neither a full row on the wire nor a write: same source,
 -- a fingerprint recorded, not quarantined, every definition column equal. The declarations come
--- as one JSON array of [name, definition] pairs, each definition the JSON text its fingerprint
--- hashes (the columns schema 6 added are left out while they hold their defaults). A value this
+-- as one JSON array of [name, definition] pairs, each definition a JSON object of the definition
+-- columns (one written before schema 6 may leave out the columns it added). A value this
 -- comparison cannot confirm (an instant rendered in another time zone, 1 declared where true is
 -- stored) only sends the row to the exact comparison in Python, never the other way round.
+-- Each name is looked up by the unique index (OFFSET 0 keeps the planner from hashing the whole
+-- table instead, which stale statistics after a bulk insert would make it do per statement).
 SELECT s.name
-FROM (SELECT e ->> 0 AS name, e -> 1 AS d
-      FROM jsonb_array_elements(%(declared)s::jsonb) AS e) AS p
-JOIN goatbeat_schedule s ON s.source = %(source)s AND s.name = p.name
-WHERE s.published_fingerprint IS NOT NULL
+FROM jsonb_array_elements(%(declared)s::jsonb) AS e,
+     LATERAL (SELECT e ->> 0 AS name, e -> 1 AS d) AS p,
+     LATERAL (SELECT * FROM goatbeat_schedule WHERE name = p.name OFFSET 0) AS s
+WHERE s.source = %(source)s
+  AND s.published_fingerprint IS NOT NULL
   AND s.last_status IS DISTINCT FROM 'invalid'
   AND s.task = p.d ->> 'task'
   AND s.trigger = p.d -> 'trigger'
