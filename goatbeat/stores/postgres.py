@@ -390,6 +390,8 @@ class PostgresStore:
         full comparison."""
         unchanged: set[str] = set()
         pairs: list[str] = []
+        if not self._fetch(conn, "source_has_rows", {"source": Source(source).value}):
+            return unchanged  # a first publication: nothing to compare with
 
         def send() -> None:
             with psycopg.Cursor(conn) as cur:

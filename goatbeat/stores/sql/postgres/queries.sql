@@ -20,6 +20,10 @@ SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange,
 FROM goatbeat_schedule
 WHERE name = ANY(%(names)s::text[]);
 
+-- name: source_has_rows
+-- Whether a publication has anything to compare with (walks the (source, name) index).
+SELECT 1 AS found FROM goatbeat_schedule WHERE source = %(source)s LIMIT 1;
+
 -- name: publish_unchanged
 -- The declared names stored with exactly the declared definition, compared in the database so
 -- that an unchanged declaration costs neither a full row on the wire nor a write: same source,
