@@ -312,8 +312,9 @@ class Beat:
         self._callables: dict[str, Callable[..., Any]] = {}
         self._allow_list: TaskAllowList | None = None
         self._triggers: dict[tuple[Any, ...], Trigger] = {}
-        self._released: tuple[frozenset[str], frozenset[str]] | None = None
-        """(names, tasks) of the declarations once :meth:`release_declarations` let go of them."""
+        self._released: tuple[str, frozenset[str]] | None = None
+        """(names joined by newlines, tasks) of the declarations once
+        :meth:`release_declarations` let go of them."""
 
     def __repr__(self) -> str:
         return (
@@ -686,7 +687,10 @@ class Beat:
 
     def prune(self) -> list[str]:
         """Disable code schedules in the store that are no longer declared."""
-        keep = set(self._declared) if self._released is None else set(self._released[0])
+        if self._released is None:
+            keep = set(self._declared)
+        else:
+            keep = set(self._released[0].split("\n")) if self._released[0] else set()
         names = self.store.prune(keep, source=Source.CODE)
         if names:
             log_event("schedule.pruned", schedules=names)
@@ -707,8 +711,10 @@ class Beat:
         schedules does not hold them all for its lifetime. Afterwards :attr:`schedules` is
         empty, and :meth:`publish` refuses (it would disable everything as orphaned)."""
         if self._released is None:
+            # The names as one string (a name holds no control character): 100,000 small
+            # strings kept alive would pin the memory the declarations shared with them.
             self._released = (
-                frozenset(self._declared),
+                "\n".join(self._declared),
                 frozenset(s.task for s in self._declared.values()),
             )
         self._declared = {}
