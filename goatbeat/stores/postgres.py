@@ -34,6 +34,7 @@ It logs ``store.frozen`` (with ``monotonic``, this host's monotonic clock) just 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -325,12 +326,14 @@ class PostgresStore:
         dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
-        definitions = common.validate_batch(schedules)
         names = [s.name for s in schedules]
         with self._session() as conn, conn.transaction():
             conn.execute(self._q["publish_lock"])
             now = self._db_now(conn)
-            unchanged = self._unchanged(conn, schedules, definitions, source, follow_last_run)
+            # Validated before anything is written (a refusal rolls the whole publication back).
+            definitions, unchanged = self._validate_and_compare(
+                conn, schedules, source, follow_last_run
+            )
             rest = [name for name in names if name not in unchanged]
             existing = (
                 {r["name"]: r for r in self._fetch(conn, "schedules_by_names", {"names": rest})}
@@ -376,41 +379,67 @@ class PostgresStore:
                 self._notify(conn, "schedule:0")
         return actions.result(orphaned=orphaned)
 
-    def _unchanged(
+    def _validate_and_compare(
         self,
         conn: psycopg.Connection[Any],
         schedules: Sequence[Schedule],
-        definitions: Sequence[dict[str, Any]],
         source: Source,
         follow_last_run: bool,
-    ) -> set[str]:
-        """The names stored exactly as declared, found in one statement (``publish_unchanged``)
-        that carries one JSON document of the declarations and returns names only. A
-        declaration that may move the last run forward (``follow_last_run``) is left to the
-        full comparison."""
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """Each declaration validated (:func:`~goatbeat.stores._common.validate_batch`'s
+        checks, in its order), and the names stored exactly as declared, found by
+        ``publish_unchanged``: one statement per chunk carrying the chunk's declarations as
+        JSON and returning names only. The statements are pipelined, so the database compares
+        one chunk while the next is validated. A declaration that may move the last run
+        forward (``follow_last_run``) is left to the full comparison."""
+        definitions: list[dict[str, Any]] = []
+        seen: set[str] = set()
         unchanged: set[str] = set()
+        compare = bool(self._fetch(conn, "source_has_rows", {"source": Source(source).value}))
+        pipelined = compare and psycopg.Pipeline.is_supported()
+        cursors: list[psycopg.Cursor[Any]] = []
         pairs: list[str] = []
-        if not self._fetch(conn, "source_has_rows", {"source": Source(source).value}):
-            return unchanged  # a first publication: nothing to compare with
 
         def send() -> None:
-            with psycopg.Cursor(conn) as cur:
-                cur.execute(
-                    self._q["publish_unchanged"],
-                    {"declared": f"[{','.join(pairs)}]", "source": Source(source).value},
-                )
-                unchanged.update(row[0] for row in cur.fetchall())
+            cur = psycopg.Cursor(conn)
+            cursors.append(cur)
+            cur.execute(
+                self._q["publish_unchanged"],
+                {"declared": f"[{','.join(pairs)}]", "source": Source(source).value},
+            )
             pairs.clear()
+            if not pipelined:
+                collect()
 
-        for schedule, definition in zip(schedules, definitions, strict=True):
-            if follow_last_run and schedule.last_run_at is not None:
-                continue
-            pairs.append(f"[{json.dumps(schedule.name)},{common.definition_json(definition)}]")
-            if len(pairs) == _COMPARE_CHUNK:
-                send()
-        if pairs:
-            send()
-        return unchanged
+        def collect() -> None:
+            while cursors:
+                with cursors.pop(0) as cur:
+                    unchanged.update(row[0] for row in cur.fetchall())
+
+        with conn.pipeline() if pipelined else contextlib.nullcontext():
+            try:
+                for schedule in schedules:
+                    definition = common.validate_schedule(schedule)
+                    if schedule.name in seen:
+                        raise InvalidSchedule(
+                            "name", schedule.name, f"{schedule.name!r} is declared twice"
+                        )
+                    seen.add(schedule.name)
+                    definitions.append(definition)
+                    if not compare or (follow_last_run and schedule.last_run_at is not None):
+                        continue
+                    pairs.append(
+                        f"[{json.dumps(schedule.name)},{common.definition_json(definition)}]"
+                    )
+                    if len(pairs) == _COMPARE_CHUNK:
+                        send()
+                if pairs:
+                    send()
+                collect()
+            finally:
+                for cur in cursors:
+                    cur.close()
+        return definitions, unchanged
 
     def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
