@@ -255,10 +255,23 @@ def _plain_json(value: Any, depth: int) -> bool:
         return math.isfinite(value)
     if depth >= MAX_JSON_DEPTH:
         return False
+    # Loops rather than all(...): this runs for every argument of every declaration.
     if kind is list:
-        return all(_plain_json(v, depth + 1) for v in value)
+        for item in value:
+            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
     if kind is dict:
-        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
     return False
 
 

@@ -187,9 +187,21 @@ def _plain_json(value: Any, depth: int = 0) -> bool:
     if depth >= 20:
         return False
     if kind is list:
-        return all(_plain_json(v, depth + 1) for v in value)
+        for item in value:
+            if type(item) is int or (type(item) is str and "\x00" not in item):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
     if kind is dict:
-        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if type(item) is int or (type(item) is str and "\x00" not in item):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
     return False
 
 
