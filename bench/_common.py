@@ -369,13 +369,17 @@ def make_beat() -> Any:
     from goatbeat.beat import Beat
 
     broker = os.environ.get("GOATBEAT_BENCH_BROKER")
+    # The benchmarks store their schedules directly (source admin): the allow-list must let
+    # their task through, as an operator's ``allowed_tasks`` would.
+    settings = {"allowed_tasks": ["bench.*"]}
     if broker:
         return Beat(
             os.environ["GOATBEAT_BENCH_DB"],
             submitter="celery",
             submitter_options={"app": broker},
+            settings=settings,
         )
-    return Beat(os.environ["GOATBEAT_BENCH_DB"], submitter=NoopSubmitter())
+    return Beat(os.environ["GOATBEAT_BENCH_DB"], submitter=NoopSubmitter(), settings=settings)
 
 
 # -- the machine ----------------------------------------------------------------------------
