@@ -184,10 +184,6 @@ _COPY_COLUMNS = (
 """The columns of ``schedule_copy``, in its order."""
 
 
-def _copy_value(column: str, value: Any) -> Any:
-    return Jsonb(value) if column in _JSON_COLUMNS else value
-
-
 class PostgresStore:
     """A ScheduleStore on PostgreSQL.
 
@@ -443,9 +439,30 @@ class PostgresStore:
 
     def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
+        texts: dict[int, tuple[Any, str]] = {}
+
+        def as_json(column: str, value: Any) -> str:
+            # JSON text for a jsonb column (COPY parses it): a trigger spec, shared by the rows
+            # of one trigger object, is encoded once; an empty value never.
+            if not value:
+                return "[]" if isinstance(value, list) else "{}"
+            if column != "trigger":
+                return json.dumps(value)
+            known = texts.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            text = json.dumps(value)
+            texts[id(value)] = (value, text)
+            return text
+
         with cur.copy(self._q["schedule_copy"]) as copy:
             for row in rows:
-                copy.write_row([_copy_value(column, row[column]) for column in _COPY_COLUMNS])
+                copy.write_row(
+                    [
+                        as_json(column, row[column]) if column in _JSON_COLUMNS else row[column]
+                        for column in _COPY_COLUMNS
+                    ]
+                )
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         with self._session() as conn, conn.transaction():

@@ -30,7 +30,24 @@ def declarations() -> list[Any]:
         ),
         hourly("cron", trigger=CronTrigger("*/5 * * * *", timezone="Europe/Paris")),
         hourly("unicode", description="café ☕ \\ \" '", args=["é"]),
+        # What COPY's text format escapes, and its NULL marker, inside JSON values.
+        hourly(
+            "escapes", args=["tab\there", "line\nbreak", "back\\slash", "\\N"], kwargs={"k": "\\."}
+        ),
     ]
+
+
+def test_new_declarations_read_back_exactly_as_declared(store: ScheduleStore) -> None:
+    store.publish(declarations())
+    for declared in declarations():
+        stored = store.get(declared.name)
+        assert (stored.args, stored.kwargs, stored.routing, stored.description) == (
+            declared.args,
+            declared.kwargs,
+            declared.routing,
+            declared.description,
+        )
+        assert stored.trigger == declared.trigger
 
 
 def test_republishing_many_unchanged_declarations_writes_no_row(store: ScheduleStore) -> None:
