@@ -116,8 +116,9 @@ NOTES = """\
   Each declaration is still a validated `Schedule` (about 15 us each), validated again by the
   store (about 8 us): at 100,000 that is most of what keeps the restart above its goal. The
   in-database comparison (about 0.6 s of server time at 100,000) is pipelined: the database
-  compares one chunk while the next is validated. The restart measured 3.7 s and 4.5 s in two
-  full runs on this shared machine (from 16.4 s in the issue; celery beat: 9.1-9.6 s).
+  compares one chunk while the next is validated. The restart measured 3.7 s, 4.5 s and 3.9 s
+  in three full runs on this shared machine (16.4 s in the issue; celery beat: 9.1-9.6 s), the
+  first start 5.4 s, 5.6 s and 4.9 s, the first message after exec 0.94 s, 0.96 s and 1.43 s.
 - Memory. The long-running `goatbeat scheduler` lets go of its declarations after publishing
   them (`Beat.release_declarations`), keeping their names and tasks.
 - Dispatch. A batch's outcomes are now recorded while the next batch is sent, not before.
