@@ -96,7 +96,9 @@ class Servers:
     def start(self) -> Servers:
         services = _load_services()
         if not self.pg_dsn:
-            self._pg = services.PostgresServer().start()
+            # Production durability: fsync, full_page_writes and synchronous_commit on, as
+            # every production database runs (the test suite turns them off for speed).
+            self._pg = services.PostgresServer(durable=True).start()
             self.pg_dsn = self._pg.dsn
         if not self.redis_url:
             self._redis = services.RedisServer().start()
@@ -367,18 +369,17 @@ def make_beat() -> Any:
     from goatbeat.beat import Beat
 
     broker = os.environ.get("GOATBEAT_BENCH_BROKER")
+    # The benchmarks store their schedules directly (source admin): the allow-list must let
+    # their task through, as an operator's ``allowed_tasks`` would.
+    settings = {"allowed_tasks": ["bench.*"]}
     if broker:
         return Beat(
             os.environ["GOATBEAT_BENCH_DB"],
             submitter="celery",
             submitter_options={"app": broker},
+            settings=settings,
         )
-    # The rows bench_shards inserts with SQL name TASK: stored schedules need it allowed.
-    return Beat(
-        os.environ["GOATBEAT_BENCH_DB"],
-        submitter=NoopSubmitter(),
-        settings={"allowed_tasks": [TASK]},
-    )
+    return Beat(os.environ["GOATBEAT_BENCH_DB"], submitter=NoopSubmitter(), settings=settings)
 
 
 # -- the machine ----------------------------------------------------------------------------
@@ -407,12 +408,18 @@ def machine(servers: Servers) -> dict[str, str]:
         kb = int(meminfo.read_text().split()[1])
         mem = f"{kb / 1024 / 1024:.1f} GiB"
     pg_version = redis_version = "unknown"
+    durability = "durability unknown"
     try:
         import psycopg
 
         with psycopg.connect(servers.pg_dsn, autocommit=True) as conn:
             row = conn.execute("SHOW server_version").fetchone()
             pg_version = str(row[0]) if row else "unknown"
+            shown = [
+                f"{name}={conn.execute(f'SHOW {name}').fetchone()[0]}"  # type: ignore[index]
+                for name in ("fsync", "synchronous_commit", "full_page_writes")
+            ]
+            durability = ", ".join(shown)
         redis_version = str(redis_client(servers.redis_url).info("server")["redis_version"])
     except Exception as exc:  # noqa: BLE001 - a description must not stop the run
         pg_version = f"unknown ({exc})"
@@ -421,7 +428,7 @@ def machine(servers: Servers) -> dict[str, str]:
         "Memory": mem,
         "OS": f"{platform.system()} {platform.release()}",
         "Python": platform.python_version(),
-        "PostgreSQL": f"{pg_version} (fsync=off, synchronous_commit=off, local TCP)",
+        "PostgreSQL": f"{pg_version} ({durability}, local TCP)",
         "Redis": f"{redis_version} (no persistence, local TCP)",
         "celery": _version("celery"),
         "kombu": _version("kombu"),
@@ -451,20 +458,24 @@ class SchedulerProcess:
         scheduler_id: str = "bench",
         options: Sequence[str] = (),
         log_level: str = "INFO",
+        app: str = "bench._common:make_beat",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         import threading
 
+        extra = dict(env or {})
         env = child_env(GOATBEAT_BENCH_DB=dsn)
         env.pop("GOATBEAT_BENCH_BROKER", None)
         if broker:
             env["GOATBEAT_BENCH_BROKER"] = broker
+        env.update(extra)
         self.scheduler_id = scheduler_id
         self.events: list[tuple[float, dict[str, Any]]] = []
         self._cond = threading.Condition()
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "goatbeat", "--app", "bench._common:make_beat",
+                sys.executable, "-m", "goatbeat", "--app", app,
                 "--log-format", "json", "--log-level", log_level, "scheduler",
                 "--scheduler-id", scheduler_id, *options,
             ],

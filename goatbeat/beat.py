@@ -25,6 +25,7 @@ schemas should be.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -310,6 +311,10 @@ class Beat:
         self._declared: dict[str, Schedule] = {}
         self._callables: dict[str, Callable[..., Any]] = {}
         self._allow_list: TaskAllowList | None = None
+        self._triggers: dict[tuple[Any, ...], Trigger] = {}
+        self._released: tuple[str, frozenset[str]] | None = None
+        """(names joined by newlines, tasks) of the declarations once
+        :meth:`release_declarations` let go of them."""
 
     def __repr__(self) -> str:
         return (
@@ -465,6 +470,8 @@ class Beat:
         return self._declare(name=name, task=task, **options)
 
     def _declare(self, *, name: str, task: str | Callable[..., Any], **options: Any) -> Schedule:
+        if self._released is not None:
+            raise InvalidSchedule("name", name, "declared after the declarations were released")
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
         schedule = self._build(name=name, task=task, source=Source.CODE, **options)
@@ -525,23 +532,30 @@ class Beat:
         get_zone(zone, "timezone")
         start = None if start_at is None else parse_instant(start_at, "start_at")
         end = None if end_at is None else parse_instant(end_at, "end_at")
-        built = build_trigger(
-            cron=cron,
-            every=every,
-            at=at,
-            solar=solar,
-            trigger=trigger,
-            timezone=zone,
-            # An interval that starts at start_at fires at start_at, start_at + every, ...
-            anchor=start if anchor is None else parse_instant(anchor, "anchor"),
-            allow_subsecond=allow_subsecond,
-        )
+        # Triggers are frozen values: a schedules.py that declares the same cron or interval a
+        # thousand times gets one trigger, parsed once (and checked once by the store).
+        key = _trigger_key(cron, every, at, solar, trigger, zone, anchor, start, allow_subsecond)
+        built = self._triggers.get(key) if key is not None else None
+        if built is None:
+            built = build_trigger(
+                cron=cron,
+                every=every,
+                at=at,
+                solar=solar,
+                trigger=trigger,
+                timezone=zone,
+                # An interval that starts at start_at fires at start_at, start_at + every, ...
+                anchor=start if anchor is None else parse_instant(anchor, "anchor"),
+                allow_subsecond=allow_subsecond,
+            )
+            if key is not None:
+                self._triggers[key] = built
         if isinstance(built, OnceTrigger) and check_future:
             self._check_future(name, built)
         if expires is None:
             expires_s = None
         else:
-            expires_s = parse_duration(expires, field="expires").total_seconds()
+            expires_s = _duration(expires, "expires").total_seconds()
         if not isinstance(enabled, bool):
             raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
         return Schedule(
@@ -559,7 +573,7 @@ class Beat:
                 headers=headers if headers is not None else {},
             ),
             misfire=misfire,  # type: ignore[arg-type]  # Schedule coerces and validates
-            misfire_grace=parse_duration(misfire_grace, field="misfire_grace"),
+            misfire_grace=_duration(misfire_grace, "misfire_grace"),
             catch_up_limit=catch_up_limit,
             start_at=start,
             end_at=end,
@@ -633,9 +647,14 @@ class Beat:
         patterns = (settings or self.settings).allowed_tasks
         return TaskAllowList(
             patterns=patterns,
-            declared=lambda: {s.task for s in self._declared.values()},
+            declared=self._declared_tasks,
             registered=lambda: known_tasks(self.submitter),
         )
+
+    def _declared_tasks(self) -> set[str]:
+        if self._released is not None:
+            return set(self._released[1])
+        return {s.task for s in self._declared.values()}
 
     def check_task(self, task: str) -> None:
         """Raise :class:`~goatbeat.core.errors.TaskNotAllowed` (field ``task``) unless a
@@ -662,6 +681,10 @@ class Beat:
         a stale checkout would revert what the deployed code declares) and one
         ``schedule.orphaned`` WARNING per enabled code schedule no longer declared. With
         ``dry_run`` nothing is written and nothing logged: the result says what would happen."""
+        if self._released is not None:
+            raise InvalidValue(
+                "schedules", None, "the declarations were released after the start-up publication"
+            )
         submitter = self.submitter
         for schedule in self._declared.values():
             submitter.validate(schedule)
@@ -672,7 +695,11 @@ class Beat:
 
     def prune(self) -> list[str]:
         """Disable code schedules in the store that are no longer declared."""
-        names = self.store.prune(set(self._declared), source=Source.CODE)
+        if self._released is None:
+            keep = set(self._declared)
+        else:
+            keep = set(self._released[0].split("\n")) if self._released[0] else set()
+        names = self.store.prune(keep, source=Source.CODE)
         if names:
             log_event("schedule.pruned", schedules=names)
         return names
@@ -684,6 +711,22 @@ class Beat:
         if self.settings.prune_on_publish and result.orphaned:
             self.prune()
         return result
+
+    def release_declarations(self) -> None:
+        """Let go of the declared :class:`Schedule` values once they are published, keeping
+        only what a running scheduler still asks (their names, for :meth:`prune`, and their
+        tasks, for the allow-list): a long-running ``goatbeat scheduler`` of 100,000 code
+        schedules does not hold them all for its lifetime. Afterwards :attr:`schedules` is
+        empty, and :meth:`publish` refuses (it would disable everything as orphaned)."""
+        if self._released is None:
+            # The names as one string (a name holds no control character): 100,000 small
+            # strings kept alive would pin the memory the declarations shared with them.
+            self._released = (
+                "\n".join(self._declared),
+                frozenset(s.task for s in self._declared.values()),
+            )
+        self._declared = {}
+        self._triggers = {}
 
     def run_now(self, name: str) -> Execution:
         """Ask the leader for an extra run of ``name`` now."""
@@ -850,6 +893,45 @@ class Beat:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def _trigger_key(
+    cron: object,
+    every: object,
+    at: object,
+    solar: object,
+    trigger: object,
+    zone: str,
+    anchor: object,
+    start: datetime | None,
+    allow_subsecond: bool,
+) -> tuple[Any, ...] | None:
+    """What a cron or an interval trigger is built from, when that is all that was given (and
+    hashable): the key of :attr:`Beat._triggers`. Anything else is built every time."""
+    if at is not None or solar is not None or trigger is not None:
+        return None
+    if cron is not None and every is None and type(cron) is str:
+        return ("cron", cron, zone)
+    if (
+        every is not None
+        and cron is None
+        and type(every) in (str, int, float, timedelta)
+        and (anchor is None or type(anchor) in (str, datetime))
+    ):
+        return ("every", every, type(every), anchor, start, allow_subsecond)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _duration_text(value: str, field_name: str) -> timedelta:
+    return parse_duration(value, field=field_name)
+
+
+def _duration(value: Any, field_name: str) -> timedelta:
+    """parse_duration, with the texts every declaration repeats (``"60s"``) parsed once."""
+    if type(value) is str:
+        return _duration_text(value, field_name)
+    return parse_duration(value, field=field_name)
 
 
 def _options_of(s: Schedule) -> dict[str, Any]:

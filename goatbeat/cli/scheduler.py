@@ -12,7 +12,9 @@ command to run, rather than retried forever.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import gc
 import json
 import logging
 import time
@@ -154,7 +156,24 @@ def scheduler(
             if result.error:
                 raise OperationalError(f"store error: {result.error}")
             return
+        release = getattr(app, "release_declarations", None)
+        if callable(release):
+            release()  # published: a process that runs for weeks need not hold them all
+            _return_freed_memory()
         loop.run()
+
+
+def _return_freed_memory() -> None:
+    """Hand what the start-up publication freed back to the operating system. The C library
+    keeps freed heap for later (a publication of 100,000 declarations frees about 80 MB that
+    the loop never needs again); glibc's ``malloc_trim`` returns it. Elsewhere: nothing."""
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(None)  # the symbols the process already has: glibc on Linux
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return  # not glibc (musl, macOS ...)
+    trim(0)
 
 
 def require_schema(app: BeatLike, obj: CliContext) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -207,11 +208,28 @@ class Routing:
 
 MAX_JSON_DEPTH = 100
 
+_CONTROL = re.compile(r"[\x00-\x1f]")
+_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts (both use Py_UNICODE_ISSPACE)
+
+_TRIGGER_TYPES: set[type] = set()
+"""goatbeat's trigger classes once one of their instances passed the protocol check (an
+``isinstance`` against a runtime Protocol inspects every member, every time)."""
+
+
+def _is_trigger(value: object) -> bool:
+    if not isinstance(value, Trigger):
+        return False
+    if type(value).__module__.startswith("goatbeat."):
+        _TRIGGER_TYPES.add(type(value))
+    return True
+
 
 def _check_json(field_name: str, value: Any) -> None:
     """``value`` must survive a JSON round trip unchanged, since that is how it is stored and
     sent: finite numbers, strings, lists, and objects with string keys, nested at most
     MAX_JSON_DEPTH deep (tuples become lists, which backends already do)."""
+    if _plain_json(value, 0):
+        return
     problem = _json_problem(value)
     if problem is None:
         try:
@@ -222,6 +240,39 @@ def _check_json(field_name: str, value: Any) -> None:
         raise InvalidSchedule(
             field_name, value, f"{short_repr(value)} is not JSON-serialisable: {problem}"
         )
+
+
+def _plain_json(value: Any, depth: int) -> bool:
+    """The common case, checked quickly: only lists, dicts with string keys, strings, finite
+    floats, ints of a sane size, booleans and None, of exactly those types (anything else
+    goes through :func:`_json_problem` and :func:`json.dumps`)."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return True
+    if kind is int:
+        return bool(value.bit_length() <= 10_000)
+    if kind is float:
+        return math.isfinite(value)
+    if depth >= MAX_JSON_DEPTH:
+        return False
+    # Loops rather than all(...): this runs for every argument of every declaration.
+    if kind is list:
+        for item in value:
+            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    return False
 
 
 def _json_form(value: Any) -> Any:
@@ -325,17 +376,13 @@ class Schedule:
             raise InvalidSchedule(
                 "name", self.name, f"{short_repr(self.name)} is longer than {MAX_NAME_LENGTH}"
             )
-        if any(ord(c) < 32 for c in self.name):
+        if _CONTROL.search(self.name):
             raise InvalidSchedule(
                 "name", self.name, f"{short_repr(self.name)} contains control characters"
             )
-        if (
-            not isinstance(self.task, str)
-            or not self.task.strip()
-            or any(c.isspace() for c in self.task)
-        ):
+        if not isinstance(self.task, str) or not self.task.strip() or _SPACE.search(self.task):
             raise InvalidSchedule("task", self.task, f"{short_repr(self.task)} is not a task name")
-        if not isinstance(self.trigger, Trigger):
+        if type(self.trigger) not in _TRIGGER_TYPES and not _is_trigger(self.trigger):
             raise InvalidSchedule(
                 "trigger", self.trigger, f"{short_repr(self.trigger)} is not a trigger"
             )

@@ -74,6 +74,7 @@ import signal
 import socket
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
@@ -851,44 +852,67 @@ class Scheduler:
     def _claim_and_submit(self, grant: LeaseGrant, tally: _Tally) -> None:
         """Claim batch after batch while they come back full. With a submitter that may be
         called from other threads, a full batch is sent from a submission thread while this
-        one claims the next batch (the database round trips overlap the broker's); the
-        outcomes of each batch are still recorded in one call, before the next is sent."""
+        one records the outcomes of the batch before it and claims the next (the database
+        round trips overlap the broker's); the outcomes of each batch are recorded in one
+        call, in claim order, once it was sent."""
         limit = self.settings.batch_size
         if not self.lease.is_held():
             return
         target = self._claim_target()
-        result: ClaimResult | None = self._claim(grant, limit, target)
-        while result is not None:
-            if result.refused:
-                tally.refused = True
-                log_event(
-                    "claim.refused",
-                    level=logging.WARNING,
-                    scheduler_id=self.scheduler_id,
-                    fencing_token=grant.token,
-                    lease=self.lease.name,
+        in_flight: tuple[Sequence[Occurrence], Future[list[Sent | None]]] | None = None
+        try:
+            result: ClaimResult | None = self._claim(grant, limit, target)
+            while result is not None:
+                if result.refused:
+                    tally.refused = True
+                    log_event(
+                        "claim.refused",
+                        level=logging.WARNING,
+                        scheduler_id=self.scheduler_id,
+                        fencing_token=grant.token,
+                        lease=self.lease.name,
+                    )
+                    self._drop_lease()
+                    return
+                self._log_claim(result, grant, tally)
+                if result.deferred:
+                    # Held in the store until their jittered instants: wake for the first.
+                    self._retries_possible = True
+                occurrences = self._screen(result.occurrences, grant, tally)
+                more = (
+                    max(result.schedules_seen, len(occurrences)) >= limit
+                    and not self._stop.is_set()
                 )
-                self._drop_lease()
-                return
-            self._log_claim(result, grant, tally)
-            if result.deferred:
-                # Held in the store until their jittered instants: wake for the first.
-                self._retries_possible = True
-            occurrences = self._screen(result.occurrences, grant, tally)
-            more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
-            if not (occurrences and more and self.submission.threaded):
-                if occurrences:
-                    self._submit_batch(occurrences, grant, tally, pending=False)
-                result = (
-                    self._claim(grant, limit, target) if more and self.lease.is_held() else None
-                )
-                continue
-            sending = self.submission.send_in_background(occurrences)
-            try:
+                if not (occurrences and more and self.submission.threaded):
+                    if in_flight is not None:
+                        sent_batch, in_flight = in_flight, None
+                        self._record_sent(sent_batch, grant, tally)
+                    if occurrences:
+                        self._submit_batch(occurrences, grant, tally, pending=False)
+                    result = (
+                        self._claim(grant, limit, target) if more and self.lease.is_held() else None
+                    )
+                    continue
+                sending = self.submission.send_in_background(occurrences)
+                if in_flight is not None:
+                    # Recorded while this batch goes out (the thread sends in claim order).
+                    sent_batch, in_flight = in_flight, None
+                    self._record_sent(sent_batch, grant, tally)
+                in_flight = (occurrences, sending)
                 result = self._claim(grant, limit, target) if self.lease.is_held() else None
-            finally:
-                # Even when that claim failed: what was sent must be recorded.
-                self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
+        finally:
+            # Even when a claim failed: what was sent must be recorded.
+            if in_flight is not None:
+                self._record_sent(in_flight, grant, tally)
+
+    def _record_sent(
+        self,
+        batch: tuple[Sequence[Occurrence], Future[list[Sent | None]]],
+        grant: LeaseGrant,
+        tally: _Tally,
+    ) -> None:
+        occurrences, sending = batch
+        self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
 
     def _screen(
         self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally

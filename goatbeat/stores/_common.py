@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
+from goatbeat.core.cron import CronTrigger
 from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.jitter import MAX_JITTER, jittered
 from goatbeat.core.misfire import Plan, count_instants, instants_between
@@ -44,9 +45,16 @@ from goatbeat.core.model import (
     StoredSchedule,
     idempotency_key,
 )
+from goatbeat.core.solar import SolarTrigger
 from goatbeat.core.store import FieldChange, PublishResult, definition_changes
 from goatbeat.core.timeutil import ensure_aware, get_zone, iso_z, to_utc
-from goatbeat.core.triggers import Trigger, trigger_from_spec
+from goatbeat.core.triggers import (
+    CeleryCrontabTrigger,
+    IntervalTrigger,
+    OnceTrigger,
+    Trigger,
+    trigger_from_spec,
+)
 
 __all__ = [
     "Planner",
@@ -74,6 +82,9 @@ __all__ = [
     "check_payload",
     "utc",
     "fingerprint",
+    "fingerprint_of_text",
+    "definition_text",
+    "definition_json",
     "edited",
     "KEPT_WHEN_NONE",
     "without_kept",
@@ -159,8 +170,47 @@ def utc(value: datetime | None) -> datetime | None:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+_PLAIN_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_json(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` already reads back from a JSON column as it is: lists, dicts with
+    string keys, strings without NUL, finite floats, exact built-in types only (a subclass,
+    a tuple or a NaN goes the long way round, through :func:`json.dumps`)."""
+    kind = type(value)
+    if kind is str:
+        return "\x00" not in value
+    if kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if depth >= 20:
+        return False
+    if kind is list:
+        for item in value:
+            if type(item) is int or (type(item) is str and "\x00" not in item):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return False
+            if type(item) is int or (type(item) is str and "\x00" not in item):
+                continue
+            if not _plain_json(item, depth + 1):
+                return False
+        return True
+    return False
+
+
 def _json_normal(field_name: str, value: Any) -> Any:
     """``value`` as it will read back from a JSON column (tuples become lists...)."""
+    if _plain_json(value):
+        # What a Schedule holds after its own checks: the round trip would change nothing.
+        # (Integers too large for PostgreSQL's numeric are refused by Schedule already.)
+        return value
     try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -206,18 +256,35 @@ def validate_schedule(schedule: Schedule) -> dict[str, Any]:
         limit = _MAX_LENGTHS.get(name)
         if limit is not None and text is not None and len(text) > limit:
             raise InvalidSchedule(name, text, f"{short_repr(text)} is longer than {limit}")
+    trigger = schedule.trigger
+    checked = _CHECKED_TRIGGERS.get(id(trigger))
+    if checked is not None and checked[0] is trigger:
+        return definition_of(schedule, spec=checked[1])
     try:
-        raw_spec = schedule.trigger.to_spec()
+        raw_spec = trigger.to_spec()
     except InvalidValue:
         raise
     except Exception as exc:  # a foreign trigger object: report it on the field, not a crash
-        raise InvalidSchedule("trigger", schedule.trigger, f"cannot describe trigger: {exc}")
+        raise InvalidSchedule("trigger", trigger, f"cannot describe trigger: {exc}")
     definition = definition_of(schedule, spec=raw_spec)
     spec = definition["trigger"]
     rebuilt = trigger_of(spec)  # raises InvalidCron / InvalidTimezone / ... by field
     if _json_normal("trigger", rebuilt.to_spec()) != spec:
         raise InvalidSchedule("trigger", spec, "the trigger does not survive its own spec")
+    if type(trigger) in _FROZEN_TRIGGERS:
+        if len(_CHECKED_TRIGGERS) >= 4096:
+            _CHECKED_TRIGGERS.clear()
+        _CHECKED_TRIGGERS[id(trigger)] = (trigger, spec)
     return definition
+
+
+_FROZEN_TRIGGERS = (CronTrigger, IntervalTrigger, OnceTrigger, CeleryCrontabTrigger, SolarTrigger)
+"""goatbeat's own triggers: frozen values whose spec never changes."""
+
+_CHECKED_TRIGGERS: dict[int, tuple[Trigger, Any]] = {}
+"""Triggers whose spec survived the round trip, by identity, with their normal spec: a
+declaration sharing a trigger object (Beat builds each distinct cron or interval once) is not
+checked again. The entry holds the trigger, so its id cannot be reused while it is there."""
 
 
 def validate_batch(schedules: Sequence[Schedule]) -> list[dict[str, Any]]:
@@ -321,7 +388,26 @@ def fingerprint(definition: Mapping[str, Any]) -> str:
     """A hash of a definition (:func:`definition_of` / :func:`row_definition`, whose values
     compare equal exactly when the definitions are the same): what publish records, so an
     edit made since can be told apart from the publish's own write."""
-    text = json.dumps(
+    return fingerprint_of_text(definition_text(definition))
+
+
+def fingerprint_of_text(text: str) -> str:
+    """The fingerprint of a :func:`definition_text`."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def definition_json(definition: Mapping[str, Any]) -> str:
+    """A definition as compact JSON, keys in no particular order (instants as ISO 8601 in
+    UTC): what PostgreSQL's publication compares with the stored row (``publish_unchanged``);
+    cheaper than :func:`definition_text`, which sorts every level for a stable hash."""
+    return json.dumps(definition, separators=(",", ":"), default=_instant_text)
+
+
+def definition_text(definition: Mapping[str, Any]) -> str:
+    """The JSON text a fingerprint hashes: the definition's columns, sorted, compact, the
+    columns added by schema 6 left out while they hold their defaults,
+    instants as ISO 8601 in UTC."""
+    return json.dumps(
         {
             name: definition[name]
             for name in DEFINITION_COLUMNS
@@ -331,7 +417,6 @@ def fingerprint(definition: Mapping[str, Any]) -> str:
         separators=(",", ":"),
         default=_instant_text,
     )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _instant_text(value: Any) -> str:
@@ -1264,9 +1349,14 @@ def plan_publish(
     now: datetime,
     definitions: Sequence[dict[str, Any]] | None = None,
     follow_last_run: bool = False,
+    unchanged: Collection[str] = (),
 ) -> PublishActions:
     """Decide what publishing ``schedules`` writes, given the stored rows with those names
     (rows carry ``published_fingerprint``).
+
+    ``unchanged``: names the store has already found stored with exactly the declared
+    definition, of this source, with a fingerprint recorded and not quarantined (PostgreSQL
+    compares them in the database); they need no row in ``existing`` and write nothing.
 
     Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
     anything is written. The stored ``enabled`` flag always wins over the declared one.
@@ -1276,6 +1366,9 @@ def plan_publish(
     if definitions is None:
         definitions = [definition_of(s) for s in schedules]
     for schedule, wanted in zip(schedules, definitions, strict=True):
+        if schedule.name in unchanged:
+            actions.unchanged.append(schedule.name)
+            continue
         row = existing.get(schedule.name)
         if row is None:
             anchor = schedule.last_run_at or now

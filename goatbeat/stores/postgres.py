@@ -50,6 +50,8 @@ It logs ``store.frozen`` (with ``monotonic``, this host's monotonic clock) just 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
@@ -194,6 +196,20 @@ class _RetryableStoreError(StoreError):
 
 def _params(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+_COMPARE_CHUNK = 10_000
+"""Declarations per ``publish_unchanged`` statement: a few MB of JSON each, not one document
+of every declaration at once."""
+
+_COPY_COLUMNS = (
+    "name", "source", "task", "trigger", "timezone", "args", "kwargs", "queue", "exchange",
+    "routing_key", "priority", "expires", "headers", "misfire_policy", "misfire_grace",
+    "catch_up_limit", "one_off", "enabled", "start_at", "end_at", "next_run_at", "last_run_at",
+    "total_run_count", "description", "published_fingerprint", "jitter", "overlap",
+    "max_runtime", "pause_on_failure",
+)  # fmt: skip
+"""The columns of ``schedule_copy``, in its order."""
 
 
 class PostgresStore:
@@ -375,16 +391,20 @@ class PostgresStore:
         dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
-        definitions = common.validate_batch(schedules)
+        names = [s.name for s in schedules]
         with self._session() as conn, conn.transaction():
             conn.execute(self._q["publish_lock"])
             now = self._db_now(conn)
-            existing = {
-                r["name"]: r
-                for r in self._fetch(
-                    conn, "schedules_by_names", {"names": [s.name for s in schedules]}
-                )
-            }
+            # Validated before anything is written (a refusal rolls the whole publication back).
+            definitions, unchanged = self._validate_and_compare(
+                conn, schedules, source, follow_last_run
+            )
+            rest = [name for name in names if name not in unchanged]
+            existing = (
+                {r["name"]: r for r in self._fetch(conn, "schedules_by_names", {"names": rest})}
+                if rest
+                else {}
+            )
             actions = common.plan_publish(
                 schedules,
                 existing,
@@ -392,22 +412,17 @@ class PostgresStore:
                 now=now,
                 definitions=definitions,
                 follow_last_run=follow_last_run,
+                unchanged=unchanged,
             )
             orphaned: list[str] = []
             if Source(source) is Source.CODE:
-                rows = self._fetch(
-                    conn,
-                    "orphans",
-                    {"source": Source.CODE.value, "names": [s.name for s in schedules]},
-                )
+                rows = self._fetch(conn, "orphans", {"source": Source.CODE.value, "names": names})
                 orphaned = [r["name"] for r in rows]
             if dry_run:
                 return actions.result(orphaned=orphaned, dry_run=True)
             with psycopg.Cursor(conn) as cur:
                 if actions.inserts:
-                    cur.executemany(
-                        self._q["schedule_insert"], [_params(r) for r in actions.inserts]
-                    )
+                    self._copy_in(cur, actions.inserts)
                 if actions.replaces:
                     params = []
                     for rep in actions.replaces:
@@ -428,6 +443,95 @@ class PostgresStore:
             if actions.changed:
                 self._notify(conn, "schedule:0")
         return actions.result(orphaned=orphaned)
+
+    def _validate_and_compare(
+        self,
+        conn: psycopg.Connection[Any],
+        schedules: Sequence[Schedule],
+        source: Source,
+        follow_last_run: bool,
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """Each declaration validated (:func:`~goatbeat.stores._common.validate_batch`'s
+        checks, in its order), and the names stored exactly as declared, found by
+        ``publish_unchanged``: one statement per chunk carrying the chunk's declarations as
+        JSON and returning names only. The statements are pipelined, so the database compares
+        one chunk while the next is validated. A declaration that may move the last run
+        forward (``follow_last_run``) is left to the full comparison."""
+        definitions: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        unchanged: set[str] = set()
+        compare = bool(self._fetch(conn, "source_has_rows", {"source": Source(source).value}))
+        pipelined = compare and psycopg.Pipeline.is_supported()
+        cursors: list[psycopg.Cursor[Any]] = []
+        pairs: list[str] = []
+
+        def send() -> None:
+            cur = psycopg.Cursor(conn)
+            cursors.append(cur)
+            cur.execute(
+                self._q["publish_unchanged"],
+                {"declared": f"[{','.join(pairs)}]", "source": Source(source).value},
+            )
+            pairs.clear()
+            if not pipelined:
+                collect()
+
+        def collect() -> None:
+            while cursors:
+                with cursors.pop(0) as cur:
+                    unchanged.update(row[0] for row in cur.fetchall())
+
+        with conn.pipeline() if pipelined else contextlib.nullcontext():
+            try:
+                for schedule in schedules:
+                    definition = common.validate_schedule(schedule)
+                    if schedule.name in seen:
+                        raise InvalidSchedule(
+                            "name", schedule.name, f"{schedule.name!r} is declared twice"
+                        )
+                    seen.add(schedule.name)
+                    definitions.append(definition)
+                    if not compare or (follow_last_run and schedule.last_run_at is not None):
+                        continue
+                    pairs.append(
+                        f"[{json.dumps(schedule.name)},{common.definition_json(definition)}]"
+                    )
+                    if len(pairs) == _COMPARE_CHUNK:
+                        send()
+                if pairs:
+                    send()
+                collect()
+            finally:
+                for cur in cursors:
+                    cur.close()
+        return definitions, unchanged
+
+    def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
+        texts: dict[int, tuple[Any, str]] = {}
+
+        def as_json(column: str, value: Any) -> str:
+            # JSON text for a jsonb column (COPY parses it): a trigger spec, shared by the rows
+            # of one trigger object, is encoded once; an empty value never.
+            if not value:
+                return "[]" if isinstance(value, list) else "{}"
+            if column != "trigger":
+                return json.dumps(value)
+            known = texts.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            text = json.dumps(value)
+            texts[id(value)] = (value, text)
+            return text
+
+        with cur.copy(self._q["schedule_copy"]) as copy:
+            for row in rows:
+                copy.write_row(
+                    [
+                        as_json(column, row[column]) if column in _JSON_COLUMNS else row[column]
+                        for column in _COPY_COLUMNS
+                    ]
+                )
 
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         with self._session() as conn, conn.transaction():

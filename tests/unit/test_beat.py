@@ -17,6 +17,7 @@ from goatbeat.core.errors import (
     InvalidSchedule,
     InvalidTimezone,
     InvalidValue,
+    TaskNotAllowed,
     UnsupportedOption,
 )
 from goatbeat.core.model import ExecutionStatus, MisfirePolicy, Source
@@ -297,3 +298,38 @@ def test_allow_subsecond_applies_to_intervals_only() -> None:
     with pytest.raises(InvalidSchedule) as caught:
         beat().schedule(name="c", task=job, cron="* * * * *", allow_subsecond=True)
     assert caught.value.field == "allow_subsecond"
+
+
+def test_declarations_of_the_same_cron_or_interval_share_one_trigger():
+    beat = Beat("memory://")
+    a = beat.schedule(name="a", task="os.getcwd", cron="*/5 * * * *")
+    b = beat.schedule(name="b", task="os.getpid", cron="*/5 * * * *")
+    c = beat.schedule(name="c", task="os.cpu_count", cron="*/5 * * * *", timezone="Europe/Paris")
+    d = beat.schedule(name="d", task="os.getcwd", every="5m")
+    e = beat.schedule(name="e", task="os.getcwd", every="5m")
+    f = beat.schedule(name="f", task="os.getcwd", every=300)
+    assert a.trigger is b.trigger and c.trigger is not a.trigger
+    assert c.trigger == CronTrigger("*/5 * * * *", timezone="Europe/Paris")
+    assert d.trigger is e.trigger and d.trigger == f.trigger == IntervalTrigger(300)
+
+
+def test_released_declarations_keep_their_names_and_tasks_and_refuse_a_publication():
+    beat = Beat("memory://")
+    beat.schedule(name="a", task="os.getcwd", every="1h")
+    beat.schedule(name="b", task="os.getpid", every="1h")
+    assert sorted(beat.publish().created) == ["a", "b"]
+    beat.store.publish(  # an older code schedule, still enabled in the store
+        [beat.schedules[0].evolve(name="old")], source=Source.CODE
+    )
+
+    beat.release_declarations()
+
+    assert beat.schedules == []
+    beat.check_task("os.getcwd")  # still allowed: its schedule was declared
+    with pytest.raises(TaskNotAllowed):
+        beat.check_task("os.system")
+    assert beat.prune() == ["old"]  # the released names are kept
+    with pytest.raises(InvalidValue, match="released"):
+        beat.publish()
+    with pytest.raises(InvalidSchedule, match="released"):
+        beat.schedule(name="c", task="os.cpu_count", every="1h")

@@ -161,3 +161,39 @@ def test_the_next_batch_is_claimed_while_the_current_one_is_sent() -> None:
     assert result.submitted == 25 and result.failed == 0
     assert [len(batch) for batch in store.recorded] == [10, 10, 5]
     assert submitter.keys == sorted(submitter.keys, key=lambda k: (k.split(":", 1)[1], k))
+
+
+def test_a_batch_is_recorded_while_the_next_one_is_sent() -> None:
+    clock = FakeClock(START)
+    second_sending = threading.Event()
+    waited: list[bool] = []
+
+    class WatchedStore(CountingStore):
+        def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+            if not self.recorded:
+                # The first batch is recorded only once the second one is going out, which a
+                # scheduler that records before it sends the next batch would never see.
+                waited.append(second_sending.wait(timeout=10))
+            super().record_outcomes(outcomes)
+
+    class WatchedSubmitter(RecordingSubmitter):
+        concurrent_submits = 1
+
+        def submit(self, occurrence: Occurrence) -> str | None:
+            if len(self.submitted) == 10:
+                second_sending.set()
+            return super().submit(occurrence)
+
+    store = WatchedStore(clock)
+    submitter = WatchedSubmitter()
+    sched = Scheduler(store, submitter, settings=settings(batch_size=10), clock=clock)
+    store.publish([every(f"s{i:02d}", 60) for i in range(25)])
+    sched.run_once()
+    clock.advance(60)
+    result = sched.run_once()
+    sched.close()
+    assert waited == [True]
+    assert result.submitted == 25 and result.failed == 0
+    assert [len(batch) for batch in store.recorded] == [10, 10, 5]
+    recorded_ids = [o.execution_id for batch in store.recorded for o in batch]
+    assert recorded_ids == sorted(recorded_ids)

@@ -20,6 +20,61 @@ SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange,
 FROM goatbeat_schedule
 WHERE name = ANY(%(names)s::text[]);
 
+-- name: source_has_rows
+-- Whether a publication has anything to compare with (walks the (source, name) index).
+SELECT 1 AS found FROM goatbeat_schedule WHERE source = %(source)s LIMIT 1;
+
+-- name: publish_unchanged
+-- The declared names stored with exactly the declared definition, compared in the database so
+-- that an unchanged declaration costs neither a full row on the wire nor a write: same source,
+-- a fingerprint recorded, not quarantined, every definition column equal. The declarations come
+-- as one JSON array of [name, definition] pairs, each definition a JSON object of the definition
+-- columns (one written before schema 6 may leave out the columns it added). A value this
+-- comparison cannot confirm (an instant rendered in another time zone, 1 declared where true is
+-- stored) only sends the row to the exact comparison in Python, never the other way round.
+-- Each name is looked up by the unique index (OFFSET 0 keeps the planner from hashing the whole
+-- table instead, which stale statistics after a bulk insert would make it do per statement).
+SELECT s.name
+FROM jsonb_array_elements(%(declared)s::jsonb) AS e,
+     LATERAL (SELECT e ->> 0 AS name, e -> 1 AS d) AS p,
+     LATERAL (SELECT * FROM goatbeat_schedule WHERE name = p.name OFFSET 0) AS s
+WHERE s.source = %(source)s
+  AND s.published_fingerprint IS NOT NULL
+  AND s.last_status IS DISTINCT FROM 'invalid'
+  AND s.task = p.d ->> 'task'
+  AND s.trigger = p.d -> 'trigger'
+  AND s.timezone = p.d ->> 'timezone'
+  AND s.args = p.d -> 'args'
+  AND s.kwargs = p.d -> 'kwargs'
+  AND s.headers = p.d -> 'headers'
+  AND s.queue IS NOT DISTINCT FROM p.d ->> 'queue'
+  AND s.exchange IS NOT DISTINCT FROM p.d ->> 'exchange'
+  AND s.routing_key IS NOT DISTINCT FROM p.d ->> 'routing_key'
+  AND coalesce(to_jsonb(s.priority), 'null') = p.d -> 'priority'
+  AND coalesce(to_jsonb(s.expires), 'null') = p.d -> 'expires'
+  AND s.misfire_policy = p.d ->> 'misfire_policy'
+  AND to_jsonb(s.misfire_grace) = p.d -> 'misfire_grace'
+  AND to_jsonb(s.catch_up_limit) = p.d -> 'catch_up_limit'
+  AND to_jsonb(s.one_off) = p.d -> 'one_off'
+  AND coalesce(to_jsonb(s.start_at), 'null') = p.d -> 'start_at'
+  AND coalesce(to_jsonb(s.end_at), 'null') = p.d -> 'end_at'
+  AND s.description = p.d ->> 'description'
+  AND to_jsonb(s.jitter) = coalesce(p.d -> 'jitter', '0')
+  AND s.overlap = coalesce(p.d ->> 'overlap', 'allow')
+  AND coalesce(to_jsonb(s.max_runtime), 'null') = coalesce(p.d -> 'max_runtime', 'null')
+  AND coalesce(to_jsonb(s.pause_on_failure), 'null')
+      = coalesce(p.d -> 'pause_on_failure', 'null');
+
+-- name: schedule_copy
+-- New rows of a publication, in bulk (version, created_at and updated_at take their defaults:
+-- 1, now(), now(), as schedule_insert writes them).
+COPY goatbeat_schedule (
+    name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
+    priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
+    enabled, start_at, end_at, next_run_at, last_run_at, total_run_count, description,
+    published_fingerprint, jitter, overlap, max_runtime, pause_on_failure)
+FROM STDIN;
+
 -- name: schedule_by_name
 SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange, routing_key,
        priority, expires, headers, misfire_policy, misfire_grace, catch_up_limit, one_off,
