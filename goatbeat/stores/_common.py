@@ -23,7 +23,13 @@ from functools import lru_cache
 from typing import Any
 
 from goatbeat.core.cron import CronTrigger
-from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
+from goatbeat.core.errors import (
+    DamagedRow,
+    InvalidSchedule,
+    InvalidValue,
+    ScheduleNotFound,
+    short_repr,
+)
 from goatbeat.core.jitter import MAX_JITTER, jittered
 from goatbeat.core.misfire import Plan, count_instants, instants_between
 from goatbeat.core.model import (
@@ -46,7 +52,7 @@ from goatbeat.core.model import (
     idempotency_key,
 )
 from goatbeat.core.solar import SolarTrigger
-from goatbeat.core.store import FieldChange, PublishResult, definition_changes
+from goatbeat.core.store import FieldChange, PublishResult, ResumeResult, definition_changes
 from goatbeat.core.timeutil import ensure_aware, get_zone, iso_z, to_utc
 from goatbeat.core.triggers import (
     CeleryCrontabTrigger,
@@ -1517,22 +1523,30 @@ FAILURE_PAUSER = "goatbeat"
 """``paused_by`` of a pause that ``pause_on_failure`` made."""
 
 
-def failure_pause_note(failures: int) -> str:
-    """The note of a pause ``pause_on_failure`` made after ``failures`` failures in a row."""
-    return f"paused after {failures} failures in a row (pause_on_failure)"
+def failure_pause(outcome: str, row: Mapping[str, Any] | None) -> tuple[str, int] | None:
+    """``(name, failures in a row)`` when a completion report with ``outcome`` pauses the
+    schedule ``row`` (after the report was counted): a failure that brings the failures in a
+    row to its ``pause_on_failure``; a schedule already paused stays as it is."""
+    if row is None or outcome != ExecutionStatus.FAILED.value or row["paused"]:
+        return None
+    limit = row["pause_on_failure"]
+    failures = int(row.get("consecutive_failures") or 0)
+    if limit is None or failures < limit:
+        return None
+    return str(row["name"]), failures
 
 
-def pauses_on_failure(
-    outcome: str, *, paused: bool, limit: int | None, consecutive_failures: int
-) -> bool:
-    """Whether a completion report pauses its schedule: a failure that brings the failures
-    in a row to the schedule's ``pause_on_failure`` (a schedule already paused stays so)."""
-    return (
-        outcome == ExecutionStatus.FAILED.value
-        and not paused
-        and limit is not None
-        and consecutive_failures >= limit
-    )
+def pause_after_failures(store: Any, name: str, failures: int) -> None:
+    """Pause ``name`` as ``pause_on_failure`` does: by ``goatbeat``, the note saying why; a
+    schedule deleted meanwhile is left alone."""
+    try:
+        store.pause(
+            name,
+            note=f"paused after {failures} failures in a row (pause_on_failure)",
+            by=FAILURE_PAUSER,
+        )
+    except ScheduleNotFound:
+        pass
 
 
 def check_pause(note: Any, by: Any) -> tuple[str, str | None]:
@@ -1568,6 +1582,17 @@ class Resume:
     skipped: int = 0
     lower_bound: bool = False
     first_skipped: datetime | None = None
+
+    def result(self, schedule: StoredSchedule, *, catch_up: bool) -> ResumeResult:
+        """What the store's ``resume`` returns once these values are written."""
+        return ResumeResult(
+            schedule=schedule,
+            was_paused=True,
+            catch_up=catch_up,
+            skipped=self.skipped,
+            skipped_is_lower_bound=self.lower_bound,
+            first_skipped=self.first_skipped,
+        )
 
 
 def resume_values(row: Mapping[str, Any], *, catch_up: bool, now: datetime) -> Resume | None:

@@ -304,14 +304,7 @@ class MemoryStore:
             row.update(planned.values, version=row["version"] + 1, updated_at=self.now())
             stored = common.read_schedule(row)
         self.notify(f"schedule:{stored.id}")
-        return ResumeResult(
-            schedule=stored,
-            was_paused=True,
-            catch_up=catch_up,
-            skipped=planned.skipped,
-            skipped_is_lower_bound=planned.lower_bound,
-            first_skipped=planned.first_skipped,
-        )
+        return planned.result(stored, catch_up=catch_up)
 
     def backfill(
         self,
@@ -866,24 +859,11 @@ class MemoryStore:
             )
             sid = e["schedule_id"]
             waiting = report.outcome in _FINAL_OUTCOMES and self._has_buffered(sid)
-            row = self._schedules.get(sid)
-            pause = row is not None and common.pauses_on_failure(
-                report.outcome.value,
-                paused=bool(row["paused"]),
-                limit=row["pause_on_failure"],
-                consecutive_failures=row.get("consecutive_failures", 0),
-            )
+            pause = common.failure_pause(report.outcome.value, self._schedules.get(sid))
         if waiting:  # the run ended: the leader starts the buffered occurrence now
             self.notify(f"schedule:{sid}")
-        if pause and row is not None:
-            try:
-                self.pause(
-                    row["name"],
-                    note=common.failure_pause_note(row["consecutive_failures"]),
-                    by=common.FAILURE_PAUSER,
-                )
-            except ScheduleNotFound:
-                pass  # deleted meanwhile
+        if pause is not None:
+            common.pause_after_failures(self, *pause)
         return True
 
     def _report_to_schedule(self, e: dict[str, Any], status: str, *, counts_failure: bool) -> None:

@@ -646,14 +646,7 @@ class PostgresStore:
             if stored is None:
                 raise ConflictError(f"schedule {name!r} changed while being resumed")
             self._notify(conn, f"schedule:{stored['id']}")
-        return ResumeResult(
-            schedule=common.read_schedule(stored),
-            was_paused=True,
-            catch_up=catch_up,
-            skipped=planned.skipped,
-            skipped_is_lower_bound=planned.lower_bound,
-            first_skipped=planned.first_skipped,
-        )
+        return planned.result(common.read_schedule(stored), catch_up=catch_up)
 
     def backfill(
         self,
@@ -1095,14 +1088,9 @@ class PostgresStore:
                 },
             )
         if row is not None and row["pause_name"] is not None:
-            self._pause_after_failures(str(row["pause_name"]), int(row["failures"]))
+            # The rule of common.failure_pause, applied in the query.
+            common.pause_after_failures(self, str(row["pause_name"]), int(row["failures"]))
         return row is not None and int(row["matched"]) > 0
-
-    def _pause_after_failures(self, name: str, failures: int) -> None:
-        try:
-            self.pause(name, note=common.failure_pause_note(failures), by=common.FAILURE_PAUSER)
-        except ScheduleNotFound:
-            pass  # deleted meanwhile
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._session() as conn, conn.transaction():

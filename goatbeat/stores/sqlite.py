@@ -470,14 +470,7 @@ class SQLiteStore:
             self._bump(conn, f"schedule:{row['id']}")
             stored = common.read_schedule(self._required(conn, name))
         self._wake_local()
-        return ResumeResult(
-            schedule=stored,
-            was_paused=True,
-            catch_up=catch_up,
-            skipped=planned.skipped,
-            skipped_is_lower_bound=planned.lower_bound,
-            first_skipped=planned.first_skipped,
-        )
+        return planned.result(stored, catch_up=catch_up)
 
     def backfill(
         self,
@@ -933,10 +926,8 @@ class SQLiteStore:
                 and sid is not None
                 and conn.execute(self._q["has_buffered"], {"id": sid}).fetchone() is not None
             )
-            if waiting:
-                self._bump(
-                    conn, f"schedule:{sid}"
-                )  # the run ended: the leader starts the buffered one
+            if waiting:  # the run ended: the leader starts the buffered one
+                self._bump(conn, f"schedule:{sid}")
             state = (
                 conn.execute(self._q["failure_state"], {"id": sid}).fetchone()
                 if sid is not None and report.outcome is Outcome.FAILED
@@ -944,20 +935,9 @@ class SQLiteStore:
             )
         if waiting:
             self._wake_local()
-        if state is not None and common.pauses_on_failure(
-            report.outcome.value,
-            paused=bool(state["paused"]),
-            limit=state["pause_on_failure"],
-            consecutive_failures=int(state["consecutive_failures"]),
-        ):
-            try:
-                self.pause(
-                    state["name"],
-                    note=common.failure_pause_note(int(state["consecutive_failures"])),
-                    by=common.FAILURE_PAUSER,
-                )
-            except ScheduleNotFound:
-                pass  # deleted meanwhile
+        pause = common.failure_pause(report.outcome.value, None if state is None else dict(state))
+        if pause is not None:
+            common.pause_after_failures(self, *pause)
         return True
 
     def _report_to_schedule(

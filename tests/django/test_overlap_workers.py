@@ -25,6 +25,7 @@ import pytest
 from goatbeat.core.model import ExecutionStatus, OverlapPolicy, Schedule, Source
 from goatbeat.core.triggers import IntervalTrigger
 from tests.django.conftest import ROOT, SETTINGS_MODULE
+from tests.overlap_trace import assert_never_overlapped, read_runs
 
 RUNS = 3
 DEADLINE = 45.0
@@ -62,20 +63,6 @@ def _stop(*processes: subprocess.Popen[str]) -> None:
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-def _runs(trace: Path) -> list[tuple[float, float | None]]:
-    """(start, end) of each run, in start order (end None: still running)."""
-    if not trace.exists():
-        return []
-    starts: list[float] = []
-    ends: list[float] = []
-    for line in trace.read_text().splitlines():
-        kind, _, at = line.partition(" ")
-        (starts if kind == "start" else ends).append(float(at))
-    starts.sort()
-    ends.sort()
-    return [(s, ends[i] if i < len(ends) else None) for i, s in enumerate(starts)]
 
 
 def _schedule(store: Any, policy: OverlapPolicy) -> None:
@@ -128,7 +115,7 @@ def _scheduler(sid: str, logs: Path) -> subprocess.Popen[str]:
 def _wait_for_runs(trace: Path, count: int, processes: list[subprocess.Popen[str]]) -> None:
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
-        done = [r for r in _runs(trace) if r[1] is not None]
+        done = [r for r in read_runs(trace) if r[1] is not None]
         if len(done) >= count:
             return
         for p in processes:
@@ -136,12 +123,7 @@ def _wait_for_runs(trace: Path, count: int, processes: list[subprocess.Popen[str
                 logs = {f.name: f.read_text()[-2000:] for f in trace.parent.glob("*.log")}
                 pytest.fail(f"a process ended ({p.args[2:4]}, {p.returncode}): {logs}")
         time.sleep(0.2)
-    pytest.fail(f"fewer than {count} runs ended within {DEADLINE:g}s: {_runs(trace)}")
-
-
-def _assert_never_overlapped(runs: list[tuple[float, float | None]]) -> None:
-    for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
-        assert end is not None and start >= end, runs
+    pytest.fail(f"fewer than {count} runs ended within {DEADLINE:g}s: {read_runs(trace)}")
 
 
 @pytest.mark.slow
@@ -156,8 +138,8 @@ def test_skip_records_the_occurrences_due_while_the_task_still_runs(
         _wait_for_runs(trace, RUNS, [*workers, scheduler])
     finally:
         _stop(scheduler, *workers)
-    runs = _runs(trace)
-    _assert_never_overlapped(runs)
+    runs = read_runs(trace)
+    assert_never_overlapped(runs)
     executions = store.executions(name="slow", limit=100)
     statuses = [e.status for e in executions]
     started = [e for e in executions if e.status is not ExecutionStatus.SKIPPED]
@@ -200,8 +182,8 @@ def test_buffer_one_starts_the_waiting_run_when_the_task_ends_across_a_leader_ch
         _wait_for_runs(trace, RUNS, [*workers, second])
     finally:
         _stop(*([second] if second else []), first, *workers)
-    runs = _runs(trace)
-    _assert_never_overlapped(runs)
+    runs = read_runs(trace)
+    assert_never_overlapped(runs)
     for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
         assert end is not None
         # Started when the run before it ended: the completion report wakes the leader,

@@ -26,6 +26,7 @@ from goatbeat.core.model import ExecutionStatus
 from goatbeat.stores.postgres import PostgresStore
 from tests.e2e.backend_apps._record import URL_ENV
 from tests.e2e.workers import REPO, StartWorker
+from tests.overlap_trace import assert_never_overlapped, read_runs
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -33,20 +34,6 @@ RUNS = 3
 DEADLINE = 60.0
 APP = "tests.e2e.overlap_apps.beat_celery:beat"
 TRACE_ENV = "GOATBEAT_TEST_TRACE"  # tests/e2e/overlap_apps/celery_app.py writes there
-
-
-def _runs(trace: Path) -> list[tuple[float, float | None]]:
-    """(start, end) of each run, in start order (end None: still running)."""
-    if not trace.exists():
-        return []
-    starts: list[float] = []
-    ends: list[float] = []
-    for line in trace.read_text().splitlines():
-        kind, _, at = line.partition(" ")
-        (starts if kind == "start" else ends).append(float(at))
-    starts.sort()
-    ends.sort()
-    return [(s, ends[i] if i < len(ends) else None) for i, s in enumerate(starts)]
 
 
 class Setup:
@@ -93,11 +80,13 @@ class Setup:
                 if proc.poll() is not None and proc.returncode != 0:
                     pytest.fail(f"scheduler {sid} exited with {proc.returncode}\n{self.logs()}")
             if time.monotonic() > deadline:
-                pytest.fail(f"no {what} after {DEADLINE:g}s: {_runs(self.trace)}\n{self.logs()}")
+                pytest.fail(
+                    f"no {what} after {DEADLINE:g}s: {read_runs(self.trace)}\n{self.logs()}"
+                )
             time.sleep(0.2)
 
     def ended(self, count: int) -> bool:
-        return len([r for r in _runs(self.trace) if r[1] is not None]) >= count
+        return len([r for r in read_runs(self.trace) if r[1] is not None]) >= count
 
 
 def _start(policy: str, pg_dsn: str, redis_url: str, tmp: Path, start_worker: StartWorker) -> Setup:
@@ -116,11 +105,6 @@ def _start(policy: str, pg_dsn: str, redis_url: str, tmp: Path, start_worker: St
     return setup
 
 
-def _assert_never_overlapped(runs: list[tuple[float, float | None]]) -> None:
-    for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
-        assert end is not None and start >= end, runs
-
-
 def test_skip_records_the_occurrences_due_while_the_celery_task_still_runs(
     pg_dsn: str, redis_url: str, tmp_path: Path, start_worker: StartWorker
 ) -> None:
@@ -130,8 +114,8 @@ def test_skip_records_the_occurrences_due_while_the_celery_task_still_runs(
         setup.wait(f"{RUNS} runs", lambda: setup.ended(RUNS))
     finally:
         setup.stop("a")
-    runs = _runs(setup.trace)
-    _assert_never_overlapped(runs)
+    runs = read_runs(setup.trace)
+    assert_never_overlapped(runs)
     store = PostgresStore(pg_dsn)
     try:
         executions = store.executions(name="slow", limit=200)
@@ -172,8 +156,8 @@ def test_buffer_one_starts_the_waiting_run_when_the_celery_task_ends_across_a_le
         setup.scheduler("b")
         setup.wait(f"{RUNS} runs", lambda: setup.ended(RUNS))
         setup.stop("b")
-        runs = _runs(setup.trace)
-        _assert_never_overlapped(runs)
+        runs = read_runs(setup.trace)
+        assert_never_overlapped(runs)
         executions = store.executions(name="slow", limit=200)
         statuses = [e.status for e in executions]
         sent = [e for e in executions if e.status not in (ExecutionStatus.SKIPPED,
