@@ -951,6 +951,11 @@ class Scheduler:
         return kept
 
     def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:
+        if target is not None and self._store_now() >= target:
+            # The instant chosen to claim ahead has come while the pass went on (a batch sent
+            # to a slow broker): claim what is due now, that instant included, so a claim never
+            # judges due-ness at a moment already past.
+            target = None
         return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit, now=target)
 
     def _claim_target(self) -> datetime | None:
