@@ -921,6 +921,83 @@ def _with_state(schedule: Schedule, state: Mapping[str, Any]) -> Schedule:
 _TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at", "paused_at")
 
 
+_SHARED_COLUMNS = (
+    "source",
+    "task",
+    "trigger",
+    "timezone",
+    "headers",
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "expires",
+    "misfire_policy",
+    "misfire_grace",
+    "catch_up_limit",
+    "jitter",
+    "overlap",
+    "max_runtime",
+    "pause_on_failure",
+)
+"""Definition columns many schedules hold alike (one declaration site, one trigger spec, the
+default routing and policies): validated once per distinct combination, not once per row."""
+_read_shared = operator.itemgetter(*_SHARED_COLUMNS)
+# Their types join the key: SQLite's columns take any type, and 1, 1.0 and True are equal
+# keys that the checks tell apart (a priority must be an int, not a bool).
+_read_numbers = operator.itemgetter(
+    "priority", "expires", "misfire_grace", "catch_up_limit", "jitter", "max_runtime",
+    "pause_on_failure",
+)  # fmt: skip
+_read_signature = operator.itemgetter("source", *DEFINITION_COLUMNS)
+_read_times = operator.itemgetter(*_TRUSTED_TIMES)
+_EMPTY_JSON = frozenset({None, "{}"})
+
+
+def _shared_definition(
+    row: Mapping[str, Any],
+) -> tuple[dict[str, Any], tuple[Any, ...], str | None]:
+    """The checks of :func:`trusted_schedule_from_row` on the :data:`_SHARED_COLUMNS` of a
+    claim-path row (JSON as text): the values they give, the routing options but the headers,
+    and the headers' JSON text (None when empty; decoded afresh for each row, so no two
+    schedules share a mutable dict). Raises on any problem: the caller then decodes the row
+    the full way, which names the column."""
+    trigger = _trigger_from_text(row["trigger"])
+    _check_zone(row["timezone"], trigger)
+    task = _check_task(row["task"])
+    headers = row["headers"]
+    if headers not in _EMPTY_JSON:
+        _json(headers, True, dict, "a JSON object")
+    else:
+        headers = None
+    routing = (
+        _check_routing_text(row["queue"]),
+        _check_routing_text(row["exchange"]),
+        _check_routing_text(row["routing_key"]),
+        _check_priority(row["priority"]),
+        _check_expires(row["expires"]),
+    )
+    overlap = OverlapPolicy(row["overlap"])
+    jitter = _check_seconds(row["jitter"], none=False, positive=False)
+    assert jitter is not None
+    max_runtime = _check_seconds(row["max_runtime"], none=True, positive=True)
+    if jitter > MAX_JITTER or (overlap is not OverlapPolicy.ALLOW and max_runtime is None):
+        raise _Bad("decoded the full way to name the column")
+    values = {
+        "task": task,
+        "trigger": trigger,
+        "misfire": MisfirePolicy(row["misfire_policy"]),
+        "source": Source(row["source"]),
+        "misfire_grace": _check_grace(row["misfire_grace"]),
+        "catch_up_limit": _check_catch_up(row["catch_up_limit"]),
+        "jitter": jitter,
+        "overlap": overlap,
+        "max_runtime": max_runtime,
+        "pause_on_failure": _check_pause_on_failure(row["pause_on_failure"]),
+    }
+    return values, routing, headers
+
+
 class ScheduleCache:
     """Rows of the claim path -> Schedules, validating each definition once.
 
@@ -931,13 +1008,21 @@ class ScheduleCache:
     (a restored dump, an ``UPDATE`` in psql) is noticed at once: the row is decoded afresh, and
     quarantined if it no longer decodes. After a committed claim advances a row the store
     re-files the entry under the new version, so a schedule claimed again and again is built
-    once. Bounded: the least recently used entries go first."""
+    once. Bounded: the least recently used entries go first.
 
-    def __init__(self, maxsize: int = 20_000) -> None:
+    A row it has not seen (the first claim of each schedule after a start, every schedule of
+    an hourly burst) is decoded with the checks of :func:`trusted_schedule_from_row`, those of
+    the columns schedules share (:data:`_SHARED_COLUMNS`) made once per distinct combination
+    of their values; a row any check refuses is decoded the full way, which raises
+    :class:`~goatbeat.core.errors.DamagedRow` naming the column, as before."""
+
+    def __init__(self, maxsize: int = 20_000, shared_maxsize: int = 1_024) -> None:
         self.maxsize = maxsize
+        self.shared_maxsize = shared_maxsize
         self._entries: OrderedDict[tuple[int, int], tuple[tuple[Any, ...] | None, Schedule]] = (
             OrderedDict()
         )
+        self._shared: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[Any, ...], str | None]] = {}
         self._lock = threading.Lock()
 
     def _put(
@@ -950,11 +1035,11 @@ class ScheduleCache:
 
     def from_row(self, row: Mapping[str, Any]) -> Schedule:
         key = (int(row["id"]), int(row["version"]))
-        signature = (row["source"], *[row[c] for c in DEFINITION_COLUMNS])
+        signature = _read_signature(row)
         with self._lock:
             entry = self._entries.pop(key, None)
         if entry is None or entry[0] != signature:
-            cached = trusted_schedule_from_row(row, json_text=True)
+            cached = self._decode(row)
             schedule = cached
         else:
             cached = entry[1]
@@ -967,6 +1052,72 @@ class ScheduleCache:
                 raise
         self._put(key, signature, cached)
         return schedule
+
+    def _decode(self, row: Mapping[str, Any]) -> Schedule:
+        """:func:`trusted_schedule_from_row` (JSON as text), the same Schedule or the same
+        DamagedRow, with the shared columns' checks made once per combination."""
+        try:
+            return self._decode_fast(row)
+        except Exception:  # any refusal: the full decode says which column, or rebuilds it
+            return trusted_schedule_from_row(row, json_text=True)
+
+    def _decode_fast(self, row: Mapping[str, Any]) -> Schedule:
+        shared_key = (*_read_shared(row), *map(type, _read_numbers(row)))
+        shared = self._shared.get(shared_key)
+        if shared is None:
+            shared = _shared_definition(row)
+            with self._lock:
+                if len(self._shared) >= self.shared_maxsize:
+                    self._shared.clear()  # a crowd of one-of-a-kind definitions: start over
+                self._shared[shared_key] = shared
+        common_values, routing, headers_text = shared
+        args = _json(row["args"], True, list, "a JSON array")
+        kwargs = _json(row["kwargs"], True, dict, "a JSON object")
+        headers = {} if headers_text is None else _json(headers_text, True, dict, "")
+        queue, exchange, routing_key, priority, expires = routing
+        start_at, end_at, next_run_at, last_run_at, created_at, updated_at, paused_at = [
+            None if value is None else value.astimezone(UTC) for value in _read_times(row)
+        ]
+        if start_at and end_at and end_at < start_at:
+            raise _Bad("decoded the full way to name the column")
+        description = row["description"]
+        note = row["pause_note"]
+        if type(description) is not str or type(note) is not str:
+            raise _Bad("decoded the full way to name the column")
+        values = {
+            **common_values,
+            "start_at": start_at,
+            "end_at": end_at,
+            "next_run_at": next_run_at,
+            "last_run_at": last_run_at,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "paused_at": paused_at,
+            "total_run_count": int(row["total_run_count"]),
+            "missed_count": int(row["missed_count"]),
+            "version": int(row["version"]),
+            "skipped_count": int(row["skipped_count"]),
+            "name": row["name"],
+            "args": tuple(args),
+            "kwargs": kwargs,
+            "routing": Routing._trusted(
+                queue=queue,
+                exchange=exchange,
+                routing_key=routing_key,
+                priority=priority,
+                expires=expires,
+                headers=headers,
+            ),
+            "one_off": bool(row["one_off"]),
+            "description": description,
+            "enabled": bool(row["enabled"]),
+            "id": int(row["id"]),
+            "last_status": row["last_status"],
+            "paused": bool(row["paused"]),
+            "paused_by": row["paused_by"],
+            "pause_note": note,
+        }
+        return Schedule._trusted(values)
 
     def advanced(self, schedule: Schedule, *, version: int) -> None:
         """The claim that read ``schedule`` committed it at ``version``: same definition."""

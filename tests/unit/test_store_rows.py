@@ -17,6 +17,7 @@ from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Routing, Schedul
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from goatbeat.stores import SQLiteStore
 from goatbeat.stores._common import (
+    ScheduleCache,
     read_schedule,
     schedule_from_row,
     schedule_to_row,
@@ -88,38 +89,38 @@ def test_trusted_builder_gives_the_schedule_the_validating_one_gives(
     assert (trusted.id, trusted.version, trusted.next_run_at) == (7, 3, T0)
 
 
-@pytest.mark.parametrize(
-    ("column", "value"),
-    [
-        ("args", {"not": "a list"}),
-        ("args", "[1, 2"),
-        ("kwargs", [1, 2]),
-        ("headers", ["h"]),
-        ("misfire_policy", "sometimes"),
-        ("misfire_grace", "soon"),
-        ("misfire_grace", -1.0),
-        ("misfire_grace", float("nan")),
-        ("expires", "never"),
-        ("expires", float("inf")),
-        ("expires", -3.0),
-        ("source", "elsewhere"),
-        ("catch_up_limit", 0),
-        ("catch_up_limit", 100_001),
-        ("priority", 256),
-        ("priority", "high"),
-        ("queue", ""),
-        ("task", "two words"),
-        ("timezone", "Mars/Olympus"),
-        ("timezone", "Europe/Paris"),  # a real zone, but not the trigger's
-        ("trigger", {"kind": "nope"}),
-        ("trigger", {"kind": "cron", "expression": "61 * * * *", "timezone": "UTC"}),
-        ("trigger", {"kind": "cron", "expression": "* * * * *", "timezone": "Mars/Olympus"}),
-        ("trigger", "[1"),
-        ("end_at", T0 - timedelta(days=30)),
-        ("next_run_at", "not an instant"),
-        ("version", "x"),
-    ],
-)
+DAMAGE: list[tuple[str, Any]] = [
+    ("args", {"not": "a list"}),
+    ("args", "[1, 2"),
+    ("kwargs", [1, 2]),
+    ("headers", ["h"]),
+    ("misfire_policy", "sometimes"),
+    ("misfire_grace", "soon"),
+    ("misfire_grace", -1.0),
+    ("misfire_grace", float("nan")),
+    ("expires", "never"),
+    ("expires", float("inf")),
+    ("expires", -3.0),
+    ("source", "elsewhere"),
+    ("catch_up_limit", 0),
+    ("catch_up_limit", 100_001),
+    ("priority", 256),
+    ("priority", "high"),
+    ("queue", ""),
+    ("task", "two words"),
+    ("timezone", "Mars/Olympus"),
+    ("timezone", "Europe/Paris"),  # a real zone, but not the trigger's
+    ("trigger", {"kind": "nope"}),
+    ("trigger", {"kind": "cron", "expression": "61 * * * *", "timezone": "UTC"}),
+    ("trigger", {"kind": "cron", "expression": "* * * * *", "timezone": "Mars/Olympus"}),
+    ("trigger", "[1"),
+    ("end_at", T0 - timedelta(days=30)),
+    ("next_run_at", "not an instant"),
+    ("version", "x"),
+]
+
+
+@pytest.mark.parametrize(("column", "value"), DAMAGE)
 @pytest.mark.parametrize("builder", [trusted_schedule_from_row, schedule_from_row])
 def test_a_damaged_row_names_the_schedule_and_the_column(
     column: str, value: Any, builder: Any
@@ -239,3 +240,72 @@ def test_a_state_column_damaged_after_the_definition_was_cached_is_quarantined_t
         "yesterday",
     )
     store.close()
+
+
+def text_row(schedule: Schedule, **changes: Any) -> dict[str, Any]:
+    """A row as the PostgreSQL claim reads it: the JSON columns as text."""
+    row = stored_row(schedule)
+    for column in ("trigger", "args", "kwargs", "headers"):
+        row[column] = json.dumps(row[column], sort_keys=True)
+    row.update(changes)
+    return row
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: s.name)
+def test_the_claim_cache_decodes_a_new_row_as_the_trusted_builder_does(
+    schedule: Schedule,
+) -> None:
+    cache = ScheduleCache()
+    first = text_row(schedule)
+    # Another schedule with the same shared columns: decoded with the checks made for the first.
+    second = text_row(schedule, id=8, name=schedule.name + "-2", description="other")
+    for row in (first, second):
+        decoded = cache.from_row(row)
+        expected = trusted_schedule_from_row(row, json_text=True)
+        assert decoded == expected
+        assert [getattr(decoded, f) for f in Schedule.__slots__] == [
+            getattr(expected, f) for f in Schedule.__slots__
+        ]
+    a = cache.from_row(text_row(schedule, id=9, version=1))
+    b = cache.from_row(text_row(schedule, id=10, version=1))
+    # Nothing mutable is shared between two schedules decoded from the same shared columns.
+    assert a.kwargs is not b.kwargs and a.routing.headers is not b.routing.headers
+    assert a.kwargs == b.kwargs and a.routing.headers == b.routing.headers
+
+
+# Not a damaged version: the cache files rows by (id, version), integer columns it reads first.
+@pytest.mark.parametrize(("column", "value"), [d for d in DAMAGE if d[0] != "version"])
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "after-a-good-row"])
+def test_the_claim_cache_refuses_a_damaged_row_as_the_trusted_builder_does(
+    column: str, value: Any, warm: bool
+) -> None:
+    cache = ScheduleCache()
+    if warm:
+        cache.from_row(text_row(SCHEDULES[0], id=99, start_at=T0 - timedelta(days=1)))
+    if column == "trigger" and not isinstance(value, str):
+        value = json.dumps(value)
+    row = text_row(SCHEDULES[0], start_at=T0 - timedelta(days=1), **{column: value})
+    with pytest.raises(DamagedRow) as expected:
+        trusted_schedule_from_row(row, json_text=True)
+    with pytest.raises(DamagedRow) as caught:
+        cache.from_row(row)
+    assert (caught.value.column, caught.value.detail, caught.value.schedule) == (
+        expected.value.column,
+        expected.value.detail,
+        expected.value.schedule,
+    )
+
+
+@pytest.mark.parametrize(
+    ("column", "good", "bad"),
+    [("priority", 1, True), ("catch_up_limit", 7, 7.0), ("pause_on_failure", 1, True)],
+)
+def test_a_value_equal_to_a_checked_one_but_of_another_type_is_checked_again(
+    column: str, good: Any, bad: Any
+) -> None:
+    # SQLite columns take any type; 1 == 1.0 == True, but only an int is a priority.
+    cache = ScheduleCache()
+    cache.from_row(text_row(SCHEDULES[1], **{column: good}))
+    with pytest.raises(DamagedRow) as caught:
+        cache.from_row(text_row(SCHEDULES[1], id=8, **{column: bad}))
+    assert caught.value.column == column
