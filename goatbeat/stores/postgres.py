@@ -1007,6 +1007,16 @@ class PostgresStore:
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
+        if all(o.ok for o in outcomes):
+            with self._session() as conn, psycopg.Cursor(conn) as cur:
+                cur.execute(
+                    self._q["record_submitted"],
+                    {
+                        "ids": [o.execution_id for o in outcomes],
+                        "backend_task_ids": [o.backend_task_id for o in outcomes],
+                    },
+                )
+            return
         with self._session() as conn, psycopg.Cursor(conn) as cur:
             cur.execute(
                 self._q["record_outcomes"],

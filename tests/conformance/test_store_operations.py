@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,6 +156,64 @@ def test_a_submission_recorded_after_a_fast_worker_keeps_the_worker_status(
     late = store.executions(name="late")[0]
     assert late.status is ExecutionStatus.RUNNING and late.error is None and late.attempts == 0
     assert store.pending(limit=10) == []
+
+
+def _record_successes(store: ScheduleStore, prefix: str, *, with_a_failure: bool) -> Any:
+    """Successes of a batch that mixes worker reports, a schedule with two occurrences and a
+    row recorded already, recorded alone or beside one failure; what they leave behind."""
+    names = [f"{prefix}-{n}" for n in ("plain", "fast", "started", "twice", "again", "fails")]
+    store.publish(
+        [hourly(n) for n in names if not n.endswith("twice")]
+        + [hourly(f"{prefix}-twice", misfire=MisfirePolicy.RUN_ALL)]
+    )
+    occs = claim_all(store, lease(store), T0 + 2 * HOUR)
+    by_name: dict[str, list[Any]] = {}
+    for occ in occs:
+        by_name.setdefault(occ.schedule_name.removeprefix(prefix + "-"), []).append(occ)
+    assert len(by_name["twice"]) == 2
+    store.record_completion(by_name["fast"][0].idempotency_key, outcome=Outcome.SUCCEEDED)
+    store.record_started(by_name["started"][0].idempotency_key)
+    again = by_name["again"][0]
+    store.record_outcomes([SubmitOutcome(execution_id=again.execution_id, ok=True)])
+    outcomes = [
+        SubmitOutcome(execution_id=o.execution_id, ok=True, backend_task_id=f"bt-{i}")
+        for i, o in enumerate(o for n, os in sorted(by_name.items()) if n != "fails" for o in os)
+    ]
+    failure = SubmitOutcome(execution_id=by_name["fails"][0].execution_id, ok=False, error="x")
+    store.record_outcomes(outcomes + [failure] if with_a_failure else outcomes)
+    schedules = {
+        s.name.removeprefix(prefix + "-"): (s.last_status, s.missed_count, s.total_run_count)
+        for s in store.list_schedules()
+        if s.name.startswith(prefix + "-") and not s.name.endswith("fails")
+    }
+    executions = sorted(
+        (
+            e.schedule_name.removeprefix(prefix + "-"),
+            e.scheduled_at,
+            e.status,
+            e.submitted_at is not None,
+            e.backend_task_id,
+            e.error,
+            e.attempts,
+        )
+        for e in store.executions(limit=100)
+        if e.schedule_name.startswith(prefix + "-") and not e.schedule_name.endswith("fails")
+    )
+    return schedules, executions
+
+
+def test_a_batch_of_successes_is_recorded_as_the_same_successes_beside_a_failure(
+    store: ScheduleStore,
+) -> None:
+    # Stores may record an all-success batch (nearly every batch) a faster way: same result.
+    alone = _record_successes(store, "a", with_a_failure=False)
+    mixed = _record_successes(store, "b", with_a_failure=True)
+    assert alone == mixed
+    schedules, executions = alone
+    assert schedules["plain"][0] == "submitted" and schedules["twice"][0] == "submitted"
+    assert schedules["fast"][0] == "succeeded" and schedules["started"][0] == "running"
+    assert schedules["again"][0] == "submitted"
+    assert {e[2] for e in executions if e[0] == "again"} == {ExecutionStatus.SUBMITTED}
 
 
 def test_claims_report_their_misses_schedule_by_schedule(store: ScheduleStore) -> None:
