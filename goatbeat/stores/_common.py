@@ -1128,6 +1128,19 @@ class ScheduleCache:
             return  # evicted meanwhile: the next read builds it again
         self._put((schedule.id, version), entry[0], entry[1])
 
+    def advanced_all(self, schedules: Iterable[Schedule]) -> None:
+        """:meth:`advanced` for each of ``schedules``, committed one version further by the
+        claim that read them, under one acquisition of the lock."""
+        entries = self._entries
+        with self._lock:
+            for schedule in schedules:
+                assert schedule.id is not None
+                entry = entries.pop((schedule.id, schedule.version), None)
+                if entry is not None:  # else evicted meanwhile: the next read builds it again
+                    entries[(schedule.id, schedule.version + 1)] = entry
+            while len(entries) > self.maxsize:
+                entries.popitem(last=False)
+
 
 def decode_due(
     rows: Sequence[Mapping[str, Any]], from_row: Callable[[Mapping[str, Any]], Schedule]

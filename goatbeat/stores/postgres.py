@@ -194,6 +194,24 @@ class _RetryableStoreError(StoreError):
     """The transaction was rolled back by a deadlock or serialization failure."""
 
 
+def _unless_all(values: list[Any], usual: Any) -> list[Any]:
+    """``values``, or an empty array when every one is ``usual``: the claim's statements read
+    the NULLs unnest pads it with as that value (see claim_advance in queries.sql)."""
+    for value in values:
+        if value is not usual and value != usual:
+            return values
+    return []
+
+
+def _last_statuses(values: list[str | None]) -> dict[str, Any]:
+    """claim_advance's last_status parameters: one value for the batch when all are the same
+    status, else the array."""
+    first = values[0] if values else None
+    if first is not None and all(v == first for v in values):
+        return {"last_status": [], "last_status_all": first}
+    return {"last_status": values, "last_status_all": None}
+
+
 def _params(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
 
@@ -830,11 +848,11 @@ class PostgresStore:
                             "versions": [a.schedule.version for a in advs],
                             "next_run_at": [a.plan.next_run_at for a in advs],
                             "last_run_at": [a.last_run_at for a in advs],
-                            "last_status": [a.last_status for a in advs],
-                            "runs": [len(a.starts) for a in advs],
-                            "missed": [a.plan.missed for a in advs],
-                            "skipped": [len(a.skips) for a in advs],
-                            "disable": [a.disable for a in advs],
+                            **_last_statuses([a.last_status for a in advs]),
+                            "runs": _unless_all([len(a.starts) for a in advs], 1),
+                            "missed": _unless_all([a.plan.missed for a in advs], 0),
+                            "skipped": _unless_all([len(a.skips) for a in advs], 0),
+                            "disable": _unless_all([a.disable for a in advs], False),
                         },
                     )
                 }
@@ -855,11 +873,16 @@ class PostgresStore:
                             "names": [p.schedule.name for p in planned],
                             "scheduled_at": [p.scheduled_at for p in planned],
                             "keys": [p.key for p in planned],
-                            "statuses": [p.status for p in planned],
-                            "retry_at": [
-                                p.due_at if wait else None
-                                for p, wait in zip(planned, waits, strict=True)
-                            ],
+                            "statuses": _unless_all(
+                                [p.status for p in planned], ExecutionStatus.CLAIMED.value
+                            ),
+                            "retry_at": _unless_all(
+                                [
+                                    p.due_at if wait else None
+                                    for p, wait in zip(planned, waits, strict=True)
+                                ],
+                                None,
+                            ),
                         },
                     )
                 }
@@ -899,9 +922,8 @@ class PostgresStore:
                     conn, lease, scheduler_id, check["now"], shard
                 )
         # Committed: only now may the cache believe the rows are at their new versions.
-        for adv in advs:
-            if adv.schedule.id in advanced:
-                self._cache.advanced(adv.schedule, version=adv.schedule.version + 1)
+        if advanced:
+            self._cache.advanced_all(a.schedule for a in advs if a.schedule.id in advanced)
         return ClaimResult(
             occurrences=occurrences,
             conflicts=len(advs) - len(advanced),

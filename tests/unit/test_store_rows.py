@@ -309,3 +309,17 @@ def test_a_value_equal_to_a_checked_one_but_of_another_type_is_checked_again(
     with pytest.raises(DamagedRow) as caught:
         cache.from_row(text_row(SCHEDULES[1], id=8, **{column: bad}))
     assert caught.value.column == column
+
+
+def test_a_claimed_row_is_found_at_its_new_version_after_the_batch_is_advanced() -> None:
+    cache = ScheduleCache(maxsize=2)
+    rows = [text_row(SCHEDULES[1], id=i, name=f"s{i}", version=3) for i in (1, 2, 3)]
+    built = [cache.from_row(row) for row in rows]
+    cache.advanced_all(built)
+    # Bounded: the least recently used entry went when the third came.
+    assert sorted(cache._entries) == [(2, 4), (3, 4)]
+    again = cache.from_row({**rows[2], "version": 4})
+    assert again.kwargs is built[2].kwargs  # the definition built once, not decoded again
+    assert again.version == 4 and again == trusted_schedule_from_row(
+        {**rows[2], "version": 4}, json_text=True
+    )
