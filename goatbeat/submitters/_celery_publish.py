@@ -102,6 +102,10 @@ class Publisher:
         )
         for stamp in sending.pop("stamped_headers", ()):
             sending.pop(stamp, None)
+        if "declare" not in sending and _declared(producer, sending.get("queue")):
+            # kombu would bind a copy of the queue to the channel, for every message, only to
+            # find it in its record of what this connection declared: publish straight away.
+            sending["declare"] = []
         with producer.connection._reraise_as_library_errors():
             amqp.send_task_message(
                 producer,
@@ -141,3 +145,16 @@ class Publisher:
             self._prepared.clear()
         self._prepared[key] = (routed, fixed)
         return routed, fixed
+
+
+def _declared(producer: Any, queue: Any) -> bool:
+    """Whether kombu already declared ``queue`` on ``producer``'s connection (its own record,
+    which it clears when the connection is replaced, so a new connection declares again)."""
+    if queue is None or isinstance(queue, str):
+        return False
+    try:
+        return bool(queue.can_cache_declaration) and hash(queue) in (
+            producer.connection.declared_entities
+        )
+    except AttributeError:
+        return False

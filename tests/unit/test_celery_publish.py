@@ -253,3 +253,34 @@ def test_a_batch_goes_through_the_direct_publisher(app: Any, redis_url: str) -> 
     assert [json.loads(base64.b64decode(m["body"]))[0] for m in messages] == [
         [i] for i in range(120)
     ]
+
+
+def test_queues_are_declared_as_send_task_declares_them(redis_url: str) -> None:
+    """The first message to a queue declares it (its binding appears in Redis); later ones
+    rely on kombu's record of what this connection declared, with either path alike."""
+    client = redis.Redis.from_url(redis_url)
+    seen: dict[bool, list[bool]] = {}
+    for direct in (True, False):
+        client.flushall()
+        # A fresh app and queue each time: kombu remembers declared queues per connection and
+        # bindings per process.
+        queue = f"emails-{direct}"
+        app = celery.Celery("declare", broker=redis_url, set_as_current=False)
+        submitter = CelerySubmitter(app)
+        if not direct:
+            submitter._publisher.usable = lambda: False  # type: ignore[method-assign]
+        observed = []
+        try:
+            for i in range(3):
+                submitter.submit(
+                    _occurrence("proj.tasks.report", Routing(queue=queue), idempotency_key=f"k{i}")
+                )
+                observed.append(bool(client.exists(f"_kombu.binding.{queue}")))
+                client.delete(f"_kombu.binding.{queue}")
+        finally:
+            submitter.close()
+            app.close()
+        seen[direct] = observed
+    client.close()
+    assert seen[True][0] is True
+    assert seen[True] == seen[False]
