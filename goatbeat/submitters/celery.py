@@ -18,6 +18,12 @@ each chunk is published inside kombu's ``Producer.batch()`` (kombu >= 5.7), whic
 sends the chunk's ``LPUSH`` commands in one pipelined round trip; the messages are exactly those
 ``send_task`` publishes (routing, ``task_routes``, signals and all). Transports without batch
 support publish each message at once inside the same call.
+
+Each message is built by :class:`~goatbeat.submitters._celery_publish.Publisher`, which does
+``send_task``'s per-task work (registry options, route) once per schedule's routing and leaves
+out the result bookkeeping a scheduler never reads (about a fifth of the interpreter's time
+per message); it steps aside for ``send_task`` where that would not give the same message (a
+router function, task protocol 1, inside a Celery task).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from goatbeat.core.clock import Clock
@@ -40,6 +46,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import check_supported
+from goatbeat.submitters._celery_publish import Publisher
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
 
@@ -184,6 +191,7 @@ class CelerySubmitter:
         self._lock = threading.Lock()
         self._closed = False
         self._modules_loaded = False
+        self._publisher = Publisher(self.app)
 
     def known_tasks(self) -> frozenset[str]:
         """The app's registered tasks (``app.tasks``), once the modules its configuration
@@ -227,7 +235,7 @@ class CelerySubmitter:
     def submit(self, occurrence: Occurrence) -> str | None:
         producer = self._check_out()
         try:
-            task_id = self._send(producer, occurrence)
+            task_id = self._send(producer, occurrence, direct=self._publisher.usable())
         except PermanentSubmitError:
             self._check_in(producer)
             raise
@@ -249,15 +257,16 @@ class CelerySubmitter:
         batch = getattr(producer, "batch", None) if self._batch_publish else None
         results: list[str | None | Exception] = []
         healthy = True
+        direct = self._publisher.usable()
         try:
             if batch is None:
-                results = [self._send_or_error(producer, occ) for occ in occurrences]
+                results = [self._send_or_error(producer, occ, direct) for occ in occurrences]
                 healthy = not any(_suspect(r) for r in results)
                 return results
             try:
                 with batch(max_size=_BATCH_COMMANDS):
                     for occ in occurrences:
-                        results.append(self._send_or_error(producer, occ))
+                        results.append(self._send_or_error(producer, occ, direct))
             except Exception as exc:  # the flush: nothing buffered is known to have landed
                 healthy = False
                 error = RetryableSubmitError(
@@ -274,9 +283,11 @@ class CelerySubmitter:
             else:
                 _release(producer)
 
-    def _send_or_error(self, producer: Any, occurrence: Occurrence) -> str | None | Exception:
+    def _send_or_error(
+        self, producer: Any, occurrence: Occurrence, direct: bool
+    ) -> str | None | Exception:
         try:
-            return self._send(producer, occurrence)
+            return self._send(producer, occurrence, direct=direct)
         except Exception as exc:  # reported for this occurrence; the others still go
             return exc
 
@@ -288,8 +299,10 @@ class CelerySubmitter:
                 return self._idle.pop()
         return self.app.producer_pool.acquire(block=True)
 
-    def _send(self, producer: Any, occurrence: Occurrence) -> str | None:
-        """One ``send_task``; kombu/redis errors turned into goatbeat's SubmitErrors."""
+    def _send(self, producer: Any, occurrence: Occurrence, *, direct: bool) -> str | None:
+        """One message, as ``send_task`` sends it (``direct``: through the :class:`Publisher`,
+        which builds the same message for less); kombu/redis errors turned into goatbeat's
+        SubmitErrors."""
         routing = occurrence.routing
         options: dict[str, Any] = {}
         if routing.queue is not None:
@@ -301,14 +314,29 @@ class CelerySubmitter:
         if routing.priority is not None:
             options["priority"] = routing.priority
         left = expires_left(occurrence, self.expires_from, self.clock)
+        expires: float | datetime | None = None
         if left is not None and self.expires_from == "scheduled":
             # Absolute, so the time the message waits in the broker counts too.
-            options["expires"] = occurrence.scheduled_at + timedelta(seconds=routing.expires or 0)
+            expires = occurrence.scheduled_at + timedelta(seconds=routing.expires or 0)
         elif left is not None:
-            options["expires"] = left
+            expires = left
         # goatbeat's headers last: a user header must not forge the key.
         headers = {**routing.headers, **key_headers(occurrence)}
         try:
+            if direct:
+                return self._publisher.publish(
+                    producer,
+                    occurrence.task,
+                    args=occurrence.args,
+                    kwargs=occurrence.kwargs,
+                    task_id=occurrence.idempotency_key,
+                    headers=headers,
+                    options=options,
+                    expires=expires,
+                    retry_policy=self._retry_policy,
+                )
+            if expires is not None:
+                options["expires"] = expires
             result = self.app.send_task(
                 occurrence.task,
                 args=list(occurrence.args),
