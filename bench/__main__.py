@@ -129,12 +129,20 @@ NOTES = """\
   and sends arrays of usual values empty: `--quick` 56-58 % -> 62-67 % of the bare loop, client
   CPU 0.37 -> 0.31 s per 10,000. Left: the second write of each schedule row (last_status
   'submitted', non-HOT on full pages: ~3.7 ms a batch) and ~0.3 s of Python per 10,000.
-- Dispatch. A batch's outcomes are now recorded while the next batch is sent, not before.
-  Tried: a 1 ms interpreter switch interval (`sys.setswitchinterval`) in the scheduler process,
-  so database answers wait less for the interpreter lock while the submission thread sends: no
-  gain measurable on this 2-core machine (runs spread 3,300-5,200 occ/s either way); not kept.
-  What is left of the gap is CPU: the claim, the decoding of rows and the bookkeeping (about
-  0.6 s of 10,000) share one interpreter lock with Celery's `send_task` (about 0.12 ms each).
+- Dispatch. A batch's outcomes are recorded while the next batch is sent, not before. The
+  Celery submitter now publishes through a direct publisher: the app's own
+  `amqp.create_task_message` and `amqp.send_task_message` (signals, `task-sent` events and
+  all), with what `send_task` redoes for every message done once per schedule's routing (the
+  registered task's options, the route) and what a scheduler never reads left out (an
+  `AsyncResult` and the result backend's subscription per message); a queue kombu already
+  declared on the connection is not bound again per message. The messages are `send_task`'s,
+  field by field (tests/unit/test_celery_publish.py, read back from Redis); a router function,
+  task protocol 1 or a call inside a Celery task use `send_task` itself. CPU per message:
+  117 us -> 68 us (bare `send_task` in a batch: 113 us). The end-to-end run polls Redis every
+  2 ms instead of 0.2 ms: the poller took most of a core from the process it measured.
+  Tried: a 1 ms and a 0.2 ms interpreter switch interval (`sys.setswitchinterval`) in the
+  scheduler process, so database answers wait less for the interpreter lock while the
+  submission thread sends: slower (7,600 -> 6,100-7,200 occ/s); not kept.
 """
 
 
