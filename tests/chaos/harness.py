@@ -196,6 +196,10 @@ class ChaosRun:
             f"workdir={self.workdir}"
         )
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if any(self.workdir.iterdir()):
+            # Evidence is appended to and the broker reloads its data directory: an earlier
+            # run's records would be checked as this one's.
+            raise ValueError(f"chaos workdir {self.workdir} is not empty")
         self.server = ChaosPostgres().start()
         self.broker = RedisServer(data_dir=self.workdir / "redis").start()
         try:

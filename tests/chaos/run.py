@@ -75,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         known = ", ".join((*FAULTS, *OPTIONAL_FAULTS))
         parser.error(f"unknown faults {sorted(unknown)}; known: {known}")
+    if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
+        # Evidence files are appended to and the broker reloads its data directory: an earlier
+        # run's records would be checked as this run's.
+        parser.error(f"--workdir {args.workdir} is not empty; give a new or empty directory")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"goatbeat-chaos-{seed}-"))
     config = ChaosConfig(
         seed=seed,
