@@ -131,7 +131,8 @@ def scheduler(
         )
         if value is not None
     }
-    with open_app(ctx) as app:
+    collector = _CollectorPause()
+    with collector, open_app(ctx) as app:
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         obj = cli_context(ctx)
         require_schema(app, obj)
@@ -143,6 +144,7 @@ def scheduler(
             app.publish_at_start()
         else:
             _publish_when_reachable(app, obj)
+        collector.end()
         if once:
             try:
                 result = loop.run_once()
@@ -161,6 +163,29 @@ def scheduler(
             release()  # published: a process that runs for weeks need not hold them all
             _return_freed_memory()
         loop.run()
+
+
+class _CollectorPause:
+    """The cyclic garbage collector paused while the app loads and its declarations are
+    published: start-up allocates a few long-lived objects per declaration and frees none in
+    cycles, so the collections it would trigger (about a tenth of the declaring time at
+    100,000) only walk them. :meth:`end` (or leaving the block) turns it back on, as it was."""
+
+    def __init__(self) -> None:
+        self._resume = False
+
+    def __enter__(self) -> _CollectorPause:
+        self._resume = gc.isenabled()
+        gc.disable()
+        return self
+
+    def end(self) -> None:
+        if self._resume:
+            self._resume = False
+            gc.enable()
+
+    def __exit__(self, *exc: object) -> None:
+        self.end()
 
 
 def _return_freed_memory() -> None:
