@@ -248,6 +248,10 @@ def validate_schedule(schedule: Schedule) -> dict[str, Any]:
         isinstance(k, str) for k in schedule.kwargs
     ):
         raise InvalidSchedule("kwargs", schedule.kwargs, "must be a JSON object")
+    if not isinstance(schedule.routing, Routing):
+        raise InvalidSchedule(
+            "routing", schedule.routing, f"{short_repr(schedule.routing)} is not a Routing"
+        )
     texts = {
         "name": schedule.name,
         "task": schedule.task,
@@ -323,12 +327,13 @@ class Comparison:
         """``schedule`` validated (raises InvalidSchedule as :func:`validate_schedule`);
         returns its part of the comparison, and its definition when it was computed (None:
         valid, :func:`validate_schedule` computes it when it is needed)."""
+        if type(schedule) is not Schedule:
+            return self._added(schedule, None)
         name = schedule.name
         routing = schedule.routing
         key: tuple[Any, ...] | None = None
         if (
-            type(schedule) is Schedule
-            and type(name) is str
+            type(name) is str
             and len(name) <= MAX_NAME_LENGTH
             and "\x00" not in name
             and name.strip()
@@ -371,11 +376,18 @@ class Comparison:
                 else:
                     if known is not None:
                         return [name, args, kwargs, headers, known], None
+        return self._added(schedule, key)
+
+    def _added(
+        self, schedule: Schedule, key: tuple[Any, ...] | None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """``schedule`` validated in full, as the first of a combination (``key``: None, a
+        combination of its own)."""
         definition = validate_schedule(schedule)
         self.shared.append([definition[c] for c in SHARED_COLUMNS])
         if key is not None:
             self._index[key] = len(self.shared) - 1
-        own = [name, definition["args"], definition["kwargs"], definition["headers"]]
+        own = [schedule.name, definition["args"], definition["kwargs"], definition["headers"]]
         return [*own, len(self.shared) - 1], definition
 
 

@@ -100,6 +100,8 @@ def damaged() -> list[tuple[str, Any]]:
         ("description", bypass(declaration("w"), description="nul\x00")),
         ("kwargs", bypass(declaration("v"), kwargs={1: "a"})),
         ("args", bypass(declaration("u"), args=("a\x00",))),
+        ("schedule", {"name": "not a schedule"}),
+        ("routing", bypass(declaration("t"), routing={"queue": "q"})),
     ]
 
 
