@@ -192,9 +192,10 @@ class Routing:
         expires: float | None,
         headers: dict[str, Any],
     ) -> Routing:
-        """For stores only: a Routing from values that were validated when they were written
-        (a row goatbeat stored), without running :meth:`__post_init__` again. ``headers``
-        must be a fresh dict the caller does not keep."""
+        """For stores (and Beat's declarations without routing options): a Routing from values
+        that were validated when they were written (a row goatbeat stored) or are the
+        defaults, without running :meth:`__post_init__` again. ``headers`` must be a fresh
+        dict the caller does not keep."""
         self = object.__new__(cls)
         setattr_ = object.__setattr__
         setattr_(self, "queue", queue)
