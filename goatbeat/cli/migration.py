@@ -52,7 +52,7 @@ from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import iso_z, parse_instant
-from goatbeat.stores import MemoryStore, open_store, redact_url
+from goatbeat.stores import open_store, redact_url
 
 # The importers, the diff and the Django project's sources (goatbeat.django.beat_sources, which
 # reads celery's beat_schedule) are imported by the commands that use them: every other command
@@ -135,6 +135,8 @@ def _checked(target: Target, *, dry_run: bool) -> ScheduleStore:
             f"the goatbeat database {target.label} is unreachable: {exc}"
         ) from None
     if dry_run:
+        from goatbeat.stores.memory import MemoryStore
+
         return target.store if version else MemoryStore()
     try:
         target.store.migrate()  # idempotent; a dry run must not even create tables
