@@ -312,6 +312,8 @@ class Beat:
         self._callables: dict[str, Callable[..., Any]] = {}
         self._allow_list: TaskAllowList | None = None
         self._triggers: dict[tuple[Any, ...], Trigger] = {}
+        self._zones: set[str] = set()
+        """The zone names declarations gave that :func:`get_zone` accepted."""
         self._released: tuple[str, frozenset[str]] | None = None
         """(names joined by newlines, tasks) of the declarations once
         :meth:`release_declarations` let go of them."""
@@ -524,12 +526,14 @@ class Beat:
     ) -> Schedule:
         """The Schedule the options describe, validated (not by the submitter yet)."""
         path = task_path(task)
-        actor = _dramatiq_actor(task)
+        actor = None if type(task) is str else _dramatiq_actor(task)
         if actor is not None and queue is None:
             queue = actor[1]
         headers = self._with_options(path, headers, options)
         zone = self.timezone if timezone is None else timezone
-        get_zone(zone, "timezone")
+        if type(zone) is not str or zone not in self._zones:
+            get_zone(zone, "timezone")
+            self._zones.add(zone)
         start = None if start_at is None else parse_instant(start_at, "start_at")
         end = None if end_at is None else parse_instant(end_at, "end_at")
         # Triggers are frozen values: a schedules.py that declares the same cron or interval a
@@ -558,21 +562,36 @@ class Beat:
             expires_s = _duration(expires, "expires").total_seconds()
         if not isinstance(enabled, bool):
             raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
-        return Schedule(
-            name=name,
-            task=path,
-            trigger=built,
-            args=args,  # type: ignore[arg-type]  # Schedule coerces and validates
-            kwargs=kwargs if kwargs is not None else {},
-            routing=Routing(
+        if (
+            queue is None
+            and exchange is None
+            and routing_key is None
+            and priority is None
+            and expires_s is None
+            and (headers is None or (type(headers) is dict and not headers))
+        ):
+            # What Routing() of these is, without checking None four times per declaration.
+            routing = Routing._trusted(
+                queue=None, exchange=None, routing_key=None, priority=None, expires=None, headers={}
+            )
+        else:
+            routing = Routing(
                 queue=queue,
                 exchange=exchange,
                 routing_key=routing_key,
                 priority=priority,
                 expires=expires_s,
                 headers=headers if headers is not None else {},
-            ),
-            misfire=misfire,  # type: ignore[arg-type]  # Schedule coerces and validates
+            )
+        # Schedule(...), quicker for the plain values a declaration usually gives.
+        return Schedule._declared(
+            name=name,
+            task=path,
+            trigger=built,
+            args=args,
+            kwargs=kwargs if kwargs is not None else {},
+            routing=routing,
+            misfire=misfire,
             misfire_grace=_duration(misfire_grace, "misfire_grace"),
             catch_up_limit=catch_up_limit,
             start_at=start,
@@ -581,11 +600,9 @@ class Beat:
             description=description,
             source=source,
             enabled=enabled,
-            jitter=parse_duration(jitter, field="jitter"),
-            overlap=overlap,  # type: ignore[arg-type]  # Schedule coerces and validates
-            max_runtime=(
-                None if max_runtime is None else parse_duration(max_runtime, field="max_runtime")
-            ),
+            jitter=_duration(jitter, "jitter"),
+            overlap=overlap,
+            max_runtime=None if max_runtime is None else _duration(max_runtime, "max_runtime"),
             pause_on_failure=pause_on_failure,
         )
 
@@ -923,14 +940,15 @@ def _trigger_key(
 
 
 @functools.lru_cache(maxsize=256)
-def _duration_text(value: str, field_name: str) -> timedelta:
+def _duration_cached(value: str | int, field_name: str) -> timedelta:
     return parse_duration(value, field=field_name)
 
 
 def _duration(value: Any, field_name: str) -> timedelta:
-    """parse_duration, with the texts every declaration repeats (``"60s"``) parsed once."""
-    if type(value) is str:
-        return _duration_text(value, field_name)
+    """parse_duration, with the texts and integers every declaration repeats (``"60s"``,
+    ``0``) parsed once."""
+    if type(value) is str or type(value) is int:
+        return _duration_cached(value, field_name)
     return parse_duration(value, field=field_name)
 
 

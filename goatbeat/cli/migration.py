@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -52,11 +52,14 @@ from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.timeutil import iso_z, parse_instant
-from goatbeat.diff import DiffReport, compute_diff
-from goatbeat.django import beat_sources
-from goatbeat.importers import celery_beat, django_celery_beat
-from goatbeat.importers.entries import ImportReport, SourceEntry, import_entries
-from goatbeat.stores import MemoryStore, open_store, redact_url
+from goatbeat.stores import open_store, redact_url
+
+# The importers, the diff and the Django project's sources (goatbeat.django.beat_sources, which
+# reads celery's beat_schedule) are imported by the commands that use them: every other command
+# (the scheduler first) starts without them.
+if TYPE_CHECKING:
+    from goatbeat.diff import DiffReport
+    from goatbeat.importers.entries import ImportReport, SourceEntry
 
 __all__ = [
     "Target",
@@ -114,6 +117,8 @@ def open_target_store(ctx: click.Context, database: str | None) -> Iterator[Targ
 
 
 def _app_target(app: Any) -> str:
+    from goatbeat.django import beat_sources
+
     database = str(getattr(app, "database", "") or "")
     if "://" in database:
         return redact_url(database)
@@ -130,6 +135,8 @@ def _checked(target: Target, *, dry_run: bool) -> ScheduleStore:
             f"the goatbeat database {target.label} is unreachable: {exc}"
         ) from None
     if dry_run:
+        from goatbeat.stores.memory import MemoryStore
+
         return target.store if version else MemoryStore()
     try:
         target.store.migrate()  # idempotent; a dry run must not even create tables
@@ -155,6 +162,9 @@ def collect_entries(
     both is django-celery-beat's row (its scheduler copies the beat schedule into its table,
     with the last runs). ``last_runs_file``: the beat schedule's last runs as JSON
     (:func:`read_last_runs`). Errors reading a source raise ``GoatbeatError`` (one line)."""
+    from goatbeat.django import beat_sources
+    from goatbeat.importers import celery_beat, django_celery_beat
+
     entries: list[SourceEntry] = []
     lines: list[str] = []
     last_runs = None
@@ -292,6 +302,8 @@ def import_celery_beat(
     overwrite: bool,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
+    from goatbeat.django import beat_sources
+
     try:
         if not from_app and from_dcb is None and not beat_sources.in_django_project():
             raise UserError(
@@ -372,6 +384,8 @@ def _run(
     overwrite: bool,
     check_task: Callable[[str], None] | None = None,
 ) -> ImportReport:
+    from goatbeat.importers.entries import import_entries
+
     if len(entries) < _PROGRESS_THRESHOLD or quiet:
         return import_entries(
             store, entries, dry_run=dry_run, overwrite=overwrite, check_task=check_task
@@ -451,6 +465,9 @@ def export_last_runs(
 ) -> None:
     """Hand goatbeat's last runs back to celery beat before a rollback, so it runs nothing
     goatbeat already ran."""
+    from goatbeat.django import beat_sources
+    from goatbeat.importers import django_celery_beat
+
     if (to_dcb is None) == (to_json is None):
         raise UserError("say where to: --to-django-celery-beat [URL] or --to-json FILE")
     with open_target_store(ctx, database) as target:
@@ -545,6 +562,9 @@ def diff(
     last_runs_file: str | None,
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
+    from goatbeat.diff import compute_diff
+    from goatbeat.django import beat_sources
+
     try:
         if not from_app and from_dcb is None and not beat_sources.in_django_project():
             raise UserError("nothing to compare: pass --from-app and/or --from-django-celery-beat")

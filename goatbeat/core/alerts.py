@@ -26,7 +26,6 @@ import json
 import logging
 import queue
 import threading
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -153,6 +152,7 @@ logged (``alert.failed``)."""
 def webhook(url: str, *, timeout: float = WEBHOOK_TIMEOUT) -> AlertHandler:
     """A handler that POSTs ``alert.to_dict()`` as JSON to ``url``; an answer other than 2xx
     (or none within ``timeout``) raises, and is logged."""
+    import urllib.request  # here: every scheduler imports this module, few post webhooks
 
     def post(alert: Alert) -> None:
         body = json.dumps(alert.to_dict()).encode("utf-8")

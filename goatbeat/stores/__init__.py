@@ -18,11 +18,11 @@ from goatbeat.core.clock import Clock
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores._common import read_schedule, schedule_changes
-from goatbeat.stores.memory import MemoryStore
-from goatbeat.stores.sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from goatbeat.stores.memory import MemoryStore
     from goatbeat.stores.postgres import PostgresStore
+    from goatbeat.stores.sqlite import SQLiteStore
 
 __all__ = [
     "open_store",
@@ -66,6 +66,8 @@ def open_store(
     if scheme == "memory":
         if rest not in ("", "/"):
             raise InvalidValue("database", url, f"{url!r}: memory:// takes no path")
+        from goatbeat.stores.memory import MemoryStore
+
         return MemoryStore(clock=clock)
     if scheme == "sqlite":
         # sqlite:///x.db -> "x.db" (relative); sqlite:////abs/x.db -> "/abs/x.db"
@@ -78,6 +80,8 @@ def open_store(
         path = rest[1:]
         if "?" in path or "#" in path:
             raise InvalidValue("database", url, f"{url!r}: SQLite URLs take no query string")
+        from goatbeat.stores.sqlite import SQLiteStore
+
         return SQLiteStore(path, clock=clock)
     if scheme in ("postgresql", "postgres"):
         try:
@@ -114,9 +118,18 @@ def redact_url(url: str) -> str:
 
 
 def __getattr__(name: str) -> object:
-    # PostgresStore is importable from here without making psycopg a hard dependency.
+    # Each store is imported when it is first asked for: PostgresStore without making psycopg
+    # a hard dependency, the others so that a PostgreSQL scheduler starts without them.
     if name == "PostgresStore":
         from goatbeat.stores.postgres import PostgresStore
 
         return PostgresStore
+    if name == "MemoryStore":
+        from goatbeat.stores.memory import MemoryStore
+
+        return MemoryStore
+    if name == "SQLiteStore":
+        from goatbeat.stores.sqlite import SQLiteStore
+
+        return SQLiteStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

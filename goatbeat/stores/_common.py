@@ -91,6 +91,7 @@ __all__ = [
     "fingerprint_of_text",
     "definition_text",
     "definition_json",
+    "Comparison",
     "edited",
     "KEPT_WHEN_NONE",
     "without_kept",
@@ -247,6 +248,10 @@ def validate_schedule(schedule: Schedule) -> dict[str, Any]:
         isinstance(k, str) for k in schedule.kwargs
     ):
         raise InvalidSchedule("kwargs", schedule.kwargs, "must be a JSON object")
+    if not isinstance(schedule.routing, Routing):
+        raise InvalidSchedule(
+            "routing", schedule.routing, f"{short_repr(schedule.routing)} is not a Routing"
+        )
     texts = {
         "name": schedule.name,
         "task": schedule.task,
@@ -291,6 +296,99 @@ _CHECKED_TRIGGERS: dict[int, tuple[Trigger, Any]] = {}
 """Triggers whose spec survived the round trip, by identity, with their normal spec: a
 declaration sharing a trigger object (Beat builds each distinct cron or interval once) is not
 checked again. The entry holds the trigger, so its id cannot be reused while it is there."""
+
+
+OWN_COLUMNS = ("args", "kwargs", "headers")
+"""The definition columns a declaration usually has to itself; the others (task, trigger,
+routing, policies...) many declarations share (:class:`Comparison`)."""
+SHARED_COLUMNS = tuple(c for c in DEFINITION_COLUMNS if c not in OWN_COLUMNS)
+
+
+class Comparison:
+    """A publication's declarations as PostgreSQL compares them with the stored rows
+    (``publish_unchanged``), each validated on the way: per declaration ``[name, args, kwargs,
+    headers, k]``, where ``k`` indexes :attr:`shared`, the other definition columns, one entry
+    per distinct combination of them (a ``schedules.py`` repeats a few tasks, triggers and
+    policies many times over), as a list in :data:`SHARED_COLUMNS`' order.
+
+    A declaration is checked as :func:`validate_schedule` checks it: in full (and its definition
+    computed) for the first declaration of each combination, and for anything that is not a
+    plain Schedule; a declaration sharing a checked combination has only what is its own
+    checked (its name, and its JSON values: exact built-in types, no NUL). The combination is
+    told by value (the trigger by identity), so two declarations share an entry only when
+    the shared columns of their definitions are equal."""
+
+    def __init__(self) -> None:
+        self.shared: list[list[Any]] = []
+        """The shared columns of each combination, in :data:`SHARED_COLUMNS`' order."""
+        self._index: dict[tuple[Any, ...], int] = {}
+
+    def add(self, schedule: Schedule) -> tuple[list[Any], dict[str, Any] | None]:
+        """``schedule`` validated (raises InvalidSchedule as :func:`validate_schedule`);
+        returns its part of the comparison, and its definition when it was computed (None:
+        valid, :func:`validate_schedule` computes it when it is needed)."""
+        if type(schedule) is not Schedule:
+            return self._added(schedule, None)
+        name = schedule.name
+        routing = schedule.routing
+        key: tuple[Any, ...] | None = None
+        if (
+            type(name) is str
+            and len(name) <= MAX_NAME_LENGTH
+            and "\x00" not in name
+            and name.strip()
+            and type(routing) is Routing
+        ):
+            args = list(schedule.args)
+            kwargs = schedule.kwargs
+            headers = routing.headers
+            if (
+                type(kwargs) is dict
+                and type(headers) is dict
+                and _plain_json(args)
+                and _plain_json(kwargs)
+                and _plain_json(headers)
+            ):
+                key = (
+                    schedule.task,
+                    id(schedule.trigger),  # alive as long as the schedules being published
+                    routing.queue,
+                    routing.exchange,
+                    routing.routing_key,
+                    routing.priority,
+                    routing.expires,
+                    schedule.misfire,
+                    schedule.misfire_grace,
+                    schedule.catch_up_limit,
+                    schedule.one_off,
+                    schedule.start_at,
+                    schedule.end_at,
+                    schedule.description,
+                    schedule.jitter,
+                    schedule.overlap,
+                    schedule.max_runtime,
+                    schedule.pause_on_failure,
+                )
+                try:
+                    known = self._index.get(key)
+                except TypeError:  # an unhashable value: not a declaration's
+                    key = None
+                else:
+                    if known is not None:
+                        return [name, args, kwargs, headers, known], None
+        return self._added(schedule, key)
+
+    def _added(
+        self, schedule: Schedule, key: tuple[Any, ...] | None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """``schedule`` validated in full, as the first of a combination (``key``: None, a
+        combination of its own)."""
+        definition = validate_schedule(schedule)
+        self.shared.append([definition[c] for c in SHARED_COLUMNS])
+        if key is not None:
+            self._index[key] = len(self.shared) - 1
+        own = [schedule.name, definition["args"], definition["kwargs"], definition["headers"]]
+        return [*own, len(self.shared) - 1], definition
 
 
 def validate_batch(schedules: Sequence[Schedule]) -> list[dict[str, Any]]:
@@ -402,10 +500,11 @@ def fingerprint_of_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def definition_json(definition: Mapping[str, Any]) -> str:
-    """A definition as compact JSON, keys in no particular order (instants as ISO 8601 in
-    UTC): what PostgreSQL's publication compares with the stored row (``publish_unchanged``);
-    cheaper than :func:`definition_text`, which sorts every level for a stable hash."""
+def definition_json(definition: Mapping[str, Any] | Sequence[Any]) -> str:
+    """A definition (or definition values, as :attr:`Comparison.shared`) as compact JSON, keys
+    in no particular order (instants as ISO 8601 in UTC): what PostgreSQL's publication
+    compares with the stored rows (``publish_unchanged``); cheaper than
+    :func:`definition_text`, which sorts every level for a stable hash."""
     return json.dumps(definition, separators=(",", ":"), default=_instant_text)
 
 
@@ -1517,7 +1616,7 @@ def plan_publish(
     *,
     source: Source,
     now: datetime,
-    definitions: Sequence[dict[str, Any]] | None = None,
+    definitions: Sequence[dict[str, Any] | None] | None = None,
     follow_last_run: bool = False,
     unchanged: Collection[str] = (),
 ) -> PublishActions:
@@ -1526,7 +1625,8 @@ def plan_publish(
 
     ``unchanged``: names the store has already found stored with exactly the declared
     definition, of this source, with a fingerprint recorded and not quarantined (PostgreSQL
-    compares them in the database); they need no row in ``existing`` and write nothing.
+    compares them in the database); they need no row in ``existing`` and write nothing (and
+    their ``definitions`` entry may be None; any other None is computed here).
 
     Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
     anything is written. The stored ``enabled`` flag always wins over the declared one.
@@ -1539,6 +1639,8 @@ def plan_publish(
         if schedule.name in unchanged:
             actions.unchanged.append(schedule.name)
             continue
+        if wanted is None:
+            wanted = definition_of(schedule)
         row = existing.get(schedule.name)
         if row is None:
             anchor = schedule.last_run_at or now

@@ -216,9 +216,11 @@ def _params(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
 
 
-_COMPARE_CHUNK = 10_000
-"""Declarations per ``publish_unchanged`` statement: a few MB of JSON each, not one document
-of every declaration at once."""
+_COMPARE_CHUNK = 2500
+"""Declarations per ``publish_unchanged`` statement (about 100 KB of JSON each): small enough
+that the database starts comparing soon and the last chunk's wait is short (10,000 a chunk
+left a 10,000-declaration start waiting for one whole comparison), large enough that the
+statements' own cost does not count."""
 
 _COPY_COLUMNS = (
     "name", "source", "task", "trigger", "timezone", "args", "kwargs", "queue", "exchange",
@@ -434,7 +436,9 @@ class PostgresStore:
             )
             orphaned: list[str] = []
             if Source(source) is Source.CODE:
-                rows = self._fetch(conn, "orphans", {"source": Source.CODE.value, "names": names})
+                rows = self._fetch(
+                    conn, "orphans", {"source": Source.CODE.value, "names": json.dumps(names)}
+                )
                 orphaned = [r["name"] for r in rows]
             if dry_run:
                 return actions.result(orphaned=orphaned, dry_run=True)
@@ -468,29 +472,41 @@ class PostgresStore:
         schedules: Sequence[Schedule],
         source: Source,
         follow_last_run: bool,
-    ) -> tuple[list[dict[str, Any]], set[str]]:
+    ) -> tuple[list[dict[str, Any] | None], set[str]]:
         """Each declaration validated (:func:`~goatbeat.stores._common.validate_batch`'s
-        checks, in its order), and the names stored exactly as declared, found by
-        ``publish_unchanged``: one statement per chunk carrying the chunk's declarations as
-        JSON and returning names only. The statements are pipelined, so the database compares
-        one chunk while the next is validated. A declaration that may move the last run
-        forward (``follow_last_run``) is left to the full comparison."""
-        definitions: list[dict[str, Any]] = []
+        checks, in its order) and its definition, and the names stored exactly as declared,
+        found by ``publish_unchanged``: one statement per chunk carrying the chunk's
+        declarations as JSON (:class:`~goatbeat.stores._common.Comparison`: each one's own
+        columns, and the columns they share once per distinct combination) and returning names
+        only. The statements are pipelined, so the database compares one chunk while the next
+        is validated. A declaration that may move the last run forward (``follow_last_run``)
+        is left to the full comparison. The definition of a declaration found unchanged may
+        be None: it is not needed."""
+        found: list[dict[str, Any] | None] = []
         seen: set[str] = set()
         unchanged: set[str] = set()
         compare = bool(self._fetch(conn, "source_has_rows", {"source": Source(source).value}))
         pipelined = compare and psycopg.Pipeline.is_supported()
         cursors: list[psycopg.Cursor[Any]] = []
-        pairs: list[str] = []
+        chunk: list[list[Any]] = []
+        comparison = common.Comparison()
+        local: dict[int, int] = {}
+        shared: list[list[Any]] = []
 
         def send() -> None:
             cur = psycopg.Cursor(conn)
             cursors.append(cur)
             cur.execute(
                 self._q["publish_unchanged"],
-                {"declared": f"[{','.join(pairs)}]", "source": Source(source).value},
+                {
+                    "declared": json.dumps(chunk, separators=(",", ":")),
+                    "shared": common.definition_json(shared),
+                    "source": Source(source).value,
+                },
             )
-            pairs.clear()
+            chunk.clear()
+            local.clear()
+            shared.clear()
             if not pipelined:
                 collect()
 
@@ -502,27 +518,38 @@ class PostgresStore:
         with conn.pipeline() if pipelined else contextlib.nullcontext():
             try:
                 for schedule in schedules:
-                    definition = common.validate_schedule(schedule)
+                    if not compare or (follow_last_run and schedule.last_run_at is not None):
+                        definition: dict[str, Any] | None = common.validate_schedule(schedule)
+                        part = None
+                    else:
+                        part, definition = comparison.add(schedule)
                     if schedule.name in seen:
                         raise InvalidSchedule(
                             "name", schedule.name, f"{schedule.name!r} is declared twice"
                         )
                     seen.add(schedule.name)
-                    definitions.append(definition)
-                    if not compare or (follow_last_run and schedule.last_run_at is not None):
+                    found.append(definition)
+                    if part is None:
                         continue
-                    pairs.append(
-                        f"[{json.dumps(schedule.name)},{common.definition_json(definition)}]"
-                    )
-                    if len(pairs) == _COMPARE_CHUNK:
+                    # The chunk carries the combinations its declarations use, renumbered.
+                    k = local.get(part[4])
+                    if k is None:
+                        k = local[part[4]] = len(shared)
+                        shared.append(comparison.shared[part[4]])
+                    part[4] = k
+                    chunk.append(part)
+                    if len(chunk) == _COMPARE_CHUNK:
                         send()
-                if pairs:
+                if chunk:
                     send()
                 collect()
             finally:
                 for cur in cursors:
                     cur.close()
-        return definitions, unchanged
+        for i, schedule in enumerate(schedules):
+            if found[i] is None and schedule.name not in unchanged:
+                found[i] = common.validate_schedule(schedule)
+        return found, unchanged
 
     def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""

@@ -72,15 +72,38 @@ def test_republishing_many_unchanged_declarations_writes_no_row(store: ScheduleS
         ("misfire_grace", 61.0, "misfire_grace"),
         ("description", "edited", "description"),
         ("jitter", 6.0, "jitter"),
+        # The columns declarations share (PostgreSQL compares them as one array per row).
+        ("timezone", "UTC", "timezone"),
+        ("queue", "other", "queue"),
+        ("routing_key", "rk", "routing_key"),
+        ("priority", 4, "priority"),
+        ("headers", {"h": 2}, "headers"),
+        ("misfire_policy", "skip", "misfire_policy"),
+        ("catch_up_limit", 99, "catch_up_limit"),
+        ("one_off", True, "one_off"),
+        ("overlap", "buffer_one", "overlap"),
+        ("max_runtime", 601.0, "max_runtime"),
+        ("pause_on_failure", 4, "pause_on_failure"),
     ],
 )
 def test_a_row_changed_behind_the_stores_back_is_rewritten_and_reported(
     backend: Backend, store: ScheduleStore, column: str, value: Any, field: str
 ) -> None:
     store.publish(declarations())
-    target = {"expires": "routed", "args": "args", "kwargs": "args", "jitter": "control"}.get(
-        column, "plain"
-    )
+    target = {
+        "expires": "routed",
+        "queue": "routed",
+        "routing_key": "routed",
+        "priority": "routed",
+        "headers": "routed",
+        "args": "args",
+        "kwargs": "args",
+        "jitter": "control",
+        "overlap": "control",
+        "max_runtime": "control",
+        "pause_on_failure": "control",
+        "timezone": "cron",
+    }.get(column, "plain")
     write_raw(backend, store, target, **{column: value})
 
     result = store.publish(declarations())
@@ -125,3 +148,29 @@ def test_postgres_confirms_unchanged_declarations_in_the_database_without_readin
 
     assert len(result.unchanged) == len(declarations())
     assert "schedules_by_names" not in read  # no full row was read
+
+
+def test_many_declarations_sharing_their_task_and_trigger_are_each_compared_with_their_row(
+    backend: Backend, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small chunks, so the comparison spans several statements (PostgreSQL).
+    monkeypatch.setattr("goatbeat.stores.postgres._COMPARE_CHUNK", 4)
+    shared = {"task": "tasks.same", "trigger": IntervalTrigger("1h")}
+    many = [
+        hourly(f"n{i}", args=[i], description="odd" if i % 2 else "", **shared) for i in range(15)
+    ]
+    store.publish(many)
+    write_raw(backend, store, "n7", task="tasks.other")
+    write_raw(backend, store, "n10", description="odd")  # n9's combination, n10's row
+    write_raw(backend, store, "n12", args=[13])
+
+    result = store.publish(many)
+
+    assert sorted(result.updated) == ["n10", "n12", "n7"]
+    assert {n: [c.field for c in cs] for n, cs in result.changes.items()} == {
+        "n7": ["task"],
+        "n10": ["description"],
+        "n12": ["args"],
+    }
+    assert len(result.unchanged) == 12
+    assert store.publish(many).updated == []

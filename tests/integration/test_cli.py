@@ -474,3 +474,69 @@ def test_an_invalid_max_submit_retries_is_one_line_naming_it(app_dir, db):
         "--app", spec, "--database", db, "scheduler", "--once", "--max-submit-retries", "-1"
     )
     assert_one_line_error(result, "max_submit_retries: -1 is out of range 0..1000")
+
+
+GC_APP = """
+    import gc
+
+    from goatbeat.beat import Beat
+
+    beat = Beat("memory://")
+    beat.schedule(name="often", task="os.getcwd", every="5m")
+    COLLECTING_WHILE_LOADED = gc.isenabled()
+"""
+
+
+def test_the_scheduler_pauses_the_garbage_collector_only_while_it_loads_and_publishes(app_dir, db):
+    import gc
+    import importlib
+
+    spec = write_app(app_dir, GC_APP)
+    assert gc.isenabled()
+    once = invoke("--app", spec, "--database", db, "scheduler", "--once")
+    assert once.exit_code == 0, once.output
+    assert json.loads(once.stdout.strip().splitlines()[-1])["leader"] is True
+    assert importlib.import_module(spec.split(":")[0]).COLLECTING_WHILE_LOADED is False
+    assert gc.isenabled()  # on again, as it was
+
+    failed = invoke("--app", spec, "--database", db, "scheduler", "--once", "--lease-ttl", "x")
+    assert failed.exit_code != 0 and gc.isenabled()
+
+
+RELEASE_APP = """
+    import gc
+    import os
+    import signal
+
+    from goatbeat.beat import Beat
+
+
+    class RecordingBeat(Beat):
+        seen = []
+
+        def release_declarations(self):
+            RecordingBeat.seen.append((len(self.schedules), gc.isenabled()))
+            super().release_declarations()
+            os.kill(os.getpid(), signal.SIGTERM)  # the test is over: stop the loop
+
+
+    beat = RecordingBeat("memory://")
+    beat.schedule(name="often", task="os.getcwd", every="5m")
+"""
+
+
+def test_the_scheduler_lets_go_of_its_declarations_after_its_first_iteration(app_dir, db):
+    import gc
+    import importlib
+
+    spec = write_app(app_dir, RELEASE_APP)
+    result = invoke("--app", spec, "--database", db, "scheduler", "--scheduler-id", "s1")
+    assert result.exit_code == 0, result.output
+    module = importlib.import_module(spec.split(":")[0])
+    assert module.RecordingBeat.seen == [(1, False)]  # once, the collector still paused
+    assert gc.isenabled()
+    store = SQLiteStore(db.removeprefix("sqlite:///"))
+    try:
+        assert store.get("often").name == "often"  # published before
+    finally:
+        store.close()

@@ -301,6 +301,20 @@ def test_goatbeat_help_loads_no_optional_package_but_click() -> None:
     assert loaded == [], f"goatbeat --help loaded optional packages: {loaded}"
 
 
+def test_the_command_line_loads_the_migration_toolkit_only_for_its_commands() -> None:
+    # The scheduler starts sooner without them (goatbeat scheduler's start-up is timed).
+    code = (
+        "import sys\n"
+        "import goatbeat.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('goatbeat.importers',"
+        " 'goatbeat.diff', 'goatbeat.django.beat_sources'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE.parent
+    )
+    assert out.stdout.strip() == "[]"
+
+
 def test_every_core_module_imports_alone_without_optional_packages() -> None:
     modules = [_module_name(p) for p in core_files()]
     code = f"import importlib\nfor name in {modules!r}:\n    importlib.import_module(name)"

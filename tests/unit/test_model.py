@@ -306,3 +306,130 @@ def test_parse_instant_accepts_z_and_offsets_and_returns_utc() -> None:
         parse_instant("2026-12-01T08:00:00", "at")
     with pytest.raises(InvalidValue, match="at: .*out of range"):
         parse_instant("0001-01-01T00:00:00+05:00", "at")
+
+
+# --- the declaration path (Schedule._declared) ------------------------------------------------
+
+
+def declared_fields(**kw: Any) -> dict[str, Any]:
+    """Every field Schedule._declared takes, at the values Beat passes by default."""
+    base: dict[str, Any] = {
+        "name": "daily-report",
+        "task": "reports.tasks.generate",
+        "trigger": CronTrigger("0 9 * * *", timezone="Europe/Paris"),
+        "args": [1],
+        "kwargs": {},
+        "routing": Routing(),
+        "misfire": MisfirePolicy.RUN_ONCE,
+        "misfire_grace": timedelta(seconds=60),
+        "catch_up_limit": 100,
+        "start_at": None,
+        "end_at": None,
+        "one_off": False,
+        "description": "",
+        "jitter": timedelta(0),
+        "overlap": "allow",
+        "max_runtime": None,
+        "pause_on_failure": None,
+        "source": Source.CODE,
+        "enabled": True,
+    }
+    base.update(kw)
+    return base
+
+
+class Tagged(str):
+    pass
+
+
+DECLARED = [
+    {},
+    {"args": (1, "two", 3.5, None, True, [4, {"five": [6]}])},
+    {"args": [{"nested": (1, 2)}]},  # a nested tuple: the constructor's path
+    {"args": [2**80, -0.0, 'é\\"', ""]},
+    {"kwargs": {"a": {"b": [1, 2.5, None]}, "c": False}},
+    {"kwargs": {Tagged("k"): 1}},  # a str subclass as key: the constructor's path
+    {"routing": Routing(queue="q", priority=3, headers={"h": 1})},
+    {"misfire": "skip", "overlap": "skip", "max_runtime": timedelta(minutes=5)},
+    {"misfire": MisfirePolicy.RUN_ALL, "catch_up_limit": 100_000, "pause_on_failure": 1000},
+    {"misfire_grace": timedelta(0), "jitter": timedelta(days=1), "one_off": True},
+    {"start_at": datetime(2026, 1, 1, 10, tzinfo=PARIS), "end_at": T0},
+    {"description": "café", "source": "admin", "enabled": False},
+    {"name": " padded name ", "task": "a"},
+    {"trigger": IntervalTrigger("1h")},
+]
+
+
+@pytest.mark.parametrize("changes", DECLARED, ids=lambda v: repr(v)[:60])
+def test_the_declaration_path_builds_what_the_constructor_builds(changes: dict[str, Any]) -> None:
+    fields = declared_fields(**changes)
+    given = json.dumps(fields["args"], default=str), json.dumps(fields["kwargs"], default=str)
+
+    fast, slow = Schedule._declared(**fields), Schedule(**fields)
+
+    assert fast == slow
+    assert repr(fast) == repr(slow)  # types too: True is not 1, a member is not its value
+    for name in Schedule.__slots__:
+        assert type(getattr(fast, name)) is type(getattr(slow, name)), name
+    # Copies, as the constructor makes: the caller's lists and dicts are not kept.
+    dumped = json.dumps(fields["args"], default=str), json.dumps(fields["kwargs"], default=str)
+    assert dumped == given
+    grow(fields["args"])
+    grow(fields["kwargs"])
+    assert fast == slow and repr(fast) == repr(slow)
+
+
+def grow(value: Any) -> None:
+    """Append to every list and add a key to every dict inside ``value``."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            grow(item)
+        if isinstance(value, list):
+            value.append("later")
+    elif isinstance(value, dict):
+        for item in value.values():
+            grow(item)
+        value["later"] = 1
+
+
+DECLARED_INVALID = [
+    (field, changes)
+    for field, changes in INVALID
+    if set(changes) <= set(declared_fields()) and field not in ("start_at", "end_at")
+] + [
+    ("overlap", {"overlap": "never"}),
+    ("max_runtime", {"overlap": "skip"}),
+    ("max_runtime", {"max_runtime": timedelta(0)}),
+    ("jitter", {"jitter": timedelta(days=2)}),
+    ("pause_on_failure", {"pause_on_failure": 0}),
+    ("pause_on_failure", {"pause_on_failure": True}),
+    ("args", {"args": [[[]] * 2] * 2 + [json.loads("[" * 120 + "]" * 120)]}),
+    ("name", {"name": "   "}),
+]
+
+
+@pytest.mark.parametrize(("field", "changes"), DECLARED_INVALID, ids=lambda v: repr(v)[:60])
+def test_the_declaration_path_refuses_what_the_constructor_refuses(
+    field: str, changes: dict[str, Any]
+) -> None:
+    fields = declared_fields(**changes)
+    with pytest.raises(InvalidValue) as slow:
+        Schedule(**fields)
+    with pytest.raises(InvalidValue) as fast:
+        Schedule._declared(**fields)
+    assert type(fast.value) is type(slow.value)
+    assert (fast.value.field, str(fast.value)) == (slow.value.field, str(slow.value))
+    assert fast.value.field == field
+
+
+def test_plain_declarations_do_not_go_through_the_constructor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    expected = Schedule(**declared_fields(trigger=IntervalTrigger("7m")))
+
+    def refuse(self: Schedule) -> None:
+        raise AssertionError("the constructor ran")
+
+    monkeypatch.setattr(Schedule, "__post_init__", refuse)
+    assert Schedule._declared(**declared_fields(trigger=IntervalTrigger("7m"))) == expected
+    assert Schedule._declared(**declared_fields(misfire="skip", source="admin")) is not None
