@@ -155,6 +155,10 @@ def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> l
         if schedule.one_off:
             return out
     t = start
+    if schedule.last_run_at is not None and schedule.last_run_at > start:
+        # A running scheduler claimed an instant ahead of time (claim-ahead): that one has run,
+        # as celery's side counts it (its last run is goatbeat's), and is no fire to come.
+        t = schedule.last_run_at
     while len(out) < MAX_FIRES:
         nxt = schedule.first_run_after(t)
         if nxt is None or nxt > end:

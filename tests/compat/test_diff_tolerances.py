@@ -139,6 +139,24 @@ def test_a_run_owed_at_once_is_compared_on_both_sides() -> None:
     assert "at once" in (s.fire_times[0].reason or "")
 
 
+def test_an_instant_claimed_ahead_of_the_diff_is_not_a_fire_to_come() -> None:
+    # goatbeat's scheduler claims an occurrence shortly before its instant; a diff started in
+    # between sees last_run_at after its start. Both sides count that instant as run (celery's
+    # from goatbeat's last run): no difference (the example project's cutover test met it).
+    start = datetime(2026, 6, 10, 12, 0, 15, 100_000, tzinfo=UTC)
+    old, new = entries_and_rows(
+        {"every-3s": {"task": "t", "schedule": timedelta(seconds=3)}}, "UTC", start
+    )
+    (row,) = new
+    claimed = row.trigger.next_after(start)
+    assert claimed is not None and claimed > start
+    ahead = [row.evolve(last_run_at=claimed, next_run_at=claimed + timedelta(seconds=3))]
+    report = compute_diff(old, ahead, start=start, horizon=timedelta(minutes=1))
+    assert report.equal, [s.to_dict() for s in report.schedules]
+    (fires,) = [diff_module.goatbeat_fire_times(ahead[0], start, start + timedelta(seconds=10))]
+    assert claimed not in fires and fires[0] == claimed + timedelta(seconds=3)
+
+
 def test_django_celery_beats_run_at_start_time_of_a_crontab_is_a_known_difference() -> None:
     # A never-run django-celery-beat crontab row with a start_time, as the reader builds it.
     start = datetime(2026, 6, 10, 12, tzinfo=UTC)
