@@ -299,6 +299,17 @@ def warm_up(app: Any) -> None:
     """Load kombu's transport and open a connection before the clock starts, for everybody."""
     with app.producer_or_acquire() as producer:
         app.send_task("bench.warmup", producer=producer, queue="warmup")
+    steady()
+
+
+def steady() -> None:
+    """What a long-running process has done by the time a burst comes, for every contender:
+    its start-up objects frozen out of the collector's full passes (``gc.freeze``), as
+    ``goatbeat scheduler`` freezes them after its first iteration."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 # -- processes ------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ N are claimed and marked submitted. Each runs in a fresh process with its connec
   ``Schedule`` values, misfire planning, trigger evaluation, CAS, executions), submission,
   ``record_outcomes``, and the next-wake-up query.
 - ``goatbeat store only``: ``claim_due`` + ``record_outcomes`` in a loop, without the scheduler.
+
+Every contender starts its clock with its start-up objects frozen out of the garbage
+collector's full passes (``gc.freeze``), as a long-running ``goatbeat scheduler`` has.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from bench._common import (
     insert_schedules,
     migrate,
     run_child,
+    steady,
 )
 
 BATCH = 500
@@ -89,6 +93,7 @@ def child_bare(args: dict[str, Any]) -> dict[str, Any]:
         )
         lease = {"holder": "bare", "token": 1}
         claimed = 0
+        steady()
         began = time.perf_counter()
         while claimed < n:
             with conn.transaction():
@@ -139,6 +144,7 @@ def child_goatbeat(args: dict[str, Any]) -> dict[str, Any]:
     n = args["n"]
     profiler = _profiler(args)
     claimed = 0
+    steady()
     began = time.perf_counter()
     while claimed < n:
         result = scheduler.run_once()
@@ -165,6 +171,7 @@ def child_store(args: dict[str, Any]) -> dict[str, Any]:
     n = args["n"]
     profiler = _profiler(args)
     claimed = 0
+    steady()
     began = time.perf_counter()
     while claimed < n:
         result = store.claim_due(grant, scheduler_id="bench-store", limit=BATCH)

@@ -24,7 +24,8 @@ Contenders, each in a fresh process, one after the other, same Redis (flushed be
   ``IntervalSchedule``, ``last_run_at`` two hours old) in PostgreSQL, driven the same way.
 
 Every contender first sends one warm-up message to another queue (transport loaded, connection
-open). The rate is messages that landed in Redis's ``celery`` list (``LLEN``) divided by the
+open), then freezes its start-up objects out of the garbage collector's full passes
+(``gc.freeze``), as a long-running ``goatbeat scheduler`` has after its first iteration. The rate is messages that landed in Redis's ``celery`` list (``LLEN``) divided by the
 wall time of the loop. The slow schedulers are stopped after a time cap; their rate is then
 measured over the part they managed (their per-tick cost does not fall as entries go out).
 """

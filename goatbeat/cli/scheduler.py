@@ -164,6 +164,10 @@ def scheduler(
             if callable(release):
                 release()  # published: a process that runs for weeks need not hold them all
                 _return_freed_memory()
+            # What survives start-up (modules, the app, the broker's client) lives as long as
+            # the loop: frozen, the collector's full passes stop walking it every time a burst
+            # of claims allocates (about 8 % of a 10,000-occurrence burst's time).
+            collector.freeze()
             # On again once the declarations are gone: turned on before, its first
             # collection would walk all of them (about 0.07 s at 100,000) just to keep them.
             collector.end()
@@ -178,15 +182,22 @@ class _CollectorPause:
     """The cyclic garbage collector paused while the app loads, publishes, runs its first
     iteration and lets go of its declarations: start-up allocates a few long-lived objects per declaration and frees none in
     cycles, so the collections it would trigger (about a tenth of the declaring time at
-    100,000) only walk them. :meth:`end` (or leaving the block) turns it back on, as it was."""
+    100,000) only walk them. :meth:`end` (or leaving the block) turns it back on, as it was.
+    :meth:`freeze` moves what is alive into the collector's permanent generation for the rest
+    of the block (``gc.freeze``); leaving the block unfreezes it."""
 
     def __init__(self) -> None:
         self._resume = False
+        self._frozen = False
 
     def __enter__(self) -> _CollectorPause:
         self._resume = gc.isenabled()
         gc.disable()
         return self
+
+    def freeze(self) -> None:
+        gc.freeze()
+        self._frozen = True
 
     def end(self) -> None:
         if self._resume:
@@ -195,6 +206,9 @@ class _CollectorPause:
 
     def __exit__(self, *exc: object) -> None:
         self.end()
+        if self._frozen:
+            self._frozen = False
+            gc.unfreeze()
 
 
 class _AfterFirstIteration:

@@ -513,11 +513,17 @@ RELEASE_APP = """
 
     class RecordingBeat(Beat):
         seen = []
+        frozen = []
 
         def release_declarations(self):
             RecordingBeat.seen.append((len(self.schedules), gc.isenabled()))
             super().release_declarations()
             os.kill(os.getpid(), signal.SIGTERM)  # the test is over: stop the loop
+
+        def close(self):
+            # Still inside the loop's lifetime: what start-up left alive is frozen.
+            RecordingBeat.frozen.append(gc.get_freeze_count())
+            super().close()
 
 
     beat = RecordingBeat("memory://")
@@ -535,6 +541,10 @@ def test_the_scheduler_lets_go_of_its_declarations_after_its_first_iteration(app
     module = importlib.import_module(spec.split(":")[0])
     assert module.RecordingBeat.seen == [(1, False)]  # once, the collector still paused
     assert gc.isenabled()
+    # After its first iteration the loop ran with start-up's objects frozen; unfrozen when
+    # the command ends.
+    assert module.RecordingBeat.frozen and module.RecordingBeat.frozen[0] > 0
+    assert gc.get_freeze_count() == 0
     store = SQLiteStore(db.removeprefix("sqlite:///"))
     try:
         assert store.get("often").name == "often"  # published before
