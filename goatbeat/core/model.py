@@ -457,15 +457,7 @@ class Schedule:
                 "routing", self.routing, f"{short_repr(self.routing)} is not a Routing"
             )
         if type(self.misfire) is not MisfirePolicy:
-            try:
-                object.__setattr__(self, "misfire", MisfirePolicy(self.misfire))
-            except ValueError:
-                raise InvalidSchedule(
-                    "misfire",
-                    self.misfire,
-                    f"{short_repr(self.misfire)} is not one of "
-                    f"{', '.join(p.value for p in MisfirePolicy)}",
-                ) from None
+            object.__setattr__(self, "misfire", _policy("misfire", self.misfire, MisfirePolicy))
         if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace < timedelta(0):
             raise InvalidSchedule(
                 "misfire_grace",
@@ -515,15 +507,7 @@ class Schedule:
                 "jitter", self.jitter, f"{short_repr(self.jitter)} is not between 0 and 1 day"
             )
         if type(self.overlap) is not OverlapPolicy:
-            try:
-                object.__setattr__(self, "overlap", OverlapPolicy(self.overlap))
-            except ValueError:
-                raise InvalidSchedule(
-                    "overlap",
-                    self.overlap,
-                    f"{short_repr(self.overlap)} is not one of "
-                    f"{', '.join(p.value for p in OverlapPolicy)}",
-                ) from None
+            object.__setattr__(self, "overlap", _policy("overlap", self.overlap, OverlapPolicy))
         if self.max_runtime is not None and (
             not isinstance(self.max_runtime, timedelta) or self.max_runtime <= timedelta(0)
         ):
@@ -750,6 +734,17 @@ class Schedule:
 
 
 _SCHEDULE_FIELDS = Schedule.__slots__
+
+
+def _policy[P: (MisfirePolicy, OverlapPolicy)](field: str, value: Any, kind: type[P]) -> P:
+    """``value`` as a member of the policy enum ``kind``, or InvalidSchedule naming ``field``."""
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidSchedule(
+            field, value, f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}"
+        ) from None
+
 
 _DECLARED_FIELDS = (
     "name", "task", "trigger", "args", "kwargs", "routing", "misfire", "misfire_grace",
