@@ -111,7 +111,7 @@ class Publisher:
                 producer,
                 name,
                 message,
-                headers=dict(headers),
+                headers=headers,  # read, never kept: kombu copies it into the message
                 retry=True,
                 retry_policy=retry_policy,
                 **sending,
@@ -121,7 +121,7 @@ class Publisher:
     def _prepare(
         self, name: str, options: Mapping[str, Any]
     ) -> tuple[dict[str, Any], Mapping[str, Any]]:
-        key = (name, *sorted(options.items()))
+        key = (name, *options.items())  # the submitter builds options in one fixed order
         found = self._prepared.get(key)
         if found is not None:
             return found
