@@ -71,7 +71,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

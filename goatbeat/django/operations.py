@@ -82,6 +82,11 @@ _REVERSE = {
         " DROP COLUMN IF EXISTS skipped_count, DROP COLUMN IF EXISTS active_execution_id;"
         "DELETE FROM goatbeat_schema_version WHERE version = 6;"
     ),
+    # Back to the default packing for pages filled from now on (no rewrite, like the forward).
+    7: (
+        "ALTER TABLE goatbeat_schedule RESET (fillfactor);"
+        "DELETE FROM goatbeat_schema_version WHERE version = 7;"
+    ),
 }
 
 

@@ -32,7 +32,7 @@ _CATALOG = {
         WHERE schemaname = 'public' AND tablename LIKE 'goatbeat%%'
         ORDER BY tablename, indexname""",
     "tables": """
-        SELECT relname, relkind FROM pg_class
+        SELECT relname, relkind, reloptions FROM pg_class
         WHERE relname LIKE 'goatbeat%%' AND relnamespace = 'public'::regnamespace
         ORDER BY relname""",
     "versions": "SELECT version FROM goatbeat_schema_version ORDER BY version",
@@ -61,7 +61,7 @@ def test_django_migrate_and_goatbeat_migrate_build_identical_schemas(pg_dsn: str
     store.close()
     from_goatbeat = _catalog_of_dsn(pg_dsn)
 
-    assert {t for t, _ in from_django["tables"]} >= {
+    assert {t for t, *_ in from_django["tables"]} >= {
         "goatbeat_schedule",
         "goatbeat_execution",
         "goatbeat_lease",
@@ -94,6 +94,7 @@ def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> 
         ("0004_submit_retry",),
         ("0005_operations",),
         ("0006_schedule_control",),
+        ("0007_schedule_fillfactor",),
     ]
 
 
@@ -115,7 +116,7 @@ def test_the_operations_migration_goes_back_and_forth(pg_dsn: str) -> None:
     back = manage("migrate", "goatbeat", "0003_published_fingerprint", env=env)
     assert back.returncode == 0, back.stderr
     catalog = _catalog_of_dsn(pg_dsn)
-    tables = {name for name, _ in catalog["tables"]}
+    tables = {name for name, *_ in catalog["tables"]}
     assert not tables & {"goatbeat_scheduler", "goatbeat_miss"}
     assert catalog["versions"] == [(1,), (2,), (3,)]
     columns = {(t, c) for t, c, *_ in catalog["columns"]}
@@ -129,3 +130,30 @@ def test_the_operations_migration_goes_back_and_forth(pg_dsn: str) -> None:
     for catalog in (forward, redone):
         catalog["columns"] = sorted(row[:2] + row[3:] for row in catalog["columns"])
     assert redone == forward
+
+
+def _schedule_options(catalog: dict[str, list[tuple[Any, ...]]]) -> Any:
+    [options] = [opts for name, _, opts in catalog["tables"] if name == "goatbeat_schedule"]
+    return options
+
+
+def test_the_fillfactor_migration_goes_back_and_forth(pg_dsn: str) -> None:
+    """Schema version 7 only sets a storage parameter: Django's reverse resets it and forgets
+    the version, applying it again gives the same schema as the first time."""
+    env = {"GOATBEAT_TEST_DB_NAME": pg_dsn.rsplit("/", 1)[1]}
+    done = manage("migrate", "goatbeat", env=env)
+    assert done.returncode == 0, done.stderr
+    forward = _catalog_of_dsn(pg_dsn)
+    assert _schedule_options(forward) == ["fillfactor=50"]
+
+    back = manage("migrate", "goatbeat", "0006_schedule_control", env=env)
+    assert back.returncode == 0, back.stderr
+    catalog = _catalog_of_dsn(pg_dsn)
+    assert _schedule_options(catalog) is None
+    assert catalog["versions"] == [(v,) for v in range(1, 7)]
+    for part in ("columns", "constraints", "indexes"):
+        assert catalog[part] == forward[part], part
+
+    again = manage("migrate", "goatbeat", env=env)
+    assert again.returncode == 0, again.stderr
+    assert _catalog_of_dsn(pg_dsn) == forward

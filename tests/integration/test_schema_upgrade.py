@@ -16,6 +16,8 @@ Version 6 adds schedule control (pause, jitter, overlap...):
 every row comes out unpaused, without jitter, overlap allowed, and a fingerprint recorded
 before it still matches (the new columns are hashed only when set), so no publication reports
 an edit that never happened.
+Version 7 sets ``fillfactor = 50`` on ``goatbeat_schedule`` (PostgreSQL; SQLite records the
+version and changes nothing): no row is touched, the table's ``reloptions`` say it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,13 @@ _EXECUTION_COLUMNS = (
     "backend_task_id, error, retry_at"
 )
 _REVERSE: dict[int, dict[str, list[str]]] = {
+    7: {
+        "postgres": [
+            "ALTER TABLE goatbeat_schedule RESET (fillfactor)",
+            "DELETE FROM goatbeat_schema_version WHERE version = 7",
+        ],
+        "sqlite": ["DELETE FROM goatbeat_schema_version WHERE version = 7"],
+    },
     6: _REVERSE_6,
     5: {
         "postgres": [
@@ -194,6 +203,16 @@ def _columns(url: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+def _reloptions(url: str) -> list[str] | None:
+    """``goatbeat_schedule``'s storage parameters (PostgreSQL only)."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'goatbeat_schedule'::regclass"
+        ).fetchone()
+    assert row is not None
+    return None if row[0] is None else [str(option) for option in row[0]]
+
+
 def _everything(store: ScheduleStore) -> tuple[Any, ...]:
     return (store.list_schedules(), store.executions(limit=1000), store.pending(limit=1000))
 
@@ -210,7 +229,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -241,6 +260,9 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     _back_to(database, previous)
     assert ("consecutive_failures" in _columns(database)) == (previous >= 5)
     assert ("published_fingerprint" in _columns(database)) == (previous >= 3)
+    postgres = not database.startswith("sqlite:")
+    if postgres:
+        assert _reloptions(database) is None
 
     store = open_store(database)
     try:
@@ -248,8 +270,11 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         store.migrate()
 
         assert store.info()["schema_version"] == latest_version(
-            "sqlite" if database.startswith("sqlite:") else "postgres"
+            "postgres" if postgres else "sqlite"
         )
+        if postgres:
+            # Version 7: half of each page of goatbeat_schedule is left free from now on.
+            assert "fillfactor=50" in (_reloptions(database) or [])
         assert _tables(store) >= {
             "goatbeat_delivery",
             "goatbeat_task_key",

@@ -1,0 +1,5 @@
+-- goatbeat schema, version 7 (SQLite): nothing to do; see ../postgres/0007_schedule_fillfactor.sql.
+-- PostgreSQL's version 7 leaves free space on goatbeat_schedule's pages (fillfactor) so the
+-- second write of a claimed row is a HOT update. SQLite has no fillfactor and no HOT updates,
+-- so this file holds no statement: the runner still records version 7, keeping both dialects
+-- at the same schema version.
