@@ -727,9 +727,8 @@ class Schedule:
         re-checking JSON that came out of a JSON column finds nothing new. The stores check
         what a corrupted row could still get wrong (see ``goatbeat.stores._common``)."""
         self = object.__new__(cls)
-        setattr_ = object.__setattr__
-        for name in _SCHEDULE_FIELDS:
-            setattr_(self, name, values[name])
+        for set_, name in _NAMED_SETTERS:
+            set_(self, values[name])
         return self
 
 
@@ -760,6 +759,7 @@ if _SCHEDULE_FIELDS[: len(_DECLARED_FIELDS)] != _DECLARED_FIELDS or any(
 _SETTERS = tuple(getattr(Schedule, name).__set__ for name in _SCHEDULE_FIELDS)
 """Each slot's own setter, bypassing the frozen ``__setattr__`` (cheaper than
 ``object.__setattr__``, which looks the slot up by name)."""
+_NAMED_SETTERS = tuple(zip(_SETTERS, _SCHEDULE_FIELDS, strict=True))
 _ZERO = timedelta(0)
 _MISFIRES: dict[Any, MisfirePolicy] = {**{p.value: p for p in MisfirePolicy}}
 _OVERLAPS: dict[Any, OverlapPolicy] = {p.value: p for p in OverlapPolicy}

@@ -68,6 +68,7 @@ hands it each batch, with its lease check and its store-clock mapping.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
 import signal
@@ -87,7 +88,14 @@ from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError, short_repr
 from goatbeat.core.health import Role, SchedulerBeat
 from goatbeat.core.lease import LeaseManager
-from goatbeat.core.model import ClaimResult, ExecutionKind, LeaseGrant, Miss, Occurrence
+from goatbeat.core.model import (
+    ClaimResult,
+    ExecutionKind,
+    LeaseGrant,
+    Miss,
+    Occurrence,
+    SubmitOutcome,
+)
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.shards import ALL, Shard, fair_share
 from goatbeat.core.store import ScheduleStore, ShardedStore
@@ -149,6 +157,19 @@ class IterationResult:
     not allowed."""
     error: str | None = None
     sleep: float = 0.0
+
+
+def _takes_keyword(function: Any, name: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``name``."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == name and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in parameters
+    )
 
 
 class SchedulerObserver(Protocol):
@@ -283,6 +304,9 @@ class Scheduler:
         self._error_streak = 0
         # Whether a claimed row may be backing off, so the sleep must ask for the next retry.
         self._retries_possible = True
+        # Whether the store's claims write the outcomes of the batch before (``record``): a
+        # store written before that parameter gets its outcomes recorded separately.
+        self._claims_record = _takes_keyword(store.claim_due, "record")
         self.submission = Submission(
             store,
             submitter,
@@ -854,12 +878,15 @@ class Scheduler:
         called from other threads, a full batch is sent from a submission thread while this
         one records the outcomes of the batch before it and claims the next (the database
         round trips overlap the broker's); the outcomes of each batch are recorded in one
-        call, in claim order, once it was sent."""
+        call, in claim order, once it was sent. When another claim follows at once, that
+        claim writes them (``claim_due(record=...)``): one transaction fewer, and the store
+        may overlap the write with the claim's own work."""
         limit = self.settings.batch_size
         if not self.lease.is_held():
             return
         target = self._claim_target()
         in_flight: tuple[Sequence[Occurrence], Future[list[Sent | None]]] | None = None
+        unrecorded: list[SubmitOutcome] = []  # sent, for the next claim to write
         try:
             result: ClaimResult | None = self._claim(grant, limit, target)
             while result is not None:
@@ -883,25 +910,33 @@ class Scheduler:
                     max(result.schedules_seen, len(occurrences)) >= limit
                     and not self._stop.is_set()
                 )
+                result = None
                 if not (occurrences and more and self.submission.threaded):
                     if in_flight is not None:
                         sent_batch, in_flight = in_flight, None
                         self._record_sent(sent_batch, grant, tally)
                     if occurrences:
-                        self._submit_batch(occurrences, grant, tally, pending=False)
-                    result = (
-                        self._claim(grant, limit, target) if more and self.lease.is_held() else None
-                    )
+                        unrecorded = self._submit_batch(
+                            occurrences, grant, tally, pending=False, defer=more
+                        )
+                    if more and self.lease.is_held():
+                        result = self._claim(grant, limit, target, record=unrecorded)
+                        unrecorded = []
                     continue
                 sending = self.submission.send_in_background(occurrences)
                 if in_flight is not None:
                     # Recorded while this batch goes out (the thread sends in claim order).
                     sent_batch, in_flight = in_flight, None
-                    self._record_sent(sent_batch, grant, tally)
+                    unrecorded = self._record_sent(sent_batch, grant, tally, defer=True)
                 in_flight = (occurrences, sending)
-                result = self._claim(grant, limit, target) if self.lease.is_held() else None
+                if self.lease.is_held():
+                    result = self._claim(grant, limit, target, record=unrecorded)
+                    unrecorded = []
         finally:
-            # Even when a claim failed: what was sent must be recorded.
+            # Even when a claim failed (its transaction wrote nothing): what was sent must be
+            # recorded, in claim order.
+            if unrecorded:
+                self.store.record_outcomes(unrecorded)
             if in_flight is not None:
                 self._record_sent(in_flight, grant, tally)
 
@@ -910,9 +945,13 @@ class Scheduler:
         batch: tuple[Sequence[Occurrence], Future[list[Sent | None]]],
         grant: LeaseGrant,
         tally: _Tally,
-    ) -> None:
+        *,
+        defer: bool = False,
+    ) -> list[SubmitOutcome]:
         occurrences, sending = batch
-        self._submit_batch(occurrences, grant, tally, pending=False, sent=sending.result())
+        return self._submit_batch(
+            occurrences, grant, tally, pending=False, sent=sending.result(), defer=defer
+        )
 
     def _screen(
         self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally
@@ -950,13 +989,26 @@ class Scheduler:
             )
         return kept
 
-    def _claim(self, grant: LeaseGrant, limit: int, target: datetime | None) -> ClaimResult:
+    def _claim(
+        self,
+        grant: LeaseGrant,
+        limit: int,
+        target: datetime | None,
+        *,
+        record: Sequence[SubmitOutcome] = (),
+    ) -> ClaimResult:
         if target is not None and self._store_now() >= target:
             # The instant chosen to claim ahead has come while the pass went on (a batch sent
             # to a slow broker): claim what is due now, that instant included, so a claim never
             # judges due-ness at a moment already past.
             target = None
-        return self.store.claim_due(grant, scheduler_id=self.scheduler_id, limit=limit, now=target)
+        if not record:
+            return self.store.claim_due(
+                grant, scheduler_id=self.scheduler_id, limit=limit, now=target
+            )
+        return self.store.claim_due(
+            grant, scheduler_id=self.scheduler_id, limit=limit, now=target, record=record
+        )
 
     def _claim_target(self) -> datetime | None:
         """The instant to claim at when the next one is less than ``claim_ahead`` away by the
@@ -1076,11 +1128,21 @@ class Scheduler:
         *,
         pending: bool,
         sent: list[Sent | None] | None = None,
-    ) -> None:
-        counts = self.submission.submit(occurrences, grant, pending=pending, sent=sent)
+        defer: bool = False,
+    ) -> list[SubmitOutcome]:
+        """Submit (or take the results of ``sent``) and record; with ``defer`` (and a store
+        whose claims take ``record``) the outcomes are returned for the next claim instead."""
+        counts = self.submission.submit(
+            occurrences,
+            grant,
+            pending=pending,
+            sent=sent,
+            defer=defer and self._claims_record,
+        )
         if counts.retrying:
             self._retries_possible = True
         tally.add(counts)
+        return counts.unrecorded
 
     # -- sleeping -------------------------------------------------------------------------------
 

@@ -372,12 +372,21 @@ class ScheduleStore(Protocol):
         scheduler_id: str,
         limit: int,
         now: datetime | None = None,
+        record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
         """Claim up to ``limit`` due schedules in ONE transaction.
 
+        ``record``: outcomes of an earlier batch's submissions, written exactly as
+        :meth:`record_outcomes` writes them, before step 1 or in the same transaction, also when
+        the claim is refused (a claim that fails may leave them unwritten: the loop then
+        records them itself). The loop hands the
+        outcomes of a batch to the claim of the next one, so a store that can may overlap
+        their write with the claim's own work (PostgreSQL sends it right behind the due read
+        and decodes the rows while the server writes).
+
         1. Check the lease row: holder and token equal ``lease``'s and unexpired by the store's
            clock, row-locked (``FOR SHARE``). Otherwise return ``ClaimResult(refused=True)``
-           having written nothing.
+           having written nothing (``record`` apart).
         2. Read enabled, unpaused schedules with ``next_run_at <= now`` ordered by
            ``next_run_at``, at most ``limit``; plan each with
            :func:`goatbeat.core.misfire.plan`, and split the plan by the schedule's overlap

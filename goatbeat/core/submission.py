@@ -13,7 +13,8 @@ one batch at a time:
   ``lease_held``) is checked right before each send, or each chunk: what it stops stays
   ``claimed`` for the next leader.
 - Bookkeeping. Every outcome of a batch goes to the store in ONE ``record_outcomes`` call, then
-  to the submitter's ``after_bookkeeping``. A :class:`~goatbeat.core.errors.PermanentSubmitError`
+  to the submitter's ``after_bookkeeping``; or, when the loop claims the next batch at once,
+  in that claim (``claim_due(record=...)``), whose transaction writes them. A :class:`~goatbeat.core.errors.PermanentSubmitError`
   is final at once (``submit_failed``). Anything else is retried with exponential backoff
   (:func:`retry_delay`: 1 s, 2 s, 4 s ... 60 s) for as long as the occurrence is owed: until
   its own misfire grace runs out (``due + misfire_grace`` by the store's clock, ``due`` being
@@ -41,7 +42,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -103,6 +104,8 @@ class BatchCounts:
     """Marked ``submit_failed`` (permanent errors, and missed occurrences)."""
     missed: int = 0
     """Marked ``submit_failed`` because their misfire grace ran out while retrying."""
+    unrecorded: list[SubmitOutcome] = field(default_factory=list)
+    """The outcomes :meth:`Submission.submit` was asked to leave to the next claim."""
 
 
 class Submission:
@@ -167,11 +170,15 @@ class Submission:
         *,
         pending: bool,
         sent: Iterable[Sent | None] | None = None,
+        defer: bool = False,
     ) -> BatchCounts:
         """Submit while the local deadline holds; record every outcome in one store call.
         Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader.
         ``pending``: the rows come from ``pending()`` (resubmissions, retries, manual runs).
-        ``sent``: the results of submissions already made (:meth:`send_in_background`)."""
+        ``sent``: the results of submissions already made (:meth:`send_in_background`).
+        ``defer``: a claim follows at once; the outcomes are left in ``unrecorded`` for it to
+        write (``claim_due(record=...)``), unless the submitter waits for the bookkeeping
+        (``after_bookkeeping``)."""
         counts = BatchCounts()
         outcomes: list[SubmitOutcome] = []
         info = logger.isEnabledFor(logging.INFO)
@@ -235,6 +242,9 @@ class Submission:
         if burst and info and submitted:
             self._log_burst(submitted, grant, store_now())
         if outcomes:
+            if defer and self._after_bookkeeping is None:
+                counts.unrecorded = outcomes
+                return counts
             self.store.record_outcomes(outcomes)
             if self._after_bookkeeping is not None:
                 self._after_bookkeeping()

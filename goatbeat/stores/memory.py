@@ -487,8 +487,11 @@ class MemoryStore:
         scheduler_id: str,
         limit: int,
         now: datetime | None = None,
+        record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
         common.check_positive("limit", limit)
+        if record:
+            self.record_outcomes(record)
         with self._lock:
             if not self._lease_valid(lease):
                 return ClaimResult(occurrences=[], refused=True)

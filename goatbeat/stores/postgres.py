@@ -824,11 +824,14 @@ class PostgresStore:
         scheduler_id: str,
         limit: int,
         now: datetime | None = None,
+        record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
         common.check_positive("limit", limit)
         for attempt in range(1, _CLAIM_ATTEMPTS + 1):
             try:
-                return self._claim_once(lease, scheduler_id=scheduler_id, limit=limit, now=now)
+                return self._claim_once(
+                    lease, scheduler_id=scheduler_id, limit=limit, now=now, record=record
+                )
             except _RetryableStoreError:
                 # Rolled back as a whole, so nothing was written: safe to run again.
                 if attempt == _CLAIM_ATTEMPTS:
@@ -836,7 +839,13 @@ class PostgresStore:
         raise AssertionError("unreachable")
 
     def _claim_once(
-        self, lease: LeaseGrant, *, scheduler_id: str, limit: int, now: datetime | None
+        self,
+        lease: LeaseGrant,
+        *,
+        scheduler_id: str,
+        limit: int,
+        now: datetime | None,
+        record: Sequence[SubmitOutcome],
     ) -> ClaimResult:
         with self._session() as conn, conn.transaction() as tx:
             check = self._fetch_one(
@@ -852,12 +861,16 @@ class PostgresStore:
                 },
             )
             if check is None:
+                with self._recording(conn, record):
+                    pass
                 return ClaimResult(occurrences=[], refused=True)
             at = (now or check["now"]).astimezone(UTC)
             shard = _shard_params(parse_lease_name(lease.name))
             rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit, **shard})
-            schedules, damaged = common.decode_due(rows, self._cache.from_row)
-            batch = common.plan_batch(schedules, at, self.planner, common.run_states(rows, at))
+            # The earlier batch's outcomes are written while the rows are decoded and planned.
+            with self._recording(conn, record):
+                schedules, damaged = common.decode_due(rows, self._cache.from_row)
+                batch = common.plan_batch(schedules, at, self.planner, common.run_states(rows, at))
             batch.schedules_seen = len(rows)
             quarantined = self._quarantine(conn, damaged) if damaged else []
             advs = batch.advances
@@ -1056,32 +1069,49 @@ class PostgresStore:
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         if not outcomes:
             return
-        if all(o.ok for o in outcomes):
-            with self._session() as conn, psycopg.Cursor(conn) as cur:
-                cur.execute(
-                    self._q["record_submitted"],
-                    {
-                        "ids": [o.execution_id for o in outcomes],
-                        "backend_task_ids": [o.backend_task_id for o in outcomes],
-                    },
-                )
-            return
+        query, params = self._record_statement(outcomes)
         with self._session() as conn, psycopg.Cursor(conn) as cur:
-            cur.execute(
-                self._q["record_outcomes"],
-                {
-                    "ids": [o.execution_id for o in outcomes],
-                    "ok": [bool(o.ok) for o in outcomes],
-                    "final": [bool(o.final) for o in outcomes],
-                    "missed": [bool(o.missed) for o in outcomes],
-                    "retry_in": [
-                        None if o.retry_in is None else max(0.0, float(o.retry_in))
-                        for o in outcomes
-                    ],
-                    "backend_task_ids": [o.backend_task_id for o in outcomes],
-                    "errors": [o.error for o in outcomes],
-                },
-            )
+            cur.execute(query, params)
+
+    def _record_statement(self, outcomes: Sequence[SubmitOutcome]) -> tuple[str, dict[str, Any]]:
+        """record_outcomes' statement and parameters: the lean one when all are successes."""
+        if all(o.ok for o in outcomes):
+            return self._q["record_submitted"], {
+                "ids": [o.execution_id for o in outcomes],
+                "backend_task_ids": [o.backend_task_id for o in outcomes],
+            }
+        return self._q["record_outcomes"], {
+            "ids": [o.execution_id for o in outcomes],
+            "ok": [bool(o.ok) for o in outcomes],
+            "final": [bool(o.final) for o in outcomes],
+            "missed": [bool(o.missed) for o in outcomes],
+            "retry_in": [
+                None if o.retry_in is None else max(0.0, float(o.retry_in)) for o in outcomes
+            ],
+            "backend_task_ids": [o.backend_task_id for o in outcomes],
+            "errors": [o.error for o in outcomes],
+        }
+
+    @contextmanager
+    def _recording(
+        self, conn: psycopg.Connection[Any], outcomes: Sequence[SubmitOutcome]
+    ) -> Iterator[None]:
+        """Write ``outcomes`` (record_outcomes' statement, in the open transaction) while the
+        block runs. In pipeline mode the statement goes out at once and the block's work (the
+        client decoding the due rows) overlaps the server's; leaving the block waits for the
+        write and raises its error. The block must not use the connection."""
+        if not outcomes:
+            yield
+            return
+        query, params = self._record_statement(outcomes)
+        with psycopg.Cursor(conn) as cur:
+            if not psycopg.Pipeline.is_supported():
+                cur.execute(query, params)
+                yield
+                return
+            with conn.pipeline():
+                cur.execute(query, params)
+                yield
 
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]

@@ -608,8 +608,11 @@ class SQLiteStore:
         scheduler_id: str,
         limit: int,
         now: datetime | None = None,
+        record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
         common.check_positive("limit", limit)
+        if record:
+            self.record_outcomes(record)
         at = (now or self.now()).astimezone(UTC)
         with self._session() as conn:
             if not self._lease_ok(conn, lease):

@@ -301,6 +301,69 @@ def test_record_outcomes_sets_statuses(store: ScheduleStore) -> None:
     store.record_outcomes([])
 
 
+def test_a_claim_writes_the_outcomes_it_is_given_before_claiming(store: ScheduleStore) -> None:
+    """claim_due(record=...): the earlier batch's outcomes land as record_outcomes writes
+    them (successes and failures alike), and the claim itself is unchanged."""
+    store.publish([hourly("ok"), hourly("retry"), hourly("fail"), hourly("next", start_at=T0)])
+    grant = lease(store)
+    first = {o.schedule_name: o for o in claim_all(store, grant, T0 + HOUR)}
+    assert set(first) == {"ok", "retry", "fail", "next"}
+    outcomes = [
+        SubmitOutcome(execution_id=first["ok"].execution_id, ok=True, backend_task_id="bt-1"),
+        SubmitOutcome(execution_id=first["retry"].execution_id, ok=False, error="broker down"),
+        SubmitOutcome(
+            execution_id=first["fail"].execution_id, ok=False, error="no such task", final=True
+        ),
+        SubmitOutcome(execution_id=first["next"].execution_id, ok=True, backend_task_id="bt-4"),
+    ]
+
+    second = store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + 2 * HOUR, record=outcomes)
+
+    assert not second.refused
+    assert sorted(o.schedule_name for o in second.occurrences) == ["fail", "next", "ok", "retry"]
+    assert {o.scheduled_at for o in second.occurrences} == {T0 + 2 * HOUR}
+    by_key = {e.idempotency_key: e for e in store.executions()}
+    ok = by_key[first["ok"].idempotency_key]
+    assert ok.status is ExecutionStatus.SUBMITTED and ok.backend_task_id == "bt-1"
+    assert ok.attempts == 1 and ok.submitted_at is not None
+    retry = by_key[first["retry"].idempotency_key]
+    assert retry.status is ExecutionStatus.CLAIMED and retry.error == "broker down"
+    assert by_key[first["fail"].idempotency_key].status is ExecutionStatus.SUBMIT_FAILED
+    assert by_key[first["next"].idempotency_key].status is ExecutionStatus.SUBMITTED
+    for occ in second.occurrences:
+        assert by_key[occ.idempotency_key].status is ExecutionStatus.CLAIMED
+    # The second claim's CAS came after the bookkeeping: each schedule says 'claimed' again.
+    assert {store.get(n).last_status for n in first} == {"claimed"}
+    assert {store.get(n).total_run_count for n in first} == {2}
+
+
+def test_a_refused_claim_still_writes_the_outcomes_it_is_given(store: ScheduleStore) -> None:
+    store.publish([hourly("a"), hourly("b")])
+    old = store.acquire_lease("scheduler", "old-leader", timedelta(milliseconds=300))
+    assert old is not None
+    [occ_a, occ_b] = sorted(claim_all(store, old, T0 + HOUR), key=lambda o: o.schedule_name)
+    time.sleep(0.5)
+    new = store.acquire_lease("scheduler", "standby", timedelta(minutes=5))
+    assert new is not None
+
+    refused = store.claim_due(
+        old,
+        scheduler_id="old-leader",
+        limit=10,
+        now=T0 + 2 * HOUR,
+        record=[SubmitOutcome(execution_id=occ_a.execution_id, ok=True, backend_task_id="bt")],
+    )
+
+    assert refused.refused and refused.occurrences == []
+    [a] = store.executions(name="a")
+    assert a.status is ExecutionStatus.SUBMITTED and a.backend_task_id == "bt"
+    assert store.get("a").last_status == "submitted"
+    # Nothing else was written: b stays claimed, no schedule advanced past its first run.
+    [b] = store.executions(name="b")
+    assert b.status is ExecutionStatus.CLAIMED and b.id == occ_b.execution_id
+    assert store.get("a").next_run_at == store.get("b").next_run_at == T0 + 2 * HOUR
+
+
 def test_record_finished_marks_the_execution_and_the_schedule(store: ScheduleStore) -> None:
     store.publish([hourly("a"), hourly("b")])
     grant = lease(store)

@@ -147,3 +147,47 @@ def test_a_scheduler_through_pgbouncer_leaves_nothing_in_the_server_session(
         admin.close()
         beat.close()
     assert leftovers(one_session) == CLEAN
+
+
+def test_a_burst_claimed_batch_after_batch_through_pgbouncer_is_recorded_by_the_next_claims(
+    one_session: str, pg_dsn: str
+) -> None:
+    """Each claim writes the batch before it (claim_due(record=...), pipelined behind the
+    due read): through a transaction pool too, every occurrence ends submitted once, and the
+    server session is left clean."""
+    submitter = Recording()
+    beat = Beat(
+        one_session,
+        submitter=submitter,
+        settings={"listen_database": pg_dsn, "batch_size": 3, "lease_ttl": "30s"},
+    )
+    for i in range(10):
+        beat.schedule(name=f"burst-{i}", task="json.dumps", every="1h", args=[i])
+    beat.migrate()
+    beat.publish()
+    store = beat.store
+    carried: list[int] = []
+    claim_due = store.claim_due
+
+    def counting_claim(*args: Any, **kwargs: Any) -> Any:
+        carried.append(len(kwargs.get("record", ())))
+        return claim_due(*args, **kwargs)
+
+    store.claim_due = counting_claim  # type: ignore[method-assign]
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("UPDATE goatbeat_schedule SET next_run_at = now() - interval '1 second'")
+    scheduler = beat.scheduler()
+    try:
+        result = scheduler.run_once()
+        assert result.error is None and result.claimed == 10 and result.submitted == 10
+        assert carried == [0, 3, 3, 3]
+        executions = store.executions(limit=50)
+        assert len(executions) == 10
+        assert {(e.status.value, e.attempts) for e in executions} == {("submitted", 1)}
+        assert {s.last_status for s in store.list_schedules()} == {"submitted"}
+        assert len(submitter.keys) == len(set(submitter.keys)) == 10
+        assert scheduler.release()
+    finally:
+        scheduler.close()
+        beat.close()
+    assert leftovers(one_session) == CLEAN

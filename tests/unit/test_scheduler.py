@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -21,6 +21,7 @@ from goatbeat.core.model import (
     MisfirePolicy,
     Occurrence,
     Schedule,
+    SubmitOutcome,
 )
 from goatbeat.core.scheduler import IterationResult, Scheduler
 from goatbeat.core.submission import retry_delay
@@ -59,6 +60,8 @@ class FlakyStore(MemoryStore):
         super().__init__(clock)
         self.fail: dict[str, int] = {}
         self.calls: dict[str, int] = {}
+        self.carried: list[int] = []  # per claim: how many outcomes it was given to write
+        self.recorded: list[int] = []  # per record_outcomes call: how many outcomes
 
     def _maybe_fail(self, method: str) -> None:
         self.calls[method] = self.calls.get(method, 0) + 1
@@ -77,9 +80,18 @@ class FlakyStore(MemoryStore):
         scheduler_id: str,
         limit: int,
         now: datetime | None = None,
+        record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
+        self.carried.append(len(record))
         self._maybe_fail("claim_due")
-        return super().claim_due(lease, scheduler_id=scheduler_id, limit=limit, now=now)
+        return super().claim_due(
+            lease, scheduler_id=scheduler_id, limit=limit, now=now, record=record
+        )
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        self.recorded.append(len(outcomes))
+        self._maybe_fail("record_outcomes")
+        super().record_outcomes(outcomes)
 
 
 def settings(**overrides: Any) -> Settings:
@@ -160,6 +172,102 @@ def test_claims_batch_after_batch_while_batches_come_back_full(store, submitter,
     assert result.claimed == 7 and result.submitted == 7
     # 2 + 2 + 2 + 1: the partial batch ends the loop, no extra empty claim.
     assert store.calls["claim_due"] == 4
+
+
+def test_the_outcomes_of_a_full_batch_are_written_by_the_claim_that_follows(
+    store, submitter, clock
+):
+    store.publish([every(f"s{i}", 10) for i in range(7)])
+    sched = make(store, submitter, clock, batch_size=2)
+    clock.advance(10)
+    result = sched.run_once()
+    assert result.claimed == 7 and result.submitted == 7
+    # Each claim after the first writes the batch before it; the last batch, with no claim
+    # after it, is recorded on its own before the iteration ends.
+    assert store.carried == [0, 2, 2, 2]
+    assert store.recorded[-1:] == [1]
+    assert {s for s, _ in statuses(store).values()} == {ExecutionStatus.SUBMITTED}
+    assert {n for _, n in statuses(store).values()} == {1}
+    assert {store.get(f"s{i}").last_status for i in range(7)} == {"submitted"}
+    assert sched.run_once().resubmitted == 0
+
+
+def test_outcomes_left_to_a_claim_that_fails_are_recorded_anyway(store, submitter, clock):
+    store.publish([every(f"s{i}", 10) for i in range(5)])
+    sched = make(store, submitter, clock, batch_size=2)
+    sched.run_once()
+    clock.advance(10)
+    # The second claim of the pass, the one given the first batch's outcomes, fails.
+    real_claim = MemoryStore.claim_due
+    calls = 0
+
+    def second_fails(self: FlakyStore, *args: Any, **kwargs: Any) -> ClaimResult:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            assert kwargs.get("record"), "the second claim carries the first batch's outcomes"
+            raise StoreError("claim_due: connection lost")
+        return real_claim(self, *args, **kwargs)
+
+    store.claim_due = second_fails.__get__(store)  # type: ignore[method-assign]
+    failed = sched.run_once()
+    assert failed.error and failed.submitted == 2
+    # The two sent before the failing claim are recorded all the same: never sent again.
+    assert store.recorded == [2]
+    sent = list(submitter.keys)
+    assert len(sent) == 2
+    assert {statuses(store)[k][0] for k in sent} == {ExecutionStatus.SUBMITTED}
+    store.claim_due = real_claim.__get__(store)  # type: ignore[method-assign]
+    later = sched.run_once()
+    assert later.claimed == 3 and later.submitted == 3 and later.resubmitted == 0
+    assert len(submitter.keys) == len(set(submitter.keys)) == 5
+
+
+def test_a_store_without_the_record_parameter_gets_each_batch_recorded_alone(submitter, clock):
+    class OlderStore(MemoryStore):
+        """A store written before claim_due took ``record``."""
+
+        def __init__(self, clock: FakeClock) -> None:
+            super().__init__(clock)
+            self.recorded: list[int] = []
+
+        def claim_due(  # type: ignore[override]
+            self, lease: LeaseGrant, *, scheduler_id: str, limit: int, now: datetime | None = None
+        ) -> ClaimResult:
+            return super().claim_due(lease, scheduler_id=scheduler_id, limit=limit, now=now)
+
+        def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+            self.recorded.append(len(outcomes))
+            super().record_outcomes(outcomes)
+
+    older = OlderStore(clock)
+    older.publish([every(f"s{i}", 10) for i in range(5)])
+    sched = make(older, submitter, clock, batch_size=2)
+    clock.advance(10)
+    result = sched.run_once()
+    assert result.error is None and result.submitted == 5
+    assert older.recorded == [2, 2, 1]
+    assert {s for s, _ in statuses(older).values()} == {ExecutionStatus.SUBMITTED}
+
+
+def test_a_submitter_waiting_for_the_bookkeeping_gets_it_batch_by_batch(store, clock):
+    seen: list[set[ExecutionStatus]] = []
+
+    class Waiting(RecordingSubmitter):
+        def after_bookkeeping(self) -> None:
+            # Called once per batch, once that batch's outcomes are in the store.
+            seen.append({s for s, _ in statuses(store).values()})
+
+    sched = make(store, Waiting(), clock, batch_size=2)
+    store.publish([every(f"s{i}", 10) for i in range(5)])
+    clock.advance(10)
+    sched.run_once()
+    assert store.carried == [0, 0, 0] and store.recorded == [2, 2, 1]
+    assert seen == [
+        {ExecutionStatus.SUBMITTED},
+        {ExecutionStatus.SUBMITTED},
+        {ExecutionStatus.SUBMITTED},
+    ]
 
 
 def test_missed_occurrences_are_counted_and_logged(store, submitter, clock, caplog):

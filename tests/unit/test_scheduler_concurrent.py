@@ -50,6 +50,11 @@ class CountingStore(MemoryStore):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
         self.recorded: list[list[SubmitOutcome]] = []
+        self.carried: list[int] = []  # per claim: the outcomes it was given to write
+
+    def claim_due(self, *args: Any, **kwargs: Any) -> Any:
+        self.carried.append(len(kwargs.get("record", ())))
+        return super().claim_due(*args, **kwargs)
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         self.recorded.append(list(outcomes))
@@ -92,6 +97,8 @@ def test_a_batch_is_sent_from_several_threads_and_recorded_once_in_claim_order()
     recorded_ids = [o.execution_id for batch in store.recorded for o in batch]
     assert recorded_ids == sorted(recorded_ids)
     assert all(s is ExecutionStatus.SUBMITTED for s, _ in statuses(store).values())
+    # The first batch, sent while the second was claimed, is written by the third claim.
+    assert store.carried[-3:] == [0, 0, 50]
 
 
 def test_permanent_failures_are_final_and_the_rest_of_the_batch_goes_out() -> None:
