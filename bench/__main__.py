@@ -114,21 +114,29 @@ NOTES = """\
 - Declarations. Beat builds one trigger per distinct cron or interval (a cron parsed once),
   parses the repeated duration texts once, and skips the JSON dump/load round trip for values
   made only of plain JSON types; the store re-checks a trigger's spec once per trigger object.
-  Each declaration is still a validated `Schedule` (about 15 us each), validated again by the
-  store (about 8 us): at 100,000 that is most of what keeps the restart above its goal. The
-  in-database comparison (about 0.6 s of server time at 100,000) is pipelined: the database
-  compares one chunk while the next is validated. The restart measured 3.7 s, 4.5 s and 3.9 s
-  in three full runs on this shared machine (16.4 s in the issue; celery beat: 9.1-9.6 s), the
-  first start 5.4 s, 5.6 s and 4.9 s, the first message after exec 0.94 s, 0.96 s and 1.43 s.
+  Each declaration is a `Schedule` built by a fast constructor (`Schedule._declared`) and
+  validated once by the store, with the checks schedules share made once per combination.
+  The in-database comparison (about 0.6 s of server time at 100,000) is pipelined: the
+  database compares one chunk while the next is validated. Before the fast constructor and
+  the lazy CLI imports, three full runs measured the restart at 3.7-4.5 s (16.4 s in the
+  issue; celery beat 9.1-9.6 s), the first start 4.9-5.6 s and the first message after exec
+  0.94-1.43 s; the tables above have this run's figures.
 - Memory. The long-running `goatbeat scheduler` lets go of its declarations after publishing
   them (`Beat.release_declarations`), keeping their names and tasks.
-- Claim (#18, not met yet). The claim checks the definition columns schedules share
-  (trigger, task, routing, policies) once per distinct combination when it decodes rows it has
-  not seen (~10 -> ~7.6 us a row; `Schedule._trusted`, JSON and datetimes are the rest), records
-  an all-success batch with a leaner statement (record_outcomes 13 -> 10.7 ms a batch of 500)
-  and sends arrays of usual values empty: `--quick` 56-58 % -> 62-67 % of the bare loop, client
-  CPU 0.37 -> 0.31 s per 10,000. Left: the second write of each schedule row (last_status
-  'submitted', non-HOT on full pages: ~3.7 ms a batch) and ~0.3 s of Python per 10,000.
+- Claim. The claim checks the definition columns schedules share (trigger, task, routing,
+  policies) once per distinct combination when it decodes rows it has not seen, records an
+  all-success batch with a leaner statement and sends arrays of usual values empty. Then
+  (this session): (1) a claim that follows a full batch writes that batch's outcomes in its
+  own transaction (`claim_due(record=...)`), sent in psycopg pipeline mode right behind the
+  due read, so the server writes them while the client decodes and plans the rows (a
+  prototype on 10,000 due: 11,000 -> 14,600 claims/s); (2) schema 7 gives goatbeat_schedule
+  `fillfactor = 50`, so the bookkeeping's second write of each row (last_status) is a HOT
+  update instead of four index insertions (the record statement 12.5 -> 9.9 ms a batch of
+  500; store loop 12,600 -> 14,000 claims/s, bare loop unchanged at ~19,000, 3 paired runs
+  each); (3) `Schedule._trusted` sets slots through their own setters (2.7 -> 1.8 us).
+  `--only claim` before the full run: 93 % of the bare loop (14,514 vs 15,643). Left: the
+  client's Python per row (~8 us decoding, ~3 us planning) is now longer than the overlapped
+  write; the select returns 44 columns where the bare loop reads 4.
 - Dispatch. A batch's outcomes are recorded while the next batch is sent, not before. The
   Celery submitter now publishes through a direct publisher: the app's own
   `amqp.create_task_message` and `amqp.send_task_message` (signals, `task-sent` events and
@@ -143,6 +151,19 @@ NOTES = """\
   Tried: a 1 ms and a 0.2 ms interpreter switch interval (`sys.setswitchinterval`) in the
   scheduler process, so database answers wait less for the interpreter lock while the
   submission thread sends: slower (7,600 -> 6,100-7,200 occ/s); not kept.
+  With one submission thread (the default), the loop now hands it two batches before taking
+  the oldest back, so the thread goes straight from one batch to the next while the loop
+  claims a third (in-process, 10,000 due: 7,200-7,500 -> 7,400-7,700 occ/s). The harness
+  stays CPU-bound under one interpreter lock: the same run ranges 6,600-7,700 occ/s from one
+  try to the next (process CPU 1.18-1.39 s) while the batched loop holds 8,300-8,500.
+  Tried without effect: a first claim of 50 instead of 500 (so sending starts sooner; medians
+  6,941 vs 6,951 occ/s), the collector off during the burst.
+- First message after exec (10,000 code schedules, restart): traced in the process,
+  interpreter and CLI import ~0.15 s, loading the app ~0.18 s (Celery, kombu and redis
+  imports ~0.1-0.14 s, the declarations), building the loop ~0.06 s (psycopg's import alone
+  is ~0.1 s standalone), publication ~0.085 s, lease + first claim + first message ~0.07 s
+  (Celery's first publish opens the broker connection: ~20 ms). Imports are two thirds of it;
+  the figure moves 0.49-0.62 s between runs on this machine.
 - Garbage collector. `goatbeat scheduler` freezes what start-up left alive (`gc.freeze`) after
   its first iteration, so the collector's full passes during a burst stop walking modules, the
   app and the broker client; every bench contender now starts its clock in that state. Paired

@@ -74,6 +74,7 @@ import os
 import signal
 import socket
 import threading
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -885,7 +886,9 @@ class Scheduler:
         if not self.lease.is_held():
             return
         target = self._claim_target()
-        in_flight: tuple[Sequence[Occurrence], Future[list[Sent | None]]] | None = None
+        # Batches handed to the submission thread, oldest first, not yet recorded.
+        in_flight: deque[tuple[Sequence[Occurrence], Future[list[Sent | None]]]] = deque()
+        depth = self.submission.queue_depth
         unrecorded: list[SubmitOutcome] = []  # sent, for the next claim to write
         try:
             result: ClaimResult | None = self._claim(grant, limit, target)
@@ -912,9 +915,8 @@ class Scheduler:
                 )
                 result = None
                 if not (occurrences and more and self.submission.threaded):
-                    if in_flight is not None:
-                        sent_batch, in_flight = in_flight, None
-                        self._record_sent(sent_batch, grant, tally)
+                    while in_flight:
+                        self._record_sent(in_flight.popleft(), grant, tally)
                     if occurrences:
                         unrecorded = self._submit_batch(
                             occurrences, grant, tally, pending=False, defer=more
@@ -923,12 +925,11 @@ class Scheduler:
                         result = self._claim(grant, limit, target, record=unrecorded)
                         unrecorded = []
                     continue
-                sending = self.submission.send_in_background(occurrences)
-                if in_flight is not None:
-                    # Recorded while this batch goes out (the thread sends in claim order).
-                    sent_batch, in_flight = in_flight, None
-                    unrecorded = self._record_sent(sent_batch, grant, tally, defer=True)
-                in_flight = (occurrences, sending)
+                in_flight.append((occurrences, self.submission.send_in_background(occurrences)))
+                if len(in_flight) > depth:
+                    # Taken back while the later batches go out (the thread sends in claim
+                    # order); the next claim writes its outcomes.
+                    unrecorded = self._record_sent(in_flight.popleft(), grant, tally, defer=True)
                 if self.lease.is_held():
                     result = self._claim(grant, limit, target, record=unrecorded)
                     unrecorded = []
@@ -937,8 +938,8 @@ class Scheduler:
             # recorded, in claim order.
             if unrecorded:
                 self.store.record_outcomes(unrecorded)
-            if in_flight is not None:
-                self._record_sent(in_flight, grant, tally)
+            while in_flight:
+                self._record_sent(in_flight.popleft(), grant, tally)
 
     def _record_sent(
         self,

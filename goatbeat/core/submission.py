@@ -155,6 +155,14 @@ class Submission:
         :meth:`send_in_background`)."""
         return self._threads > 0
 
+    @property
+    def queue_depth(self) -> int:
+        """How many batches :meth:`send_in_background` may be given before the oldest is
+        taken back: two with one submission thread (the next batch waits in its queue, so the
+        thread goes from one batch to the next while the loop claims a third), one when a
+        batch is shared between several threads (it needs every one of them)."""
+        return 2 if self._threads == 1 else 1
+
     def close(self) -> None:
         """Stop the submission threads; they start again on the next threaded send."""
         executor, self._executor = self._executor, None
@@ -355,8 +363,9 @@ class Submission:
 
     def send_in_background(self, occurrences: Sequence[Occurrence]) -> Future[list[Sent | None]]:
         """Send ``occurrences`` from a submission thread (only when :attr:`threaded`); give the
-        result to :meth:`submit` as ``sent``. One at a time: the pool has a free worker for
-        each share of the batch."""
+        result to :meth:`submit` as ``sent``. At most :attr:`queue_depth` at a time, sent in
+        the order given: with several threads, one at a time, so the pool has a free worker
+        for each share of the batch."""
         return self._pool().submit(self._send_many, occurrences)
 
     def _send_all(self, occurrences: Sequence[Occurrence]) -> Iterable[Sent | None]:

@@ -204,3 +204,48 @@ def test_a_batch_is_recorded_while_the_next_one_is_sent() -> None:
     assert [len(batch) for batch in store.recorded] == [10, 10, 5]
     recorded_ids = [o.execution_id for batch in store.recorded for o in batch]
     assert recorded_ids == sorted(recorded_ids)
+
+
+def test_with_one_submission_thread_a_third_batch_is_claimed_while_the_first_is_sent() -> None:
+    """The thread's queue holds the next batch, so it goes from one batch to the next while
+    the loop claims another: the loop takes a batch back only two batches later."""
+    clock = FakeClock(START)
+    claims = 0
+    third_claim = threading.Event()
+
+    class WatchedStore(CountingStore):
+        def claim_due(self, *args: Any, **kwargs: Any) -> Any:
+            nonlocal claims
+            claims += 1
+            if claims == 4:  # the third claim of the burst (the first iteration claimed once)
+                third_claim.set()
+            return super().claim_due(*args, **kwargs)
+
+    class HeldSubmitter(RecordingSubmitter):
+        concurrent_submits = 1
+
+        held = False
+
+        def submit(self, occurrence: Occurrence) -> str | None:
+            if not self.held:
+                self.held = True  # the first submission of the burst waits, once
+                if not third_claim.wait(timeout=10):
+                    raise PermanentSubmitError("the third batch was not claimed meanwhile")
+            return super().submit(occurrence)
+
+    store = WatchedStore(clock)
+    submitter = HeldSubmitter()
+    sched = Scheduler(store, submitter, settings=settings(batch_size=10), clock=clock)
+    store.publish([every(f"s{i:02d}", 60) for i in range(35)])
+    sched.run_once()
+    clock.advance(60)
+    result = sched.run_once()
+    sched.close()
+    assert result.submitted == 35 and result.failed == 0
+    assert len(submitter.keys) == len(set(submitter.keys)) == 35
+    # Recorded once each, in claim order; the first batch by the fourth claim of the burst.
+    assert [len(batch) for batch in store.recorded] == [10, 10, 10, 5]
+    recorded_ids = [o.execution_id for batch in store.recorded for o in batch]
+    assert recorded_ids == sorted(recorded_ids)
+    assert store.carried[-4:] == [0, 0, 0, 10]
+    assert all(s is ExecutionStatus.SUBMITTED for s, _ in statuses(store).values())
