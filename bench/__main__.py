@@ -33,7 +33,16 @@ from bench import (
     bench_shards,
     bench_startup,
 )
-from bench._common import ROOT, Row, Section, Servers, ensure_peers, fmt, machine
+from bench._common import (
+    ROOT,
+    Row,
+    Section,
+    Servers,
+    compile_bytecode,
+    ensure_peers,
+    fmt,
+    machine,
+)
 
 NAMES = ("dispatch", "startup", "claim", "scale", "lateness", "failover", "cron", "shards")
 DOCS = ROOT / "docs"
@@ -161,14 +170,14 @@ NOTES = """\
 - First message after exec (10,000 code schedules, restart): traced in the process,
   interpreter and CLI import ~0.15 s, loading the app ~0.18 s (Celery, kombu and redis
   imports ~0.1-0.14 s, the declarations), building the loop ~0.06 s (psycopg's import alone
-  is ~0.1 s standalone), publication ~0.085 s, lease + first claim + first message ~0.07 s
-  (Celery's first publish opens the broker connection: ~20 ms). Imports are two thirds of it;
-  the figure moves 0.49-0.62 s between runs on this machine.
-- Garbage collector. `goatbeat scheduler` freezes what start-up left alive (`gc.freeze`) after
-  its first iteration, so the collector's full passes during a burst stop walking modules, the
-  app and the broker client; every bench contender now starts its clock in that state. Paired
-  runs of the harness (alternating, 10,000 due): 6,847/7,008/7,287 occ/s without, 7,605/7,423/
-  7,636 with (batched loop 8,167-8,336).
+  is ~0.1 s standalone), publication ~0.085 s, lease + first claim + first message ~0.07 s.
+  Two changes: (1) this machine's environment sets PYTHONDONTWRITEBYTECODE=1, so every child
+  compiled goatbeat's modules from source at each start (~60 ms) while celery, kombu and
+  psycopg came compiled from site-packages; the bench now compiles goatbeat's bytecode first,
+  as `pip install` does for an installed package (traced: 0.54-0.57 -> 0.49-0.50 s). (2)
+  `goatbeat scheduler` lets the submitter open its broker connection (`prepare()`: kombu's
+  transport import, a producer and its connection, ~20-30 ms for Celery over Redis) from a
+  thread while it publishes (then 0.43-0.50 s). Tried without effect: a first claim of 50.
 """
 
 
@@ -405,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
             f"bench: missing {', '.join(missing)}; those comparisons are skipped", file=sys.stderr
         )
     peers = "django-celery-beat" not in missing
+    compile_bytecode()
     wanted = args.only or list(NAMES)
     load_before = os.getloadavg()
     servers = Servers().start()

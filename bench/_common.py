@@ -165,6 +165,18 @@ def ensure_peers(install: bool = True) -> list[str]:
 # -- child processes ------------------------------------------------------------------------
 
 
+def compile_bytecode() -> None:
+    """Compile goatbeat's (and the bench's) modules to bytecode, as ``pip install`` does for
+    an installed package. A checkout run with ``PYTHONDONTWRITEBYTECODE=1`` (this machine's
+    environment sets it) would otherwise compile every goatbeat module from source at each
+    start of every child, ~60 ms of a scheduler's start that no installed copy pays, while
+    celery, kombu and psycopg come from site-packages already compiled."""
+    import compileall
+
+    for package in ("goatbeat", "bench"):
+        compileall.compile_dir(str(ROOT / package), quiet=1)
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
@@ -438,7 +450,8 @@ def machine(servers: Servers) -> dict[str, str]:
         "CPU": f"{cpu}, {os.cpu_count()} logical cores",
         "Memory": mem,
         "OS": f"{platform.system()} {platform.release()}",
-        "Python": platform.python_version(),
+        "Python": f"{platform.python_version()} (goatbeat's modules compiled to bytecode first, "
+        "as an installed package has them)",
         "PostgreSQL": f"{pg_version} ({durability}, local TCP)",
         "Redis": f"{redis_version} (no persistence, local TCP)",
         "celery": _version("celery"),

@@ -29,6 +29,9 @@ TaskSubmitter:
   then calls it with up to :data:`SUBMIT_MANY_CHUNK` occurrences at a time instead of
   ``submit`` one by one. See :func:`many_submitter`.
 - ``after_bookkeeping()``: called after the outcomes of a batch were recorded.
+- ``prepare()``: open what the first submission needs (a broker connection) ahead of it.
+  ``goatbeat scheduler`` calls it once from a thread while it publishes, so it must be safe
+  alongside a submission; it must not raise (a failure is the first submission's to meet).
 - ``backend_options: frozenset[str] | None``: the names of the backend's own per-schedule
   options (``Beat.schedule(options=...)``: RQ's ``job_timeout``, Dramatiq's ``max_retries``...),
   which travel with ``routing.headers`` and which ``validate`` checks; ``None`` takes any name.

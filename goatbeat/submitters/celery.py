@@ -369,6 +369,22 @@ class CelerySubmitter:
                 return
         _release(producer)
 
+    def prepare(self) -> None:
+        """Open what the first submission needs, ahead of it: the broker's transport (kombu
+        imports it on first use), a producer and its connection, kept for that submission.
+        Called from a thread while the scheduler starts; a failure is left for the first
+        submission to meet, and handle, as it would have."""
+        try:
+            producer = self._check_out()
+        except Exception:  # closed, or the pool cannot be built: the first send will say
+            return
+        try:
+            producer.connection.ensure_connection(max_retries=1, timeout=5)
+        except Exception:  # the broker is down: the first send retries it as usual
+            _release(producer)
+            return
+        self._check_in(producer)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

@@ -550,3 +550,56 @@ def test_the_scheduler_lets_go_of_its_declarations_after_its_first_iteration(app
         assert store.get("often").name == "often"  # published before
     finally:
         store.close()
+
+
+PREPARE_APP = """
+    import threading
+
+    from goatbeat.beat import Beat
+
+
+    class Preparing:
+        name = "preparing"
+        supports_queue = supports_priority = supports_exchange = True
+        supports_expires = supports_headers = True
+        prepared = []
+        published_first = []
+
+        def validate(self, schedule):
+            return None
+
+        def prepare(self):
+            # Called from its own thread, before the loop's first submission.
+            Preparing.prepared.append(threading.current_thread().name)
+
+        def submit(self, occurrence):
+            return occurrence.idempotency_key
+
+        def close(self):
+            return None
+
+
+    class RecordingBeat(Beat):
+        def publish_at_start(self):
+            Preparing.published_first.append(list(Preparing.prepared))
+            return super().publish_at_start()
+
+
+    beat = RecordingBeat("memory://", submitter=Preparing())
+    beat.schedule(name="often", task="os.getcwd", every="5m")
+"""
+
+
+def test_the_scheduler_lets_its_submitter_prepare_while_it_publishes(app_dir, db):
+    import importlib
+    import time
+
+    spec = write_app(app_dir, PREPARE_APP)
+    result = invoke("--app", spec, "--database", db, "scheduler", "--once")
+    assert result.exit_code == 0, result.output
+    module = importlib.import_module(spec.split(":")[0])
+    deadline = time.monotonic() + 5
+    while not module.Preparing.prepared and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert module.Preparing.prepared == ["goatbeat-prepare"]
+    assert len(module.Preparing.published_first) == 1

@@ -284,3 +284,39 @@ def test_queues_are_declared_as_send_task_declares_them(redis_url: str) -> None:
     client.close()
     assert seen[True][0] is True
     assert seen[True] == seen[False]
+
+
+def test_prepare_opens_the_connection_the_first_submission_then_uses(
+    app: Any, redis_url: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    submitter = CelerySubmitter(app)
+    try:
+        submitter.prepare()
+        # A producer, connected to the broker, waits for the first submission.
+        [producer] = submitter._idle
+        assert producer.connection.connected
+        occurrence = _occurrence("proj.tasks.report")
+        assert submitter.submit(occurrence) == occurrence.idempotency_key
+        # The first message went out through the prepared producer, which is idle again.
+        assert submitter._idle == [producer]
+        assert [m["headers"]["id"] for m in _messages(client)["celery"]] == [
+            occurrence.idempotency_key
+        ]
+    finally:
+        submitter.close()
+        client.close()
+
+
+def test_prepare_with_the_broker_down_leaves_the_failure_to_the_first_submission() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    submitter = CelerySubmitter(f"redis://127.0.0.1:{port}/0")
+    try:
+        submitter.prepare()  # does not raise
+        assert submitter._idle == []
+    finally:
+        submitter.close()
