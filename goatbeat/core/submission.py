@@ -186,7 +186,7 @@ class Submission:
         ``sent``: the results of submissions already made (:meth:`send_in_background`).
         ``defer``: a claim follows at once; the outcomes are left in ``unrecorded`` for it to
         write (``claim_due(record=...)``), unless the submitter waits for the bookkeeping
-        (``after_bookkeeping``)."""
+        (``after_bookkeeping``, and ``awaits_bookkeeping()`` if it has one)."""
         counts = BatchCounts()
         outcomes: list[SubmitOutcome] = []
         info = logger.isEnabledFor(logging.INFO)
@@ -250,13 +250,22 @@ class Submission:
         if burst and info and submitted:
             self._log_burst(submitted, grant, store_now())
         if outcomes:
-            if defer and self._after_bookkeeping is None:
+            if defer and not self._bookkeeping_awaited():
                 counts.unrecorded = outcomes
                 return counts
             self.store.record_outcomes(outcomes)
             if self._after_bookkeeping is not None:
                 self._after_bookkeeping()
         return counts
+
+    def _bookkeeping_awaited(self) -> bool:
+        """Whether the submitter waits for this batch's bookkeeping (``after_bookkeeping``):
+        always, unless it says otherwise (``awaits_bookkeeping()``, e.g. nothing finished
+        inside the submission)."""
+        if self._after_bookkeeping is None:
+            return False
+        awaits = getattr(self.submitter, "awaits_bookkeeping", None)
+        return bool(awaits()) if callable(awaits) else True
 
     def _failed(
         self,

@@ -29,6 +29,9 @@ TaskSubmitter:
   then calls it with up to :data:`SUBMIT_MANY_CHUNK` occurrences at a time instead of
   ``submit`` one by one. See :func:`many_submitter`.
 - ``after_bookkeeping()``: called after the outcomes of a batch were recorded.
+- ``awaits_bookkeeping() -> bool``: whether the batch just sent needs ``after_bookkeeping``
+  (something finished inside the submission); without it, every batch does. A batch that does
+  not may have its outcomes written by the claim that follows instead.
 - ``prepare()``: open what the first submission needs (a broker connection) ahead of it.
   ``goatbeat scheduler`` calls it once from a thread while it publishes, so it must be safe
   alongside a submission; it must not raise (a failure is the first submission's to meet).

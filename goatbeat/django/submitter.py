@@ -211,6 +211,15 @@ class DjangoRoutingSubmitter:
                 results[i] = answer
         return results
 
+    def awaits_bookkeeping(self) -> bool:
+        for submitter in list(self._submitters.values()):
+            if not callable(getattr(submitter, "after_bookkeeping", None)):
+                continue
+            awaits = getattr(submitter, "awaits_bookkeeping", None)
+            if not callable(awaits) or awaits():
+                return True
+        return False
+
     def after_bookkeeping(self) -> None:
         for submitter in list(self._submitters.values()):
             hook = getattr(submitter, "after_bookkeeping", None)

@@ -268,6 +268,10 @@ class DjangoTasksSubmitter:
             self._finished.append((occurrence.idempotency_key, succeeded, error))
         return str(result.id)
 
+    def awaits_bookkeeping(self) -> bool:
+        """Whether completions wait for :meth:`after_bookkeeping`."""
+        return bool(self._finished)
+
     def after_bookkeeping(self) -> None:
         """Write completions that happened inside ``enqueue`` (immediate backends), now that
         the submission itself is recorded."""

@@ -118,6 +118,10 @@ class InlineSubmitter:
             self._finished.append((key, True, None))
         return key
 
+    def awaits_bookkeeping(self) -> bool:
+        """Whether completions wait for :meth:`after_bookkeeping`."""
+        return bool(self._finished)
+
     def after_bookkeeping(self) -> None:
         """Write the completions gathered since the last call (the scheduler calls this once
         the batch's submissions are recorded)."""

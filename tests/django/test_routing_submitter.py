@@ -101,3 +101,30 @@ def test_a_backend_that_fails_as_a_whole_fails_only_its_share(
     assert isinstance(results[0], ConnectionError)
     assert isinstance(results[1], str)
     assert client.llen("rq:queue:default") == 1
+
+
+def test_the_router_awaits_the_bookkeeping_only_when_a_backend_does(
+    router: DjangoRoutingSubmitter,
+) -> None:
+    """Celery and RQ finish nothing inside a submission: a batch routed to them does not
+    wait for its bookkeeping, so the next claim may write it (claim_due(record=...)). A
+    backend that finished something inside it (immediate Django Tasks, inline) does."""
+    assert router.submit_many([occurrence("a", CELERY_TASK, 1), occurrence("b", RQ_TASK, 2)])
+    assert router.awaits_bookkeeping() is False
+
+    class Finishing:
+        finished = ["done"]
+
+        def awaits_bookkeeping(self) -> bool:
+            return bool(self.finished)
+
+        def after_bookkeeping(self) -> None:
+            self.finished = []
+
+        def close(self) -> None:
+            pass
+
+    router._submitters["django_tasks"] = Finishing()  # type: ignore[assignment]
+    assert router.awaits_bookkeeping() is True
+    router.after_bookkeeping()
+    assert router.awaits_bookkeeping() is False

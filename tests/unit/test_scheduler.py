@@ -250,6 +250,39 @@ def test_a_store_without_the_record_parameter_gets_each_batch_recorded_alone(sub
     assert {s for s, _ in statuses(older).values()} == {ExecutionStatus.SUBMITTED}
 
 
+def test_a_submitter_with_nothing_awaiting_the_bookkeeping_lets_the_next_claim_write_it(
+    store, clock
+):
+    calls: list[str] = []
+
+    class Idle(RecordingSubmitter):
+        awaiting = False
+
+        def awaits_bookkeeping(self) -> bool:
+            return self.awaiting
+
+        def after_bookkeeping(self) -> None:
+            calls.append("after_bookkeeping")
+
+    submitter = Idle()
+    sched = make(store, submitter, clock, batch_size=2)
+    store.publish([every(f"s{i}", 10) for i in range(5)])
+    clock.advance(10)
+    sched.run_once()
+    # The claims wrote the first two batches; the last one was recorded on its own.
+    assert store.carried == [0, 2, 2] and store.recorded == [2, 2, 1]
+    assert calls == ["after_bookkeeping"]
+    assert {s for s, _ in statuses(store).values()} == {ExecutionStatus.SUBMITTED}
+
+    submitter.awaiting = True
+    store.carried.clear()
+    store.recorded.clear()
+    clock.advance(10)
+    sched.run_once()
+    assert store.carried == [0, 0, 0] and store.recorded == [2, 2, 1]
+    assert calls == ["after_bookkeeping"] * 4
+
+
 def test_a_submitter_waiting_for_the_bookkeeping_gets_it_batch_by_batch(store, clock):
     seen: list[set[ExecutionStatus]] = []
 
