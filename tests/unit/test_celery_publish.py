@@ -137,6 +137,18 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "expires from submission": ({"expires": 30.0}, {}),
     "expires from the instant": ({"expires": 3600.0 * 24 * 365 * 10}, {"scheduled": True}),
 }
+# Arguments whose argsrepr/kwargsrepr headers goatbeat writes itself (plain values) and others
+# it leaves to Celery's saferepr (nested, quoted, escaped, too long): the same either way.
+ARGUMENTS: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
+    "none": ((), {}),
+    "plain": ((7, -1.5, True, None, "two words é漢", 10**30), {"when": "daily", "n": 3}),
+    "nested": ((1, "two", [3, 4]), {"opts": {"a": [1]}}),
+    "quotes": (("it's", 'say "hi"'), {"path": "C:\\temp"}),
+    "control characters": (("line\nbreak", "tab\there"), {"k": "\r"}),
+    "long": (("x" * 2000,), {"y": "z" * 2000}),
+    "odd keys": ((), {"with space": 1, "naïve": None}),
+    "floats": ((float("inf"), -0.0, 1e300, 0.1), {}),
+}
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -320,3 +332,12 @@ def test_prepare_with_the_broker_down_leaves_the_failure_to_the_first_submission
         assert submitter._idle == []
     finally:
         submitter.close()
+
+
+@pytest.mark.parametrize("case", list(ARGUMENTS))
+def test_argument_headers_equal_send_task(app: Any, redis_url: str, case: str) -> None:
+    args, kwargs = ARGUMENTS[case]
+    occurrence = _occurrence("proj.tasks.report", args=args, kwargs=kwargs)
+    message = _assert_same(*_both(app, occurrence, redis_url))
+    assert message["headers"]["argsrepr"] and message["headers"]["kwargsrepr"]
+    assert message["_body"][0] == list(args) and message["_body"][1] == kwargs
