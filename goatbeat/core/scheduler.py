@@ -1003,12 +1003,11 @@ class Scheduler:
             # to a slow broker): claim what is due now, that instant included, so a claim never
             # judges due-ness at a moment already past.
             target = None
-        if not record:
-            return self.store.claim_due(
-                grant, scheduler_id=self.scheduler_id, limit=limit, now=target
-            )
+        # ``record`` only when there is something to write: a store written before that
+        # parameter never gets any (see _claims_record).
+        extra = {"record": record} if record else {}
         return self.store.claim_due(
-            grant, scheduler_id=self.scheduler_id, limit=limit, now=target, record=record
+            grant, scheduler_id=self.scheduler_id, limit=limit, now=target, **extra
         )
 
     def _claim_target(self) -> datetime | None:

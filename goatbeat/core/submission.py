@@ -54,6 +54,7 @@ from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import (
     SUBMIT_MANY_CHUNK,
     TaskSubmitter,
+    awaits_bookkeeping,
     many_submitter,
     submit_all,
     submit_concurrency,
@@ -250,22 +251,13 @@ class Submission:
         if burst and info and submitted:
             self._log_burst(submitted, grant, store_now())
         if outcomes:
-            if defer and not self._bookkeeping_awaited():
+            if defer and not awaits_bookkeeping(self.submitter):
                 counts.unrecorded = outcomes
                 return counts
             self.store.record_outcomes(outcomes)
             if self._after_bookkeeping is not None:
                 self._after_bookkeeping()
         return counts
-
-    def _bookkeeping_awaited(self) -> bool:
-        """Whether the submitter waits for this batch's bookkeeping (``after_bookkeeping``):
-        always, unless it says otherwise (``awaits_bookkeeping()``, e.g. nothing finished
-        inside the submission)."""
-        if self._after_bookkeeping is None:
-            return False
-        awaits = getattr(self.submitter, "awaits_bookkeeping", None)
-        return bool(awaits()) if callable(awaits) else True
 
     def _failed(
         self,

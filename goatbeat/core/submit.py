@@ -59,6 +59,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 
 __all__ = [
+    "awaits_bookkeeping",
     "TaskSubmitter",
     "check_supported",
     "submit_concurrency",
@@ -143,6 +144,16 @@ SUBMIT_MANY_CHUNK = 50
 """Occurrences per ``submit_many`` call. Small enough that the first messages of a burst reach
 the broker within milliseconds (a chunk lands when it is complete), large enough that one round
 trip serves many: on Redis, chunks of 50 measured within 10 % of chunks of 1,000."""
+
+
+def awaits_bookkeeping(submitter: object) -> bool:
+    """Whether the batch ``submitter`` just sent waits for its ``after_bookkeeping``: never
+    without that hook; with it, as its ``awaits_bookkeeping()`` says, and always when it has
+    none."""
+    if not callable(getattr(submitter, "after_bookkeeping", None)):
+        return False
+    awaits = getattr(submitter, "awaits_bookkeeping", None)
+    return bool(awaits()) if callable(awaits) else True
 
 
 def many_submitter(submitter: object) -> SubmitMany | None:

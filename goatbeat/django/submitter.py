@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, known_tasks, submit_all
+from goatbeat.core.submit import TaskSubmitter, awaits_bookkeeping, known_tasks, submit_all
 from goatbeat.submitters.dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "backend_of", "import_task"]
@@ -212,13 +212,7 @@ class DjangoRoutingSubmitter:
         return results
 
     def awaits_bookkeeping(self) -> bool:
-        for submitter in list(self._submitters.values()):
-            if not callable(getattr(submitter, "after_bookkeeping", None)):
-                continue
-            awaits = getattr(submitter, "awaits_bookkeeping", None)
-            if not callable(awaits) or awaits():
-                return True
-        return False
+        return any(awaits_bookkeeping(s) for s in list(self._submitters.values()))
 
     def after_bookkeeping(self) -> None:
         for submitter in list(self._submitters.values()):

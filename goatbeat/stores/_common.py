@@ -1218,18 +1218,10 @@ class ScheduleCache:
         }
         return Schedule._trusted(values)
 
-    def advanced(self, schedule: Schedule, *, version: int) -> None:
-        """The claim that read ``schedule`` committed it at ``version``: same definition."""
-        assert schedule.id is not None
-        with self._lock:
-            entry = self._entries.pop((schedule.id, schedule.version), None)
-        if entry is None:
-            return  # evicted meanwhile: the next read builds it again
-        self._put((schedule.id, version), entry[0], entry[1])
-
     def advanced_all(self, schedules: Iterable[Schedule]) -> None:
-        """:meth:`advanced` for each of ``schedules``, committed one version further by the
-        claim that read them, under one acquisition of the lock."""
+        """The claim that read ``schedules`` committed each one version further, with the
+        same definition: their entries move to the new versions (one acquisition of the
+        lock for the batch; an entry evicted meanwhile is built again on its next read)."""
         entries = self._entries
         with self._lock:
             for schedule in schedules:

@@ -698,9 +698,10 @@ class SQLiteStore:
                 )
             occurrences += self._promote_buffered(conn, lease, scheduler_id, claimed_at)
         # Committed: only now may the cache believe the rows are at their new versions.
-        for adv in batch.advances:
-            if adv.schedule.id in advanced:
-                self._cache.advanced(adv.schedule, version=adv.schedule.version + 1)
+        if advanced:
+            self._cache.advanced_all(
+                a.schedule for a in batch.advances if a.schedule.id in advanced
+            )
         return ClaimResult(
             occurrences=occurrences,
             conflicts=len(batch.advances) - len(advanced),

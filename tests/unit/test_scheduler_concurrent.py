@@ -11,7 +11,7 @@ from typing import Any
 from goatbeat.core.clock import FakeClock
 from goatbeat.core.errors import PermanentSubmitError
 from goatbeat.core.model import ExecutionStatus, Occurrence, SubmitOutcome
-from goatbeat.core.scheduler import Scheduler
+from goatbeat.core.scheduler import IterationResult, Scheduler
 from goatbeat.core.submit import submit_concurrency
 from goatbeat.stores.memory import MemoryStore
 from tests.unit.test_scheduler import START, RecordingSubmitter, every, settings, statuses
@@ -134,37 +134,51 @@ def test_no_submission_starts_past_the_local_deadline() -> None:
     assert sorted(submitter.keys[result.submitted :]) == sorted(left)
 
 
-def test_the_next_batch_is_claimed_while_the_current_one_is_sent() -> None:
+def _burst_held_until_claim(
+    claim: int, count: int
+) -> tuple[IterationResult, CountingStore, RecordingSubmitter]:
+    """A burst of ``count`` due schedules, batches of 10, one submission thread, whose first
+    submission waits until the store has seen its ``claim``-th claim (the first iteration
+    claims once): a scheduler that waits for a batch's sending before claiming that far
+    would never let it go (PermanentSubmitError after 10 s)."""
     clock = FakeClock(START)
     claims = 0
-    second_claim = threading.Event()
+    reached = threading.Event()
 
     class WatchedStore(CountingStore):
         def claim_due(self, *args: Any, **kwargs: Any) -> Any:
             nonlocal claims
             claims += 1
-            if claims == 3:  # the first claim of the iteration is the 2nd overall
-                second_claim.set()
+            if claims == claim:
+                reached.set()
             return super().claim_due(*args, **kwargs)
 
-    class WaitingSubmitter(RecordingSubmitter):
+    class HeldSubmitter(RecordingSubmitter):
         concurrent_submits = 1
+        held = False
 
         def submit(self, occurrence: Occurrence) -> str | None:
-            # The first occurrence of the burst goes out only once the next claim started,
-            # which a scheduler that claims after sending would never do.
-            if not self.submitted and not second_claim.wait(timeout=10):
-                raise PermanentSubmitError("the next batch was not claimed meanwhile")
+            if not self.held:
+                self.held = True  # the first submission of the burst waits, once
+                if not reached.wait(timeout=10):
+                    raise PermanentSubmitError(f"claim {claim} did not come meanwhile")
             return super().submit(occurrence)
 
     store = WatchedStore(clock)
-    submitter = WaitingSubmitter()
+    submitter = HeldSubmitter()
     sched = Scheduler(store, submitter, settings=settings(batch_size=10), clock=clock)
-    store.publish([every(f"s{i:02d}", 60) for i in range(25)])
+    store.publish([every(f"s{i:02d}", 60) for i in range(count)])
     sched.run_once()
     clock.advance(60)
     result = sched.run_once()
     sched.close()
+    return result, store, submitter
+
+
+def test_the_next_batch_is_claimed_while_the_current_one_is_sent() -> None:
+    # The first occurrence of the burst goes out only once the next claim started, which a
+    # scheduler that claims after sending would never do.
+    result, store, submitter = _burst_held_until_claim(3, 25)
     assert result.submitted == 25 and result.failed == 0
     assert [len(batch) for batch in store.recorded] == [10, 10, 5]
     assert submitter.keys == sorted(submitter.keys, key=lambda k: (k.split(":", 1)[1], k))
@@ -209,38 +223,7 @@ def test_a_batch_is_recorded_while_the_next_one_is_sent() -> None:
 def test_with_one_submission_thread_a_third_batch_is_claimed_while_the_first_is_sent() -> None:
     """The thread's queue holds the next batch, so it goes from one batch to the next while
     the loop claims another: the loop takes a batch back only two batches later."""
-    clock = FakeClock(START)
-    claims = 0
-    third_claim = threading.Event()
-
-    class WatchedStore(CountingStore):
-        def claim_due(self, *args: Any, **kwargs: Any) -> Any:
-            nonlocal claims
-            claims += 1
-            if claims == 4:  # the third claim of the burst (the first iteration claimed once)
-                third_claim.set()
-            return super().claim_due(*args, **kwargs)
-
-    class HeldSubmitter(RecordingSubmitter):
-        concurrent_submits = 1
-
-        held = False
-
-        def submit(self, occurrence: Occurrence) -> str | None:
-            if not self.held:
-                self.held = True  # the first submission of the burst waits, once
-                if not third_claim.wait(timeout=10):
-                    raise PermanentSubmitError("the third batch was not claimed meanwhile")
-            return super().submit(occurrence)
-
-    store = WatchedStore(clock)
-    submitter = HeldSubmitter()
-    sched = Scheduler(store, submitter, settings=settings(batch_size=10), clock=clock)
-    store.publish([every(f"s{i:02d}", 60) for i in range(35)])
-    sched.run_once()
-    clock.advance(60)
-    result = sched.run_once()
-    sched.close()
+    result, store, submitter = _burst_held_until_claim(4, 35)
     assert result.submitted == 35 and result.failed == 0
     assert len(submitter.keys) == len(set(submitter.keys)) == 35
     # Recorded once each, in claim order; the first batch by the fourth claim of the burst.
