@@ -39,7 +39,7 @@ from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
 from goatbeat.importers.django_celery_beat import ClockedSchedule
-from goatbeat.importers.entries import SourceEntry
+from goatbeat.importers.entries import SourceEntry, celery_lateness, grid_offset, late_on_grid
 
 __all__ = [
     "DiffReport",
@@ -418,6 +418,17 @@ def _compare_one(
                 f"(largest deviation; instants within {format_duration(SOLAR_TOLERANCE)} "
                 "are the same occurrence)"
             )
+    elif (late := _late_on_goatbeats_grid(entry, new)) is not None:
+        # celery counts from its last run, dated a little after the instant it ran; goatbeat
+        # kept its grid (importers.entries.late_on_grid): the same occurrences, each celery
+        # would run ``late`` after goatbeat does.
+        only_old, only_new, _ = _match_within(sorted(set(old_times)), sorted(set(new_times)), late)
+        old_set, new_set = set(only_old), set(only_new)
+        result.notes.append(
+            f"interval: celery's last run is dated {late.total_seconds():.6f} s after an "
+            "instant of goatbeat's grid (celery's lateness); goatbeat keeps its grid, so each "
+            f"run comes that much earlier than celery would send it"
+        )
     else:
         old_set, new_set = set(old_times), set(new_times)
     differing = sorted(old_set ^ new_set)
@@ -460,6 +471,20 @@ def _compare_one(
     if result.fields or result.fire_difference_count:
         result.status = "different"
     return result
+
+
+def _late_on_goatbeats_grid(entry: SourceEntry, new: Schedule) -> timedelta | None:
+    """How far after an instant of goatbeat's interval grid celery's last run is dated, when
+    that is celery's lateness (more than nothing, at most :func:`celery_lateness`)."""
+    trigger = new.trigger
+    last = max((t for t in (entry.last_run_at, new.last_run_at) if t is not None), default=None)
+    if not isinstance(trigger, IntervalTrigger) or last is None:
+        return None
+    late = grid_offset(last, trigger.every, trigger.anchor)
+    if late == timedelta(0) or not late_on_grid(last, trigger.every, trigger.anchor):
+        return None
+    assert late <= celery_lateness(trigger.every)
+    return late
 
 
 def compute_diff(

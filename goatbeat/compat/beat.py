@@ -55,6 +55,7 @@ from goatbeat.importers.celery_beat import (
     read_beat_schedule,
     read_last_runs,
 )
+from goatbeat.importers.entries import late_on_grid
 from goatbeat.stores import redact_url
 
 __all__ = ["Scheduler", "NO_DATABASE", "FieldsInMessage"]
@@ -271,9 +272,14 @@ def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Sch
             and old is not None
             and isinstance(old.trigger, IntervalTrigger)
             and old.trigger.every == new.every
-            and not _newer(schedule.last_run_at, old.last_run_at)
         ):
-            schedule = dataclasses.replace(schedule, trigger=old.trigger, last_run_at=None)
+            theirs = schedule.last_run_at
+            if not _newer(theirs, old.last_run_at):
+                schedule = dataclasses.replace(schedule, trigger=old.trigger, last_run_at=None)
+            elif theirs is not None and late_on_grid(theirs, new.every, old.trigger.anchor):
+                # Stock beat ran on from goatbeat's grid, a little late each time: the same
+                # phase, one run further on.
+                schedule = dataclasses.replace(schedule, trigger=old.trigger)
         kept.append(schedule)
     return kept
 

@@ -31,7 +31,12 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
+from goatbeat.importers.entries import (
+    SourceEntry,
+    celery_instant,
+    celery_misfire_grace,
+    late_on_grid,
+)
 from goatbeat.stores import redact_url
 
 __all__ = [
@@ -366,9 +371,20 @@ def _trigger(
         delta = timedelta(**{period: int(every)})
         from celery.schedules import schedule as celery_schedule
 
-        # Never ran, with a start_time: django-celery-beat runs it at start_time and counts
-        # from there, so the phase is start_time's (not the row's last change).
-        phase = counting.start_at if not counting.ran and counting.start_at else anchor
+        # With a start_time: django-celery-beat runs it at start_time and counts from there,
+        # so the phase is start_time's (not the row's last change), and stays so while its
+        # runs are start_time's instants run late; a last run further off start_time's grid
+        # (its lateness added up, or start_time edited after it ran) is celery's phase.
+        phase = anchor
+        if counting.start_at is not None and (
+            not counting.ran
+            or (
+                anchor is not None
+                and anchor >= counting.start_at
+                and late_on_grid(anchor, delta, counting.start_at)
+            )
+        ):
+            phase = counting.start_at
         return IntervalTrigger(delta, anchor=phase), celery_schedule(delta), "UTC", anchor
     if kind == "crontab":
         trigger, sched, zone = _crontab(row, default_tz, notes, bugs)

@@ -152,6 +152,30 @@ def test_a_newer_dump_after_a_rollback_moves_the_phase_forward(tmp_path: Path) -
         store.close()
 
 
+def test_a_newer_dump_of_stock_beat_running_late_on_goatbeats_grid_keeps_the_phase(
+    tmp_path: Path,
+) -> None:
+    # Rolled back: stock beat ran on from goatbeat's last run, each run dated a few ms after
+    # its instant. The new cutover must keep goatbeat's grid, not move it onto those dates.
+    url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    runs = tmp_path / "last-runs.json"
+    first = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    runs.write_text(f'{{"every-10m": "{first.isoformat()}"}}')
+    app = make_app(url, **{"every-10m": {"task": "ping", "schedule": timedelta(minutes=10)}})
+    app.conf.goatbeat_last_runs = str(runs)
+    Scheduler(app=app).close()
+    store = open_store(url)
+    try:
+        grid = store.get("every-10m").trigger
+        late = first + timedelta(minutes=20, milliseconds=7)
+        runs.write_text(f'{{"every-10m": "{late.isoformat()}"}}')
+        Scheduler(app=app).close()
+        assert store.get("every-10m").trigger == grid
+        assert store.get("every-10m").next_run_at == first + timedelta(minutes=30)
+    finally:
+        store.close()
+
+
 def test_a_goatbeat_logger_the_project_configured_is_left_alone(
     tmp_path: Path, beat_log: list[str]
 ) -> None:
