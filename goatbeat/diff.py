@@ -34,7 +34,7 @@ from typing import Any
 
 from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
-from goatbeat.core.model import DamagedSchedule, Schedule, StoredSchedule
+from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
@@ -423,11 +423,13 @@ def _compare_one(
         # kept its grid (importers.entries.late_on_grid): the same occurrences, each celery
         # would run ``late`` after goatbeat does.
         only_old, only_new, _ = _match_within(sorted(set(old_times)), sorted(set(new_times)), late)
-        old_set, new_set = set(only_old), set(only_new)
+        # At the ends of the window one of a pair may fall outside it.
+        old_set = {t for t in only_old if t - late > start}
+        new_set = {t for t in only_new if t + late <= end}
         result.notes.append(
             f"interval: celery's last run is dated {late.total_seconds():.6f} s after an "
             "instant of goatbeat's grid (celery's lateness); goatbeat keeps its grid, so each "
-            f"run comes that much earlier than celery would send it"
+            "run comes that much earlier than celery would send it"
         )
     else:
         old_set, new_set = set(old_times), set(new_times)
@@ -449,6 +451,8 @@ def _compare_one(
                 reason, known = dst
             elif entry.celery_schedule is None:
                 reason = "celery never schedules this entry"
+        if reason is None and at != start and _keeps_start_time_phase(entry, new):
+            reason, known = CELERY_BUGS["start_time_phase"], True
         if reason is None and at == start:
             side = "celery" if in_old else "goatbeat"
             reason = (
@@ -471,6 +475,20 @@ def _compare_one(
     if result.fields or result.fire_difference_count:
         result.status = "different"
     return result
+
+
+def _keeps_start_time_phase(entry: SourceEntry, new: Schedule) -> bool:
+    """A django-celery-beat interval that runs on its start_time's grid in goatbeat, while
+    celery counts from a last run off that grid (importers.django_celery_beat)."""
+    trigger = new.trigger
+    return (
+        isinstance(trigger, IntervalTrigger)
+        and new.start_at is not None
+        and trigger.anchor == new.start_at
+        and entry.celery_schedule is not None
+        and hasattr(entry.celery_schedule, "run_every")
+        and entry.source is Source.DJANGO_CELERY_BEAT
+    )
 
 
 def _late_on_goatbeats_grid(entry: SourceEntry, new: Schedule) -> timedelta | None:

@@ -31,12 +31,7 @@ from goatbeat.core.model import Routing, Schedule, Source
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, OnceTrigger, Trigger
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import (
-    SourceEntry,
-    celery_instant,
-    celery_misfire_grace,
-    late_on_grid,
-)
+from goatbeat.importers.entries import SourceEntry, celery_instant, celery_misfire_grace
 from goatbeat.stores import redact_url
 
 __all__ = [
@@ -372,19 +367,12 @@ def _trigger(
         from celery.schedules import schedule as celery_schedule
 
         # With a start_time: django-celery-beat runs it at start_time and counts from there,
-        # so the phase is start_time's (not the row's last change), and stays so while its
-        # runs are start_time's instants run late; a last run further off start_time's grid
-        # (its lateness added up, or start_time edited after it ran) is celery's phase.
-        phase = anchor
-        if counting.start_at is not None and (
-            not counting.ran
-            or (
-                anchor is not None
-                and anchor >= counting.start_at
-                and late_on_grid(anchor, delta, counting.start_at)
-            )
-        ):
-            phase = counting.start_at
+        # so the phase is start_time's (not the row's last change). goatbeat keeps it once
+        # the row has run, too: celery counts each run from the last one, so its lateness and
+        # its catch-up runs (a beat started after an instant passed, as at a rollback) move
+        # it off the start_time the row declares; goatbeat's own catch-ups keep the phase
+        # (docs/migration/differences.md), and so does a cutover.
+        phase = counting.start_at if counting.start_at is not None else anchor
         return IntervalTrigger(delta, anchor=phase), celery_schedule(delta), "UTC", anchor
     if kind == "crontab":
         trigger, sched, zone = _crontab(row, default_tz, notes, bugs)
