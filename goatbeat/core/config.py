@@ -239,7 +239,9 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "batch_size": _int_range(1, 100_000),
     "shards": _int_range(1, MAX_SHARDS),
     "max_submit_retries": _int_range(0, 1000),
-    "scheduler_id": _text(255),
+    # 255 (the lease holder's and heartbeat row's columns) less the suffix each start adds
+    # (core.lease.new_instance: "#" and 8 hex digits).
+    "scheduler_id": _text(246),
     "prune_on_publish": _flag,
     "allowed_tasks": parse_patterns,
     "alert_hook": _dotted,
