@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
 
 import pytest
+
+from tests.hook_server import Hook, serving
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_PATH = "/services/T0SECRET/B0SECRET/xoxb-s3cr3t-t0ken"
@@ -47,36 +46,10 @@ beat = Beat({db!r}, settings={{"alert_webhook": {url!r}, "allowed_tasks": ["test
 """
 
 
-class _Hook(BaseHTTPRequestHandler):
-    requests: ClassVar[list[dict[str, Any]]] = []
-    status: ClassVar[int] = 204
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's spelling
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(
-            {"path": self.path, "authorization": self.headers["Authorization"], "body": body}
-        )
-        self.send_response(type(self).status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    _Hook.requests = []
-    _Hook.status = 204
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving() as port:
+        yield port
 
 
 def _scheduler_once(tmp_path: Path, port: int, log_format: str) -> str:
@@ -107,7 +80,7 @@ def test_the_alert_is_posted_with_basic_auth_and_the_log_shows_no_secret(
     tmp_path: Path, port: int, log_format: str
 ) -> None:
     output = _scheduler_once(tmp_path, port, log_format)
-    (request,) = _Hook.requests
+    (request,) = Hook.requests
     assert request["path"] == SECRET_PATH
     assert (
         request["authorization"]
@@ -122,9 +95,9 @@ def test_the_alert_is_posted_with_basic_auth_and_the_log_shows_no_secret(
 def test_a_webhook_that_fails_is_logged_at_error_without_its_secret(
     tmp_path: Path, port: int
 ) -> None:
-    _Hook.status = 500
+    Hook.status = 500
     output = _scheduler_once(tmp_path, port, "json")
-    assert len(_Hook.requests) == 1
+    assert len(Hook.requests) == 1
     failed = [
         json.loads(line)
         for line in output.splitlines()

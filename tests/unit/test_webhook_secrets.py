@@ -16,11 +16,8 @@ import io
 import json
 import logging
 import socket
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
 
 import pytest
 
@@ -31,43 +28,16 @@ from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.errors import ConfigError
 from goatbeat.core.model import Miss
 from goatbeat.core.observability import JsonFormatter
+from tests.hook_server import Hook, serving
 
 TOKEN = "T0SECRET/B0SECRET/xoxb-s3cr3t-t0ken"
 PASSWORD = "pw-s3cr3t"
 
 
-class _Hook(BaseHTTPRequestHandler):
-    requests: ClassVar[list[dict[str, Any]]] = []
-    status: ClassVar[int] = 200
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's spelling
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append(
-            {"path": self.path, "authorization": self.headers["Authorization"], "body": body}
-        )
-        self.send_response(type(self).status)
-        if 300 <= type(self).status < 400:
-            self.send_header("Location", "http://127.0.0.1:9/elsewhere")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-
 @pytest.fixture
 def port() -> Iterator[int]:
-    _Hook.requests = []
-    _Hook.status = 200
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving() as port:
+        yield port
 
 
 @pytest.fixture
@@ -112,8 +82,8 @@ def _no_secret_in(text: str) -> None:
 def test_a_delivered_alert_logs_no_part_of_the_secret_path(port: int, logs: io.StringIO) -> None:
     url = f"http://127.0.0.1:{port}/services/{TOKEN}"
     _deliver(url)
-    assert [r["path"] for r in _Hook.requests] == [f"/services/{TOKEN}"]
-    assert _Hook.requests[0]["authorization"] is None
+    assert [r["path"] for r in Hook.requests] == [f"/services/{TOKEN}"]
+    assert Hook.requests[0]["authorization"] is None
     output = logs.getvalue()
     assert output.count("alert.sent") == 2  # one text line, one JSON line
     assert f"webhook('http://127.0.0.1:{port}/***')" in output
@@ -125,7 +95,7 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_logged(
 ) -> None:
     url = f"http://alerts:{PASSWORD}@127.0.0.1:{port}/services/{TOKEN}"
     _deliver(url)
-    (request,) = _Hook.requests
+    (request,) = Hook.requests
     assert request["path"] == f"/services/{TOKEN}" and request["body"]["schedule"] == "nightly"
     expected = base64.b64encode(f"alerts:{PASSWORD}".encode()).decode()
     assert request["authorization"] == f"Basic {expected}"
@@ -137,7 +107,7 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_logged(
 
 def test_percent_encoded_credentials_are_decoded_for_basic_auth(port: int) -> None:
     _deliver(f"http://me%40corp:p%3Ass%2Fword@127.0.0.1:{port}/hook")
-    (request,) = _Hook.requests
+    (request,) = Hook.requests
     assert request["authorization"] == "Basic " + base64.b64encode(b"me@corp:p:ss/word").decode()
 
 
@@ -145,9 +115,9 @@ def test_percent_encoded_credentials_are_decoded_for_basic_auth(port: int) -> No
 def test_a_failed_delivery_logs_the_status_and_no_secret(
     port: int, logs: io.StringIO, status: int
 ) -> None:
-    _Hook.status = status
+    Hook.status = status
     _deliver(f"http://alerts:{PASSWORD}@127.0.0.1:{port}/services/{TOKEN}")
-    assert len(_Hook.requests) == 1  # a redirect is not followed (nor the credentials)
+    assert len(Hook.requests) == 1  # a redirect is not followed (nor the credentials)
     output = logs.getvalue()
     assert output.count("alert.failed") == 2 and "alert.sent" not in output
     assert f"http://***@127.0.0.1:{port}/*** answered {status}" in output
