@@ -25,7 +25,7 @@ import redis
 
 from goatbeat.core.model import ExecutionStatus
 from goatbeat.stores.postgres import PostgresStore
-from tests.e2e.workers import REPO
+from tests.e2e.workers import REPO, StartWorker, wait_for_runs
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -199,3 +199,46 @@ def test_a_real_rq_worker_never_gets_a_walked_row_written_with_sql(
     assert not pwned.exists() and keep.is_dir()
     assert len(jobs) == 1, jobs  # the module's own task only
     _check_refusals(pg_dsn)
+
+
+@pytest.mark.redis
+def test_a_celery_name_is_only_a_name_the_real_worker_never_walks(
+    pg_dsn: str, redis_url: str, tmp_path: Path, start_worker: StartWorker
+) -> None:
+    # Celery's worker finds a task by its registered name: "tests.bartasks.os.system" is
+    # allowed by the pattern as a name (nothing is imported to decide) and sent, and the
+    # worker discards it as unregistered. Its registered task runs.
+    from goatbeat.beat import Beat
+    from goatbeat.submitters.celery import CelerySubmitter
+
+    beat = Beat(
+        pg_dsn, submitter=CelerySubmitter(redis_url), settings={"allowed_tasks": ["tests.*"]}
+    )
+    pwned = tmp_path / "pwned"
+    try:
+        beat.migrate()
+        _insert(pg_dsn, "walk", "tests.bartasks.os.system", [f"touch {pwned}"])
+        _insert(pg_dsn, "registered", "tests.e2e.backend_apps.celery_app.record_run", ["ok"])
+        scheduler = beat.scheduler(lease_ttl="5s", lease_renew_interval="1s")
+        try:
+            result = scheduler.run_once()
+        finally:
+            scheduler.release()
+        assert result.refused_schedules == 0  # a name, checked as one
+    finally:
+        beat.close()
+    worker = start_worker(
+        "celery", "celery", "-A", "tests.e2e.backend_apps.celery_app", "worker", "--pool=solo",
+        "-c", "1", "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
+    )  # fmt: skip
+    client = redis.Redis.from_url(redis_url)
+    try:
+        runs = wait_for_runs(client, "celery", 1, [worker])
+    finally:
+        client.close()
+    assert [run["args"] for run in runs] == [["ok"]]
+    deadline = time.monotonic() + 30
+    while "unregistered task" not in worker.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "Received unregistered task of type 'tests.bartasks.os.system'" in worker.output()
+    assert not pwned.exists()
