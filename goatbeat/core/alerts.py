@@ -230,6 +230,7 @@ def webhook(url: str, *, timeout: float = WEBHOOK_TIMEOUT) -> AlertHandler:
                 status = int(response.status)
         except urllib.error.HTTPError as exc:
             status = int(exc.code)
+            exc.close()  # it holds the answer's connection
         except Exception as exc:
             # Its message may quote the URL (or a piece of it): raised again without it.
             raise OSError(f"{shown}: {_scrub(f'{type(exc).__name__}: {exc}', url)}") from None
