@@ -370,7 +370,16 @@ def test_django_celery_beat_cutover_rollback_and_recutover_live(project: Project
     start_time = project.sql(
         "SELECT start_time FROM django_celery_beat_periodictask WHERE name = 'from-start'"
     )[0][0]
-    assert starts[0] == start_time, (starts, start_time)  # starts at start_time...
+    # Starts at start_time, or (the kill -9 of the leader, or a loaded machine, let the first
+    # instants pass their 2.5 s grace) counts each one it did not run as missed.
+    skipped = (starts[0] - start_time) // timedelta(seconds=5)
+    history = project.sql(
+        "SELECT scheduled_at, status, error FROM goatbeat_execution"
+        " WHERE schedule_name = 'from-start' ORDER BY scheduled_at LIMIT 4"
+    )
+    assert starts[0] >= start_time, (starts, start_time)
+    assert skipped == 0 or goatbeat_rows(project)["from-start"].missed_count >= skipped, (
+        starts[:3], start_time, history)  # fmt: skip
     off = [s for s in starts if (s - start_time) % timedelta(seconds=5) != timedelta(0)]
     assert off == [], (start_time, starts, project.sql(  # ...keeps it
         "SELECT name, last_run_at, start_time FROM django_celery_beat_periodictask"
