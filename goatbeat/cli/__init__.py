@@ -7,6 +7,7 @@
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
                   [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
                   [--metrics-port 9464] [--metrics-address ADDR] [--metrics-schedules 500]
+                  [--health-port PORT] [--liveness-timeout 90s]
         status [--json] [--check] [--max-lag 60s]   lease, schedulers, backlog  cli/status.py
         publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
         schedule list [--json] [--no-publish]  publish code schedules, then list every one
