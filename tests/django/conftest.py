@@ -19,16 +19,18 @@ from typing import Any
 
 import pytest
 
-from tests.services import PostgresServer
+from tests.services import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_MODULE = "tests.django.project.settings"
 
 _server: PostgresServer | None = None
+_redis: RedisServer | None = None
 
 
 def _configure_django() -> None:
-    global _server
+    global _server, _redis
+    import django
     from django.conf import settings
 
     if settings.configured:
@@ -36,12 +38,14 @@ def _configure_django() -> None:
     if not os.environ.get("GOATBEAT_TEST_PG_DSN"):
         _server = PostgresServer().start()
         os.environ["GOATBEAT_TEST_PG_DSN"] = _server.dsn
+    if django.VERSION < (6, 0) and not os.environ.get("GOATBEAT_TEST_REDIS_URL"):
+        # Django 5.2 has no Django Tasks: the project's tasks go to RQ (settings.py).
+        _redis = RedisServer().start()
+        os.environ["GOATBEAT_TEST_REDIS_URL"] = _redis.url
     import importlib
 
     module = importlib.import_module(SETTINGS_MODULE)
     settings.configure(**{k: v for k, v in vars(module).items() if k.isupper()})
-    import django
-
     django.setup()
 
 
@@ -59,9 +63,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[blocking_manager_key].block()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import django
+
+    if django.VERSION >= (6, 0):
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs Django Tasks (Django 6.0+); Django {django.get_version()}"
+    )
+    for item in items:
+        if "django_tasks" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _server is not None:
         _server.stop()
+    if _redis is not None:
+        _redis.stop()
 
 
 @pytest.fixture
