@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,58 @@ def manage(
         timeout=timeout,
         check=False,
     )
+
+
+# -- the admin in headless Chromium (test_admin_browser.py, test_admin_reads_well.py) ----------
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test's own database calls
+    # are synchronous all the same.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    call_command("goatbeat", "schedule", "list", stdout=StringIO(), stderr=StringIO())
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    session = client.cookies["sessionid"].value
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1600, "height": 900})
+            context.add_cookies([{"name": "sessionid", "value": session, "url": live_server.url}])
+            tab = context.new_page()
+            tab.set_default_timeout(15_000)
+            yield tab
+        finally:
+            browser.close()
+            _close_playwright_context_connections()
+
+
+def _close_playwright_context_connections() -> None:
+    """Django keeps connections per context (asgiref Local), and code run while Playwright's
+    sync API is active gets a context of its own: close what it opened, or the test database
+    cannot be flushed and dropped."""
+    from django.db import connections
+
+    from goatbeat.django.registry import reset_store
+
+    connections.close_all()
+    reset_store()
