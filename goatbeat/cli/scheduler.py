@@ -163,12 +163,13 @@ def scheduler(
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         obj = cli_context(ctx)
         require_schema(app, obj)
-        health = _loop_health(loop, liveness_timeout)
+        health = _loop_health(loop, liveness_timeout)  # validates --liveness-timeout
         if metrics_port is not None:
             _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules, health)
         if health_port is not None and health_port != metrics_port:
             _serve_health(health, health_port, metrics_address)
-        loop.observe(health)
+        if metrics_port is not None or health_port is not None:
+            loop.observe(health)  # only a process that answers probes keeps the record
         _prepare_submitter(loop.submitter)
         if no_publish:
             pass
