@@ -57,7 +57,7 @@ from goatbeat.core.store import (
     ResumeResult,
     ScheduleStore,
 )
-from goatbeat.core.submit import TaskSubmitter, known_tasks
+from goatbeat.core.submit import TaskSubmitter, known_tasks, task_definition
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
     CronTrigger,
@@ -126,6 +126,13 @@ def _dramatiq_actor(task: object) -> tuple[str, str] | None:
     ):
         return name, queue
     return None
+
+
+def _definition(submitter: TaskSubmitter, task: str) -> str:
+    """Where the callable ``task`` names is defined, for a backend that imports dotted paths;
+    ``task`` itself for one that finds tasks by registered name (nothing to walk)."""
+    define = task_definition(submitter)
+    return task if define is None else define(task)
 
 
 def _backend_options(submitter: TaskSubmitter, task: str) -> tuple[str, frozenset[str] | None]:
@@ -660,12 +667,15 @@ class Beat:
     def task_allow_list(self, settings: Settings | None = None) -> TaskAllowList:
         """The tasks schedules stored outside code may name (:mod:`goatbeat.core.allowlist`):
         the tasks of this app's code schedules, the tasks its submitter's backend registered,
-        and the ``allowed_tasks`` patterns of ``settings`` (default: the app's)."""
+        and the ``allowed_tasks`` patterns of ``settings`` (default: the app's), checked on
+        what a name resolves to when the backend imports dotted paths (the submitter's
+        ``task_definition``)."""
         patterns = (settings or self.settings).allowed_tasks
         return TaskAllowList(
             patterns=patterns,
             declared=self._declared_tasks,
             registered=lambda: known_tasks(self.submitter),
+            definition=lambda task: _definition(self.submitter, task),
         )
 
     def _declared_tasks(self) -> set[str]:
@@ -676,7 +686,9 @@ class Beat:
     def check_task(self, task: str) -> None:
         """Raise :class:`~goatbeat.core.errors.TaskNotAllowed` (field ``task``) unless a
         schedule created outside code (admin, API, importer) may name ``task``. Imports
-        nothing ``task`` names. The one check every such entry point calls."""
+        ``task`` only when an ``allowed_tasks`` pattern matches it and the backend imports
+        dotted paths (to see what it resolves to). The one check every such entry point
+        calls."""
         allow = self._allow_list
         if allow is None or allow.patterns != self.settings.allowed_tasks:
             allow = self._allow_list = self.task_allow_list()

@@ -75,6 +75,11 @@ CELERY_BUGS: dict[str, str] = {
         "the moment it may start), off its own schedule; goatbeat starts with the schedule's "
         "first instant at or after start_time"
     ),
+    "start_time_phase": (
+        "django-celery-beat counts an interval from its last run, so its lateness and its "
+        "catch-up runs (a beat started after an instant passed) move it off the start_time the "
+        "row declares; goatbeat keeps start_time's phase: every interval from start_time"
+    ),
     "dusk_sign": (
         "celery < 5.3 used +18 degrees as the dusk_astronomical horizon (sign error); goatbeat "
         "uses -18 degrees like later celery"

@@ -34,12 +34,12 @@ from typing import Any
 
 from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
-from goatbeat.core.model import DamagedSchedule, Schedule, StoredSchedule
+from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
 from goatbeat.importers.django_celery_beat import ClockedSchedule
-from goatbeat.importers.entries import SourceEntry
+from goatbeat.importers.entries import SourceEntry, celery_lateness, grid_offset, late_on_grid
 
 __all__ = [
     "DiffReport",
@@ -418,6 +418,19 @@ def _compare_one(
                 f"(largest deviation; instants within {format_duration(SOLAR_TOLERANCE)} "
                 "are the same occurrence)"
             )
+    elif (late := _late_on_goatbeats_grid(entry, new)) is not None:
+        # celery counts from its last run, dated a little after the instant it ran; goatbeat
+        # kept its grid (importers.entries.late_on_grid): the same occurrences, each celery
+        # would run ``late`` after goatbeat does.
+        only_old, only_new, _ = _match_within(sorted(set(old_times)), sorted(set(new_times)), late)
+        # At the ends of the window one of a pair may fall outside it.
+        old_set = {t for t in only_old if t - late > start}
+        new_set = {t for t in only_new if t + late <= end}
+        result.notes.append(
+            f"interval: celery's last run is dated {late.total_seconds():.6f} s after an "
+            "instant of goatbeat's grid (celery's lateness); goatbeat keeps its grid, so each "
+            "run comes that much earlier than celery would send it"
+        )
     else:
         old_set, new_set = set(old_times), set(new_times)
     differing = sorted(old_set ^ new_set)
@@ -438,6 +451,8 @@ def _compare_one(
                 reason, known = dst
             elif entry.celery_schedule is None:
                 reason = "celery never schedules this entry"
+        if reason is None and at != start and _keeps_start_time_phase(entry, new):
+            reason, known = CELERY_BUGS["start_time_phase"], True
         if reason is None and at == start:
             side = "celery" if in_old else "goatbeat"
             reason = (
@@ -460,6 +475,34 @@ def _compare_one(
     if result.fields or result.fire_difference_count:
         result.status = "different"
     return result
+
+
+def _keeps_start_time_phase(entry: SourceEntry, new: Schedule) -> bool:
+    """A django-celery-beat interval that runs on its start_time's grid in goatbeat, while
+    celery counts from a last run off that grid (importers.django_celery_beat)."""
+    trigger = new.trigger
+    return (
+        isinstance(trigger, IntervalTrigger)
+        and new.start_at is not None
+        and trigger.anchor == new.start_at
+        and entry.celery_schedule is not None
+        and hasattr(entry.celery_schedule, "run_every")
+        and entry.source is Source.DJANGO_CELERY_BEAT
+    )
+
+
+def _late_on_goatbeats_grid(entry: SourceEntry, new: Schedule) -> timedelta | None:
+    """How far after an instant of goatbeat's interval grid celery's last run is dated, when
+    that is celery's lateness (more than nothing, at most :func:`celery_lateness`)."""
+    trigger = new.trigger
+    last = max((t for t in (entry.last_run_at, new.last_run_at) if t is not None), default=None)
+    if not isinstance(trigger, IntervalTrigger) or last is None:
+        return None
+    late = grid_offset(last, trigger.every, trigger.anchor)
+    if late == timedelta(0) or not late_on_grid(last, trigger.every, trigger.anchor):
+        return None
+    assert late <= celery_lateness(trigger.every)
+    return late
 
 
 def compute_diff(

@@ -162,6 +162,12 @@ def _text(
         ]
         header = ["SCHEDULER", "ROLE", "HOST", "PID", "VERSION", "TOKEN", "HEARTBEAT", "STARTED"]
         lines.append(table(header, rows, indent="  "))
+    for name, procs in s.shared_ids.items():
+        lines.append(
+            f"WARNING:    scheduler id {name!r} is shared by {len(procs)} live processes "
+            f"({', '.join(p.scheduler_id for p in procs)}): one leads at a time, but logs and "
+            "executions cannot tell them apart; give each replica its own"
+        )
     oldest = "nothing waits"
     if s.oldest_due_at is not None:
         oldest = (

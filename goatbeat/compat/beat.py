@@ -35,6 +35,8 @@ import dataclasses
 import json
 import logging
 import os
+import signal
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -55,6 +57,7 @@ from goatbeat.importers.celery_beat import (
     read_beat_schedule,
     read_last_runs,
 )
+from goatbeat.importers.entries import late_on_grid
 from goatbeat.stores import redact_url
 
 __all__ = ["Scheduler", "NO_DATABASE", "FieldsInMessage"]
@@ -108,6 +111,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._gb_submitter: Any = None
         self._gb_closed = False
         self._gb_problems: list[tuple[str, str]] = []
+        self._gb_ticking = False
+        self._gb_deferred: tuple[Any, int, Any] | None = None
+        self._gb_shielded = False
+        self._gb_signals: dict[int, tuple[Any, Any]] = {}  # signal: (beat's handler, ours)
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # -- configuration ------------------------------------------------------------------------
@@ -219,8 +226,52 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if self._gb_scheduler is None:
             self.setup_schedule()
         assert self._gb_scheduler is not None
-        result = self._gb_scheduler.run_once()
+        self._shield_signals()
+        self._gb_ticking = True
+        try:
+            result = self._gb_scheduler.run_once()
+        finally:
+            self._gb_ticking = False
+            deferred, self._gb_deferred = self._gb_deferred, None
+        if deferred is not None:
+            handler, signum, frame = deferred
+            handler(signum, frame)  # beat's own: sync, then SystemExit out of the loop
         return max(0.0, min(float(result.sleep), float(self.max_interval)))
+
+    def _shield_signals(self) -> None:
+        """celery beat stops on SIGTERM/SIGINT by raising SystemExit wherever its main thread
+        is. Inside an iteration that is between a claim's commit and its submission (an
+        occurrence claimed ahead waits for its instant there): the claimed batch was left
+        unsent, and after a rollback (the guide's export of goatbeat's last runs, stock beat
+        again) nobody would ever send it. So while an iteration runs, the signal waits for it
+        to end; between iterations beat's own handler runs at once. Installed at the first
+        tick, after beat installed its handlers; only from the main thread (an embedded beat,
+        ``worker -B``, keeps its own)."""
+        if self._gb_shielded or threading.current_thread() is not threading.main_thread():
+            return
+        self._gb_shielded = True
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+            if not callable(previous):
+                continue
+
+            def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+                if self._gb_ticking:
+                    if self._gb_deferred is None:
+                        self._gb_deferred = (previous, signum, frame)
+                    return
+                previous(signum, frame)
+
+            signal.signal(sig, handler)
+            self._gb_signals[sig] = (previous, handler)
+
+    def _unshield_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, (previous, ours) in self._gb_signals.items():
+            if signal.getsignal(sig) is ours:
+                signal.signal(sig, previous)
+        self._gb_signals.clear()
 
     def sync(self) -> None:
         return None  # every change is already committed to the store
@@ -230,6 +281,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if self._gb_closed:
             return
         self._gb_closed = True
+        self._unshield_signals()
         try:
             if self._gb_scheduler is not None:
                 self._gb_scheduler.release()
@@ -271,9 +323,14 @@ def _keep_phase(store: ScheduleStore, schedules: Sequence[Schedule]) -> list[Sch
             and old is not None
             and isinstance(old.trigger, IntervalTrigger)
             and old.trigger.every == new.every
-            and not _newer(schedule.last_run_at, old.last_run_at)
         ):
-            schedule = dataclasses.replace(schedule, trigger=old.trigger, last_run_at=None)
+            theirs = schedule.last_run_at
+            if not _newer(theirs, old.last_run_at):
+                schedule = dataclasses.replace(schedule, trigger=old.trigger, last_run_at=None)
+            elif theirs is not None and late_on_grid(theirs, new.every, old.trigger.anchor):
+                # Stock beat ran on from goatbeat's grid, a little late each time: the same
+                # phase, one run further on.
+                schedule = dataclasses.replace(schedule, trigger=old.trigger)
         kept.append(schedule)
     return kept
 

@@ -21,11 +21,13 @@ timeout). A full queue drops the alert, a failing handler is logged; neither sto
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import logging
 import queue
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -42,7 +44,9 @@ __all__ = [
     "AlertHandler",
     "Alerter",
     "AlertTracker",
+    "redact_webhook",
     "webhook",
+    "webhook_target",
     "WEBHOOK_TIMEOUT",
     "QUEUE_SIZE",
 ]
@@ -149,27 +153,104 @@ AlertHandler = Callable[[Alert], object]
 logged (``alert.failed``)."""
 
 
+def redact_webhook(url: str) -> str:
+    """``url`` as logs, errors and status may show it: scheme, host and port only. A webhook's
+    secret is usually its path or query (Slack's ``/services/T…/B…/<token>``, Discord's, a
+    ``?token=``), sometimes its ``user:password@``: each becomes ``***``."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<an unreadable URL>"
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    if "@" in parts.netloc:
+        netloc = f"***@{netloc}"
+    secret = parts.path not in ("", "/") or parts.query or parts.fragment
+    return f"{parts.scheme}://{netloc}{'/***' if secret else parts.path}"
+
+
+def webhook_target(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user:password@``, and the HTTP basic ``Authorization`` header
+    value they make (None when it has none). ``ValueError`` when its credentials cannot be
+    sent (a user name with a ``:``, RFC 7617)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    user = urllib.parse.unquote(parts.username or "")
+    password = urllib.parse.unquote(parts.password or "")
+    if ":" in user:
+        raise ValueError("its user name holds a ':', which HTTP basic authentication cannot send")
+    netloc = parts.netloc.rpartition("@")[2]
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), f"Basic {token}"
+
+
+def _scrub(text: str, url: str) -> str:
+    """``text`` (an error's message) with every piece of ``url`` that may be secret masked."""
+    shown = redact_webhook(url)
+    text = text.replace(url, shown)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password, user = parts.password, parts.username
+    except ValueError:
+        return text
+    secrets = [parts.path + (f"?{parts.query}" if parts.query else ""), parts.query, password]
+    secrets += [user, urllib.parse.unquote(password or ""), urllib.parse.unquote(user or "")]
+    for secret in sorted({s for s in secrets if s and len(s) > 1 and s != "/"}, key=len)[::-1]:
+        text = text.replace(secret, "***")
+    return text
+
+
 def webhook(url: str, *, timeout: float = WEBHOOK_TIMEOUT) -> AlertHandler:
     """A handler that POSTs ``alert.to_dict()`` as JSON to ``url``; an answer other than 2xx
-    (or none within ``timeout``) raises, and is logged."""
+    (or none within ``timeout``) raises, and is logged. Credentials in ``url``
+    (``https://user:password@host/...``) are sent as HTTP basic authentication, never in the
+    request line. A redirect is not followed (it would carry the credentials elsewhere, and
+    turn the POST into a GET): it fails, naming the status. What the handler raises and how
+    it is named show :func:`redact_webhook`'s form of ``url``, never its secrets."""
+    import urllib.error
     import urllib.request  # here: every scheduler imports this module, few post webhooks
+
+    target, authorization = webhook_target(url)
+    shown = redact_webhook(url)
+    opener = urllib.request.build_opener(_no_redirect())
+    headers = {"Content-Type": "application/json", "User-Agent": "goatbeat"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
 
     def post(alert: Alert) -> None:
         body = json.dumps(alert.to_dict()).encode("utf-8")
-        request = urllib.request.Request(
-            url,
-            data=body,
-            method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": "goatbeat"},
-        )
+        request = urllib.request.Request(target, data=body, method="POST", headers=headers)
         # The URL is the operator's own setting (http or https, checked when it is read).
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status = int(response.status)
-            if not 200 <= status < 300:
-                raise OSError(f"{url} answered {status}")
+        try:
+            with opener.open(request, timeout=timeout) as response:
+                status = int(response.status)
+        except urllib.error.HTTPError as exc:
+            status = int(exc.code)
+            exc.close()  # it holds the answer's connection
+        except Exception as exc:
+            # Its message may quote the URL (or a piece of it): raised again without it.
+            raise OSError(f"{shown}: {_scrub(f'{type(exc).__name__}: {exc}', url)}") from None
+        if not 200 <= status < 300:
+            moved = " (a redirect: set alert_webhook to its target)" if 300 <= status < 400 else ""
+            raise OSError(f"{shown} answered {status}{moved}")
 
-    post.__qualname__ = f"webhook({url!r})"
+    post.__qualname__ = f"webhook({shown!r})"
     return post
+
+
+def _no_redirect() -> Any:
+    """A urllib handler that answers a redirect with its own status instead of following it."""
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return NoRedirect()
 
 
 class Alerter:

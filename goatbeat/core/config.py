@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from goatbeat.core.alerts import redact_webhook, webhook_target
 from goatbeat.core.allowlist import parse_patterns
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import ConfigError, InvalidValue, short_repr
@@ -85,8 +86,10 @@ class Settings:
     alert_hook: str | None = None
     """Dotted path of a callable the leading scheduler calls with each
     :class:`~goatbeat.core.alerts.Alert` (``"myproj.alerts:page"``), from a thread of its own."""
-    alert_webhook: str | None = None
-    """An http(s) URL the leading scheduler POSTs each alert to, as JSON."""
+    alert_webhook: str | None = field(default=None, repr=False)
+    """An http(s) URL the leading scheduler POSTs each alert to, as JSON; ``user:password@``
+    in it is sent as HTTP basic authentication. A secret (its path, query and credentials
+    are shown as ``***`` wherever goatbeat shows it; not in the repr)."""
     alert_after_failures: int = 3
     """Alert when a schedule's workers report this many failures in a row."""
     overdue_after: timedelta = timedelta(minutes=10)
@@ -176,12 +179,26 @@ def _dotted(key: str, value: Any) -> str | None:
 
 
 def _http_url(key: str, value: Any) -> str | None:
+    """A webhook URL. Its path, query and credentials are secrets (a Slack webhook's token is
+    its path): a message shows :func:`~goatbeat.core.alerts.redact_webhook`'s form only.
+    ``user:password@`` is sent as HTTP basic authentication; one that cannot be is refused."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+    if not isinstance(value, str):
         raise InvalidValue(key, value, f"{short_repr(value)} is not an http:// or https:// URL")
+    shown = short_repr(redact_webhook(value))
+    if not value.startswith(("http://", "https://")):
+        raise InvalidValue(key, shown, f"{shown} is not an http:// or https:// URL")
     if len(value) > 2000 or any(c.isspace() for c in value):
-        raise InvalidValue(key, value, f"{short_repr(value)} is not a URL")
+        raise InvalidValue(key, shown, f"{shown} is not a URL")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises on a port that is not one
+        webhook_target(value)
+    except ValueError as exc:
+        raise InvalidValue(key, shown, f"{shown} cannot be used: {exc}") from None
+    if not parts.hostname:
+        raise InvalidValue(key, shown, f"{shown} names no host")
     return value
 
 
@@ -239,7 +256,9 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "batch_size": _int_range(1, 100_000),
     "shards": _int_range(1, MAX_SHARDS),
     "max_submit_retries": _int_range(0, 1000),
-    "scheduler_id": _text(255),
+    # 255 (the lease holder's and heartbeat row's columns) less the suffix each start adds
+    # (core.lease.new_instance: "#" and 8 hex digits).
+    "scheduler_id": _text(246),
     "prune_on_publish": _flag,
     "allowed_tasks": parse_patterns,
     "alert_hook": _dotted,

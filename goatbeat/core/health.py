@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from goatbeat.core.instance import split_instance
 from goatbeat.core.shards import lease_name, parse_lease_name
 from goatbeat.core.timeutil import iso_z
 
@@ -102,9 +103,16 @@ class SchedulerProcess:
     expires_at: datetime
     stale: bool
 
+    @property
+    def name(self) -> str:
+        """The scheduler id it runs under (``scheduler_id`` is this process's own identity,
+        the id plus a suffix of its start: :func:`goatbeat.core.instance.new_instance`)."""
+        return split_instance(self.scheduler_id)[0]
+
     def to_dict(self, now: datetime) -> dict[str, Any]:
         return {
-            "scheduler_id": self.scheduler_id,
+            "scheduler_id": self.name,
+            "instance": self.scheduler_id,
             "role": self.role.value,
             "lease": self.lease,
             "fencing_token": self.fencing_token,
@@ -132,6 +140,7 @@ class LeaseState:
         return {
             "name": self.name,
             "holder": self.holder,
+            "holder_scheduler_id": split_instance(self.holder)[0],
             "fencing_token": self.token,
             "expires_at": iso_z(self.expires_at),
             "expires_in_seconds": _seconds(self.expires_at - now),
@@ -200,12 +209,25 @@ class StatusSnapshot:
                 return process
         return None
 
+    @property
+    def shared_ids(self) -> dict[str, list[SchedulerProcess]]:
+        """Scheduler ids that several live processes run under (a setting shared by every
+        replica): only one of them leads, but logs and executions name them alike."""
+        by_name: dict[str, list[SchedulerProcess]] = {}
+        for process in self.schedulers:
+            if not process.stale:
+                by_name.setdefault(process.name, []).append(process)
+        return {name: procs for name, procs in by_name.items() if len(procs) > 1}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "database_time": iso_z(self.now),
             "lease": None if self.lease is None else self.lease.to_dict(self.now),
             "shards": [lease.to_dict(self.now) for lease in self.shards if lease.holder],
             "schedulers": [p.to_dict(self.now) for p in self.schedulers],
+            "shared_scheduler_ids": {
+                name: [p.scheduler_id for p in procs] for name, procs in self.shared_ids.items()
+            },
             "backlog": {
                 "due": self.due,
                 "pending": self.pending,

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import StoreError
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import LeaseGrant
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
@@ -40,6 +41,8 @@ class LeaseManager:
             )
         self.store = store
         self.holder = holder
+        """Who holds the lease: this process's identity (:func:`new_instance`)."""
+        self.scheduler_id = split_instance(holder)[0]
         self.ttl = ttl
         self.renew_interval = renew_interval
         self.name = name
@@ -88,7 +91,8 @@ class LeaseManager:
             if previous is not None:
                 log_event(
                     "lease.lost",
-                    scheduler_id=self.holder,
+                    scheduler_id=self.scheduler_id,
+                    instance=self.holder,
                     fencing_token=previous.token,
                     lease=self.name,
                 )
@@ -101,7 +105,8 @@ class LeaseManager:
         if previous is None or previous.token != grant.token:
             log_event(
                 "lease.acquired",
-                scheduler_id=self.holder,
+                scheduler_id=self.scheduler_id,
+                instance=self.holder,
                 fencing_token=grant.token,
                 lease=self.name,
                 expires_at=grant.expires_at,
@@ -113,7 +118,8 @@ class LeaseManager:
         if self.grant is not None:
             log_event(
                 "lease.lost",
-                scheduler_id=self.holder,
+                scheduler_id=self.scheduler_id,
+                instance=self.holder,
                 fencing_token=self.grant.token,
                 lease=self.name,
             )
@@ -131,7 +137,8 @@ class LeaseManager:
         if released:
             log_event(
                 "lease.released",
-                scheduler_id=self.holder,
+                scheduler_id=self.scheduler_id,
+                instance=self.holder,
                 fencing_token=grant.token,
                 lease=self.name,
             )

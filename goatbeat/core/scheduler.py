@@ -88,6 +88,7 @@ from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError, short_repr
 from goatbeat.core.health import Role, SchedulerBeat
+from goatbeat.core.instance import new_instance, split_instance
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import (
     ClaimResult,
@@ -258,9 +259,12 @@ class Scheduler:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.scheduler_id = settings.scheduler_id
+        """The name in logs, executions and status (several processes may share it)."""
+        self.instance = new_instance(settings.scheduler_id)
+        """This process: what holds the lease, its fencing token and the heartbeat row."""
         self.lease = LeaseManager(
             store,
-            holder=settings.scheduler_id,
+            holder=self.instance,
             ttl=settings.lease_ttl,
             renew_interval=settings.lease_renew_interval,
             name=lease_name,
@@ -288,7 +292,7 @@ class Scheduler:
                 shard = Shard(index=index, count=settings.shards)
                 self._shard_leases[index] = LeaseManager(
                     store,
-                    holder=settings.scheduler_id,
+                    holder=self.instance,
                     ttl=settings.lease_ttl,
                     renew_interval=settings.lease_renew_interval,
                     name=shard.lease,
@@ -357,7 +361,7 @@ class Scheduler:
             released = False
         if self._beat is not None:
             self._beat = None
-            self._best_effort("heartbeat", self.store.remove_scheduler, self.scheduler_id)
+            self._best_effort("heartbeat", self.store.remove_scheduler, self.instance)
         return released
 
     def _release_shards(self) -> bool:
@@ -365,7 +369,7 @@ class Scheduler:
         # member less and take this one's shards at once.
         if self._beat is not None:
             self._beat = None
-            self._best_effort("heartbeat", self.store.remove_scheduler, self.scheduler_id)
+            self._best_effort("heartbeat", self.store.remove_scheduler, self.instance)
         released = False
         for lease in self._shard_leases.values():
             if lease.grant is None:
@@ -714,7 +718,7 @@ class Scheduler:
         """Renew, release and acquire shard leases. Returns whether a shard was newly taken
         and how long to sleep at most for the shards not held (until one may come free)."""
         count = self.settings.shards
-        me = self.scheduler_id
+        me = self.instance
         renew = self.settings.lease_renew_interval.total_seconds()
         live = store.live_schedulers(self._live_window(), shards=count)
         if me not in live:
@@ -798,7 +802,8 @@ class Scheduler:
             self._shard_view = view
             log_event(
                 "lease.shards",
-                scheduler_id=me,
+                scheduler_id=self.scheduler_id,
+                instance=me,
                 shards=count,
                 held=list(view[0]),
                 target=target,
@@ -829,7 +834,12 @@ class Scheduler:
         if current is not None:
             holder = current[0]
         log_event(
-            "lease.standby", scheduler_id=self.scheduler_id, lease=self.lease.name, holder=holder
+            "lease.standby",
+            scheduler_id=self.scheduler_id,
+            instance=self.instance,
+            lease=self.lease.name,
+            holder=None if holder is None else split_instance(holder)[0],
+            holder_instance=holder,
         )
 
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
@@ -1233,7 +1243,7 @@ class Scheduler:
             return
         self._beat_at = now  # a failed write waits for the next slot too
         beat = SchedulerBeat(
-            scheduler_id=self.scheduler_id,
+            scheduler_id=self.instance,
             role=state[0],
             lease=lease_name,
             fencing_token=state[1],
@@ -1245,10 +1255,39 @@ class Scheduler:
         joined = self._beat is None
         if self._best_effort("heartbeat", self.store.heartbeat, beat):
             self._beat = state
+            if joined:
+                self._warn_of_twins()
             if joined and self._sharded is not None:
                 # A new member: the others wake, count it and hand it its share now rather
                 # than at their next renewal.
                 self._best_effort("heartbeat", self.store.notify, "lease:scheduler/joined")
+
+    def _warn_of_twins(self) -> None:
+        """A WARNING when another live process runs under this scheduler id: the lease tells
+        them apart (each start has its own identity), but logs and executions name both
+        alike, and usually a setting meant per replica is shared (Django's ``GOATBEAT
+        ["scheduler_id"]`` in a settings file every replica reads)."""
+        try:
+            shared = self.store.status(lease_name=self.lease.name).shared_ids
+        except GoatbeatError as exc:
+            self._log_best_effort("heartbeat", exc)
+            return
+        twins = [p for p in shared.get(self.scheduler_id, ()) if p.scheduler_id != self.instance]
+        if twins:
+            log_event(
+                "scheduler.duplicate_id",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                instance=self.instance,
+                hostname=self._hostname,
+                pid=os.getpid(),
+                others=[f"{p.scheduler_id} (host {p.hostname}, pid {p.pid})" for p in twins],
+                hint=(
+                    "several live processes share this scheduler id; only one leads at a time, "
+                    "but logs and executions cannot tell them apart: give each replica its own "
+                    "(or leave scheduler_id unset: host:pid:random)"
+                ),
+            )
 
     def _check_alerts(self) -> None:
         if self.alerter is None:

@@ -43,6 +43,15 @@ TaskSubmitter:
   (Celery's ``app.tasks``, the Dramatiq broker's actors, Django ``Task`` objects), found without
   importing what a schedule names; None (or no method): the backend keeps no registry (RQ).
   The allow-list (:mod:`goatbeat.core.allowlist`) counts them as known. See :func:`known_tasks`.
+- ``task_definition(task: str) -> str``: for a backend that finds a task by importing its
+  dotted path and walking attributes (inline, RQ's worker, Django Tasks): where the callable
+  ``task`` resolves to is defined (:func:`goatbeat.core.allowlist.defined_at`, or what the
+  backend's worker really runs), imported here; ``LookupError`` when it resolves to nothing
+  that is defined anywhere. The allow-list admits a name an ``allowed_tasks`` pattern matches
+  only when it spells that definition, so a pattern cannot be walked past to what a module
+  imported. A backend that finds tasks by registered name (Celery, Dramatiq) has none: its
+  names are checked as names. A submitter for a path-importing backend must provide it. See
+  :func:`task_definition`.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ __all__ = [
     "many_submitter",
     "submit_all",
     "known_tasks",
+    "task_definition",
     "SubmitMany",
     "SUBMIT_MANY_CHUNK",
     "SubmitError",
@@ -198,3 +208,10 @@ def submit_all(
         )
         return [error] * len(occurrences)
     return answers
+
+
+def task_definition(submitter: object) -> Callable[[str], str] | None:
+    """``submitter``'s ``task_definition`` when its backend imports dotted paths, else None (it
+    finds tasks by registered name)."""
+    method = getattr(submitter, "task_definition", None)
+    return method if callable(method) else None

@@ -7,7 +7,8 @@ schedule stores them.
   actors, the installed apps' Django Tasks (``submitter.known_tasks()``; RQ keeps no registry);
 - the stored schedules' tasks the allow-list accepts (an imported task matching
   ``allowed_tasks``, say);
-- the ``allowed_tasks`` entries that are plain names rather than patterns.
+- the ``allowed_tasks`` entries that are plain names rather than patterns, and that the
+  allow-list accepts (a plain name is checked on what it resolves to, as a pattern is).
 
 A name the allow-list would refuse is never offered; any allowed name may still be typed.
 """
@@ -30,5 +31,5 @@ def known_tasks(*, stored: Iterable[str] = ()) -> list[str]:
     found = {s.task for s in registry.schedules}
     found.update(allow.registered())
     found.update(task for task in stored if task and allow.allows(task))
-    found.update(p for p in allow.patterns if not _GLOB.intersection(p))
+    found.update(p for p in allow.patterns if not _GLOB.intersection(p) and allow.allows(p))
     return sorted(found)

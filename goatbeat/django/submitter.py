@@ -5,7 +5,9 @@ by side. This submitter hands each occurrence to the backend its task belongs to
 recorded when the task object was declared in ``schedules.py``; else the backend whose registry
 knows the name (a task of the Celery app, an actor of the configured Dramatiq broker: admin
 schedules and imports name them by plain string); else the one found by importing the task's
-dotted path — unless ``GOATBEAT['submitter']`` pins one backend for everything. Backends are
+dotted path — unless ``GOATBEAT['submitter']`` pins one backend for everything. What a name
+resolves to is what the allow-list checks (:meth:`DjangoRoutingSubmitter.task_definition`):
+a Celery or Dramatiq name as a name, the rest where its callable is defined. Backends are
 created on first use with ``GOATBEAT['submitter_options']``; Dramatiq's broker is the one given
 there or set with ``dramatiq.set_broker()``, never Dramatiq's default on localhost.
 """
@@ -15,10 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from goatbeat.core.allowlist import defined_at
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import TaskSubmitter, awaits_bookkeeping, known_tasks, submit_all
+from goatbeat.core.submit import (
+    TaskSubmitter,
+    awaits_bookkeeping,
+    known_tasks,
+    submit_all,
+    task_definition,
+)
 from goatbeat.submitters.dotted import import_dotted as import_task
 
 __all__ = ["DjangoRoutingSubmitter", "backend_of", "import_task"]
@@ -99,6 +108,28 @@ class DjangoRoutingSubmitter:
             self._celery_apps.setdefault("celery", getattr(obj, "app", None))
         self._detected[task] = backend
         return backend
+
+    def task_definition(self, task: str) -> str:
+        """What ``task`` runs, for the allow-list: the name itself for a backend that finds it
+        by registered name (a Celery task, a Dramatiq actor: the worker runs only a task
+        registered under that name), else where the callable it resolves to is defined (the
+        ``module_path`` of a Django Task, the ``module.qualname`` of an RQ or inline function),
+        so a path walked through what a module imported is not taken for the module's own.
+        ``LookupError`` when it names nothing that can run."""
+        if self.pinned is not None:
+            define = task_definition(self.submitter_for(self.pinned))
+            return task if define is None else define(task)
+        if self._registered_backend(task) is not None:
+            return task
+        obj = import_task(task)
+        backend = backend_of(obj)
+        if backend in ("celery", "dramatiq"):
+            return task
+        if backend == "django_tasks":
+            return str(obj.module_path)
+        if backend is None:
+            raise LookupError(f"{task!r} is a {type(obj).__name__}, not a task")
+        return defined_at(obj)
 
     def _registered_backend(self, task: str) -> str | None:
         """The backend whose registry knows the name ``task`` (a Celery task name such as

@@ -366,9 +366,13 @@ def _trigger(
         delta = timedelta(**{period: int(every)})
         from celery.schedules import schedule as celery_schedule
 
-        # Never ran, with a start_time: django-celery-beat runs it at start_time and counts
-        # from there, so the phase is start_time's (not the row's last change).
-        phase = counting.start_at if not counting.ran and counting.start_at else anchor
+        # With a start_time: django-celery-beat runs it at start_time and counts from there,
+        # so the phase is start_time's (not the row's last change). goatbeat keeps it once
+        # the row has run, too: celery counts each run from the last one, so its lateness and
+        # its catch-up runs (a beat started after an instant passed, as at a rollback) move
+        # it off the start_time the row declares; goatbeat's own catch-ups keep the phase
+        # (docs/migration/differences.md), and so does a cutover.
+        phase = counting.start_at if counting.start_at is not None else anchor
         return IntervalTrigger(delta, anchor=phase), celery_schedule(delta), "UTC", anchor
     if kind == "crontab":
         trigger, sched, zone = _crontab(row, default_tz, notes, bugs)

@@ -26,8 +26,11 @@ __all__ = [
     "ImportPlan",
     "ImportReport",
     "SourceEntry",
+    "celery_lateness",
     "celery_misfire_grace",
+    "grid_offset",
     "import_entries",
+    "late_on_grid",
     "plan_import",
 ]
 
@@ -48,6 +51,33 @@ def celery_instant(value: Any, field: str, naive_tz: str = "UTC") -> datetime | 
         value = value.replace(tzinfo=get_zone(naive_tz))
     result: datetime = value.astimezone(UTC)
     return result
+
+
+def late_on_grid(instant: datetime, every: timedelta, anchor: datetime | None) -> bool:
+    """Whether celery's run dated ``instant`` is the run of an instant of the grid ``anchor + k
+    * every`` (the epoch's grid without an anchor), run late.
+
+    Celery dates a run when it sends it, a little after the instant it was due (a few ms on a
+    quiet machine, more under load), and an interval counts from that date: the lateness adds
+    up run after run. A run within ``min(every / 4, 1 s)`` after a grid instant is that
+    instant's run: the grid goatbeat handed over (or the ``start_time`` the row declares)
+    still holds. Beyond it celery has really moved the phase, and celery's phase is kept."""
+    return grid_offset(instant, every, anchor) <= celery_lateness(every)
+
+
+def celery_lateness(every: timedelta) -> timedelta:
+    """How late celery's run of an interval's instant may be dated and still be that
+    instant's run (:func:`late_on_grid`)."""
+    return min(every / 4, _LATENESS)
+
+
+def grid_offset(instant: datetime, every: timedelta, anchor: datetime | None) -> timedelta:
+    """How far ``instant`` lies after the last instant of the grid ``anchor + k * every``."""
+    return (instant - (anchor or _EPOCH)) % every
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_LATENESS = timedelta(seconds=1)
 
 
 def celery_misfire_grace(trigger: Trigger) -> timedelta:
@@ -234,8 +264,10 @@ def plan_import(
 
 def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
     """``incoming`` with the stored interval trigger when both lie on the same grid (same
-    period, anchors a whole number of periods apart): a later last run on goatbeat's own grid
-    (goatbeat's runs handed back, celery running on from them) is no new definition."""
+    period, the incoming anchor on the stored grid, or celery's run of one of its instants,
+    late: :func:`late_on_grid`): a later last run on goatbeat's own grid (goatbeat's runs
+    handed back, celery running on from them) is no new definition, and the phase goatbeat
+    had is kept rather than moved by celery's lateness."""
     new, old = incoming.trigger, None if row is None else row.trigger
     if (
         isinstance(new, IntervalTrigger)
@@ -244,7 +276,7 @@ def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
         and new.anchor is not None
         and old.anchor is not None
         and old.anchor <= new.anchor  # an interval never fires before its anchor
-        and (new.anchor - old.anchor) % new.every == timedelta(0)
+        and late_on_grid(new.anchor, new.every, old.anchor)
     ):
         return replace(incoming, trigger=old)
     return incoming

@@ -207,6 +207,12 @@ class DjangoTasksSubmitter:
     def known_tasks(self) -> frozenset[str]:
         return installed_django_tasks()
 
+    def task_definition(self, task: str) -> str:
+        """The ``module_path`` of the Django Task ``task`` names: what Django's worker imports
+        and runs (the allow-list checks a name an ``allowed_tasks`` pattern matches against
+        it, so an alias of another module's task is not that task)."""
+        return str(self.resolve(task).module_path)
+
     def resolve(self, path: str) -> Any:
         task = self._tasks.get(path)
         if task is None:

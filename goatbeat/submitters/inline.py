@@ -3,6 +3,9 @@
 It is what ``./dev demo`` and most tests use: no broker, no worker. ``submit`` resolves the
 dotted task path (cached), calls it with the occurrence's args and kwargs, and reports the
 result to the store as a finished execution (``succeeded``, or ``failed`` with the exception).
+A stored schedule's task reaches it only once the allow-list accepted it, on what the path
+resolves to (:meth:`InlineSubmitter.task_definition`): an ``allowed_tasks`` pattern never lets
+it walk to what a task module imported.
 The task runs in the scheduler loop, so keep inline tasks short: a task that blocks for longer
 than the lease's local deadline stalls dispatch exactly as it would stall celery beat.
 
@@ -22,6 +25,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from goatbeat.core.allowlist import defined_at
 from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
@@ -77,6 +81,13 @@ class InlineSubmitter:
             func = resolve_task(path)
             self._tasks[path] = func
         return func
+
+    def task_definition(self, task: str) -> str:
+        """Where the callable ``task`` resolves to is defined (``module.qualname``): what the
+        allow-list checks a name an ``allowed_tasks`` pattern matches against, since this
+        submitter runs whatever the dotted path walks to. ``LookupError`` when it resolves to
+        nothing defined anywhere (see :func:`~goatbeat.core.allowlist.defined_at`)."""
+        return defined_at(self.resolve(task))
 
     def validate(self, schedule: Schedule) -> None:
         if self.strict:

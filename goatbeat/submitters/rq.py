@@ -1,7 +1,12 @@
 """Submit occurrences to RQ: ``Queue.enqueue_call`` with a job id derived from the key.
 
 ``Schedule.task`` is the dotted path of the function (``"proj.jobs.send_report"``), which RQ
-stores as a string: the scheduler never imports it, the worker does.
+stores as a string: the worker imports it, walking attributes from the longest module prefix
+that imports (``"proj.jobs.os.system"`` is ``os.system`` when ``proj.jobs`` imports ``os``). The
+scheduler imports nothing a code schedule names; a stored schedule's task that only an
+``allowed_tasks`` pattern admits is imported here once, by the allow-list, to check that it is
+defined where its name says (:meth:`RQSubmitter.task_definition`), so the worker cannot be
+walked to anything else.
 
 RQ job ids allow only ``[A-Za-z0-9_-]``, so the id is ``goatbeat-<uuid5 of the key>``, stable
 for an occurrence. The job is enqueued with ``unique=True`` where RQ offers it (RQ >= 2.4):
@@ -37,6 +42,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from goatbeat.core.allowlist import defined_at
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import (
     InvalidSchedule,
@@ -48,6 +54,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
+from goatbeat.submitters.dotted import import_dotted
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
 __all__ = ["RQSubmitter", "job_id_for", "BACKEND_OPTIONS"]
@@ -140,6 +147,13 @@ class RQSubmitter:
             TimeoutError,
             OSError,
         )
+
+    def task_definition(self, task: str) -> str:
+        """Where the callable ``task`` resolves to is defined (``module.qualname``), imported in
+        this process as RQ's worker would import it; ``LookupError`` when it resolves to
+        nothing defined anywhere. The allow-list checks a name an ``allowed_tasks`` pattern
+        matches against it."""
+        return defined_at(import_dotted(task))
 
     def validate(self, schedule: Schedule) -> None:
         check_supported(self, schedule)

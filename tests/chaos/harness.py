@@ -56,6 +56,7 @@ from typing import Any
 
 from goatbeat.core.clock import OFFSET_ENV
 from goatbeat.core.errors import ConflictError, StoreError
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import MisfirePolicy, Schedule, Source
 from goatbeat.core.shards import lease_name
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger, Trigger
@@ -481,7 +482,7 @@ class ChaosRun:
                 store.close()
         except StoreError:
             return None
-        holders = sorted({row[0] for row in leases.values() if not row[3]})
+        holders = sorted({split_instance(row[0])[0] for row in leases.values() if not row[3]})
         if not holders:
             return None
         # With shards, "the leader" is the holder of a shard the seed picks.
@@ -687,7 +688,7 @@ class ChaosRun:
                             {
                                 "t": time.time(),
                                 "lease": name,
-                                "holder": lease[0],
+                                "holder": split_instance(lease[0])[0],
                                 "token": lease[1],
                             },
                         )

@@ -5,9 +5,11 @@ stock beat's last runs after a rollback moves the phase forward (nothing runs tw
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +154,30 @@ def test_a_newer_dump_after_a_rollback_moves_the_phase_forward(tmp_path: Path) -
         store.close()
 
 
+def test_a_newer_dump_of_stock_beat_running_late_on_goatbeats_grid_keeps_the_phase(
+    tmp_path: Path,
+) -> None:
+    # Rolled back: stock beat ran on from goatbeat's last run, each run dated a few ms after
+    # its instant. The new cutover must keep goatbeat's grid, not move it onto those dates.
+    url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    runs = tmp_path / "last-runs.json"
+    first = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30)
+    runs.write_text(f'{{"every-10m": "{first.isoformat()}"}}')
+    app = make_app(url, **{"every-10m": {"task": "ping", "schedule": timedelta(minutes=10)}})
+    app.conf.goatbeat_last_runs = str(runs)
+    Scheduler(app=app).close()
+    store = open_store(url)
+    try:
+        grid = store.get("every-10m").trigger
+        late = first + timedelta(minutes=20, milliseconds=7)
+        runs.write_text(f'{{"every-10m": "{late.isoformat()}"}}')
+        Scheduler(app=app).close()
+        assert store.get("every-10m").trigger == grid
+        assert store.get("every-10m").next_run_at == first + timedelta(minutes=30)
+    finally:
+        store.close()
+
+
 def test_a_goatbeat_logger_the_project_configured_is_left_alone(
     tmp_path: Path, beat_log: list[str]
 ) -> None:
@@ -164,3 +190,53 @@ def test_a_goatbeat_logger_the_project_configured_is_left_alone(
         assert not gb.filters
     finally:
         gb.removeHandler(own)
+
+
+def test_sigterm_inside_an_iteration_waits_for_its_batch_to_be_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # celery beat stops by raising SystemExit from its SIGTERM handler wherever the main
+    # thread is. One that lands between a claim and its submission left the batch claimed
+    # and unsent: after a rollback nobody sends it (the live cutover test saw one).
+    import os
+    import signal
+
+    from goatbeat.submitters.celery import CelerySubmitter
+
+    url = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    app = make_app(url, ping={"task": "ping", "schedule": 1.0})
+    beat_stops: list[int] = []
+
+    def beats_handler(signum: int, frame: object) -> None:  # celery.apps.beat's, in short
+        beat_stops.append(signum)
+        raise SystemExit()
+
+    sent: list[str] = []
+    original = CelerySubmitter._send
+
+    def send_after_a_sigterm(self: Any, producer: Any, occurrence: Any, *, direct: bool) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled in this thread, at the next bytecode
+        result = original(self, producer, occurrence, direct=direct)
+        sent.append(occurrence.idempotency_key)
+        return result
+
+    previous = signal.signal(signal.SIGTERM, beats_handler)
+    try:
+        scheduler = Scheduler(app=app)
+        monkeypatch.setattr(CelerySubmitter, "_send", send_after_a_sigterm)
+        with pytest.raises(SystemExit):
+            deadline = datetime.now(UTC) + timedelta(seconds=10)
+            while datetime.now(UTC) < deadline:
+                time.sleep(min(scheduler.tick(), 0.2))
+        assert beat_stops == [signal.SIGTERM]  # beat's own handler ran, once, after the tick
+        scheduler.close()
+        assert signal.getsignal(signal.SIGTERM) is beats_handler  # restored at close
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    store = open_store(url)
+    try:
+        rows = store.executions(name="ping", limit=10)
+        assert [e.idempotency_key for e in rows] == sent and sent
+        assert {e.status.value for e in rows} == {"submitted"}
+    finally:
+        store.close()

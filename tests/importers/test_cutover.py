@@ -309,3 +309,158 @@ def test_a_start_time_moved_earlier_onto_the_same_grid_is_followed(
         NOW + timedelta(seconds=5),
         NOW + timedelta(seconds=10),
     ]
+
+
+LATE = timedelta(microseconds=171)  # celery dates a run when it sends it, a little late
+
+
+def test_celerys_late_runs_after_a_rollback_keep_the_start_time_phase(
+    tmp_path: Path, dcb_tables: Callable[..., None]
+) -> None:
+    # The live cutover's failure: every 5 s from start_time 12:00:05, goatbeat ran it, handed
+    # its last run back, django-celery-beat ran 12:00:25 171 us late; the re-cutover moved the
+    # phase onto that date (next run 12:00:30.000171, a key with microseconds).
+    start = NOW + timedelta(seconds=5)
+    tables = Tables(tmp_path / "dcb.sqlite3")
+    dcb_tables(
+        tables.url,
+        [
+            {
+                "name": "from-start",
+                "task": "ping",
+                "interval": {"every": 5, "period": "seconds"},
+                "start_time": start.isoformat(),
+            }
+        ],
+    )
+    tables.changed("from-start", NOW)
+    clock = FakeClock(NOW)
+    store = MemoryStore(clock=clock)
+    imported(store, tables)
+    for k in (0, 1, 2):
+        clock.set(start + k * timedelta(seconds=5))
+        assert claimed(store, clock.now()) == {"from-start": [clock.now()]}
+
+    # Rollback: goatbeat's last run (12:00:15) handed back; celery runs 12:00:20 and 12:00:25,
+    # each dated a little later than the last.
+    tables.ran("from-start", start + timedelta(seconds=15) + LATE)
+    tables.ran("from-start", start + timedelta(seconds=20) + 2 * LATE)
+    clock.set(start + timedelta(seconds=21))
+    report = imported(store, tables)
+
+    assert report.refreshed == ["from-start"] and report.updated == []
+    row = store.get("from-start")
+    assert row.next_run_at == start + timedelta(seconds=25)
+    assert row.next_fire_times(2, clock.now()) == [
+        start + timedelta(seconds=25),
+        start + timedelta(seconds=30),
+    ]
+
+
+def test_celerys_catch_up_run_at_a_rollback_never_moves_the_start_time_phase(
+    tmp_path: Path, dcb_tables: Callable[..., None]
+) -> None:
+    # The rollback's django-celery-beat started 7.3 s after goatbeat's last run (12:00:15):
+    # the 12:00:20 instant had passed, so it ran at once (12:00:22.3) and counted from there.
+    # The re-cutover keeps start_time's grid: the next run is 12:00:25, not 12:00:27.3; diff
+    # says why celery's instants differ, as a known difference.
+    start = NOW + timedelta(seconds=5)
+    tables = Tables(tmp_path / "dcb.sqlite3")
+    dcb_tables(
+        tables.url,
+        [
+            {
+                "name": "from-start",
+                "task": "ping",
+                "interval": {"every": 5, "period": "seconds"},
+                "start_time": start.isoformat(),
+            }
+        ],
+    )
+    tables.changed("from-start", NOW)
+    clock = FakeClock(NOW)
+    store = MemoryStore(clock=clock)
+    imported(store, tables)
+    for k in (0, 1, 2):
+        clock.set(start + k * timedelta(seconds=5))
+        assert claimed(store, clock.now()) == {"from-start": [clock.now()]}
+    caught_up = start + timedelta(seconds=17, milliseconds=300)
+    tables.ran("from-start", caught_up)
+    clock.set(caught_up + timedelta(seconds=1))
+    report = imported(store, tables)
+    assert report.refreshed == ["from-start"] and report.updated == []
+    assert store.get("from-start").next_run_at == start + timedelta(seconds=20)
+
+    entries = read_django_celery_beat(tables.url)
+    diff = compute_diff(entries, store.list_schedules(), start=clock.now(), horizon=20 * MIN)
+    (d,) = diff.schedules
+    assert d.status == "different" and d.fire_times
+    assert all(f.known and "start_time's phase" in (f.reason or "") for f in d.fire_times), d
+    assert not d.differs(accept_known=True)
+
+
+def test_a_first_import_of_a_row_celery_ran_late_from_start_time_keeps_start_time(
+    tmp_path: Path, dcb_tables: Callable[..., None]
+) -> None:
+    start = NOW - timedelta(minutes=10)
+    tables = Tables(tmp_path / "dcb.sqlite3")
+    dcb_tables(
+        tables.url,
+        [
+            {
+                "name": "from-start",
+                "task": "ping",
+                "interval": {"every": 1, "period": "minutes"},
+                "start_time": start.isoformat(),
+                "last_run_at": (NOW - MIN + timedelta(milliseconds=40)).isoformat(),
+            }
+        ],
+    )
+    store = MemoryStore(clock=FakeClock(NOW))
+    imported(store, tables)
+    assert store.get("from-start").next_fire_times(2, NOW) == [NOW, NOW + MIN]
+
+
+def test_a_last_run_far_off_the_stored_grid_is_celerys_new_phase(tables: Tables) -> None:
+    # celery's lateness added up past min(every / 4, 1 s): its phase has moved for real, and
+    # the next run comes one interval after its last (celery's meaning).
+    clock = FakeClock(NOW)
+    store = MemoryStore(clock=clock)
+    imported(store, tables)
+    drifted = at("12:05") + timedelta(seconds=3)
+    tables.ran("every-10m", drifted)
+    clock.set(at("12:06"))
+    report = imported(store, tables)
+    assert report.updated == ["every-10m"]
+    assert store.get("every-10m").next_run_at == drifted + 10 * MIN
+
+
+def test_a_re_cutover_keeps_goatbeats_interval_grid_under_celerys_lateness(
+    tables: Tables,
+) -> None:
+    clock = FakeClock(NOW)
+    store = MemoryStore(clock=clock)
+    imported(store, tables)
+    before = store.get("every-10m").trigger
+    tables.ran("every-10m", at("12:05") + LATE)
+    tables.ran("every-10m", at("12:15") + 3 * LATE)
+    clock.set(at("12:16"))
+    report = imported(store, tables)
+    assert "every-10m" in report.refreshed and report.updated == []
+    assert store.get("every-10m").trigger == before
+    assert store.get("every-10m").next_run_at == at("12:25")
+    # diff calls them the same occurrences and says by how much celery's would be later.
+    entries = read_django_celery_beat(tables.url)
+    diff = compute_diff(
+        entries, store.list_schedules(), start=at("12:16"), horizon=timedelta(days=1)
+    )
+    (every,) = [d for d in diff.schedules if d.name == "every-10m"]
+    assert every.status == "equal", every
+    assert any("0.000513 s after an instant of goatbeat's grid" in n for n in every.notes), every
+    # Whatever the window: a pair split by either end is no difference.
+    for edge in (at("12:25") - 3 * LATE, at("12:25"), at("12:25") + LATE):
+        for start in (at("12:16"), edge):
+            end = edge if start != edge else edge + timedelta(hours=1)
+            window = compute_diff(entries, store.list_schedules(), start=start, horizon=end - start)
+            (d,) = [d for d in window.schedules if d.name == "every-10m"]
+            assert d.status == "equal", (start, end, d)

@@ -129,12 +129,18 @@ def test_no_source_is_a_usage_error(db: str) -> None:
 def test_imported_tasks_outside_the_apps_allow_list_are_failed_lines(
     db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The goatbeat app allows "reports.*" only (its inline backend registers nothing): the
-    # celery app's "ping" schedules are refused, "daily-report" is imported.
+    # The goatbeat app allows "reports.*" only, and its backend sends tasks by name with no
+    # registry in this process (a Celery app whose tasks live in the workers): the celery
+    # app's "ping" schedules are refused, "daily-report" is imported.
     module = tmp_path / "gb_allow_app.py"
     module.write_text(
         "from goatbeat.beat import Beat\n"
-        f"beat = Beat({db!r}, settings={{'allowed_tasks': ['reports.*']}})\n"
+        "from tests.doubles import AcceptingSubmitter\n"
+        "class ByName(AcceptingSubmitter):\n"
+        "    name = 'by-name'\n"
+        "    def submit(self, occurrence):\n"
+        "        return None\n"
+        f"beat = Beat({db!r}, submitter=ByName(), settings={{'allowed_tasks': ['reports.*']}})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     code, out = run(
@@ -152,6 +158,38 @@ def test_imported_tasks_outside_the_apps_allow_list_are_failed_lines(
         assert f"FAILED  {name}: task: 'ping' is not a known task" in out
     names = names_in(db)
     assert "daily-report" in names and not names & {"ping-5m", "ping-30s", "sunset"}
+
+
+def test_an_imported_task_that_walks_past_its_pattern_is_a_failed_line(
+    db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # #32: "tests.bartasks.*" matched the string "tests.bartasks.os.system", which the app's
+    # inline backend would have run as os.system. Now the name must be where its callable is
+    # defined; the module's own task imports.
+    (tmp_path / "gb_walk_app.py").write_text(
+        "from goatbeat.beat import Beat\n"
+        f"beat = Beat({db!r}, settings={{'allowed_tasks': ['tests.bartasks.*']}})\n"
+    )
+    (tmp_path / "gb_walk_celery.py").write_text(
+        "from celery import Celery\n"
+        "app = Celery('walk', set_as_current=False)\n"
+        "app.conf.beat_schedule = {\n"
+        "    'evil': {'task': 'tests.bartasks.os.system', 'schedule': 60, 'args': ['true']},\n"
+        "    'reexport': {'task': 'tests.bartasks.send_report', 'schedule': 60},\n"
+        "    'own': {'task': 'tests.bartasks.touch', 'schedule': 60},\n"
+        "}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out = run(
+        "--app", "gb_walk_app:beat", "import_celery_beat", "--from-app", "gb_walk_celery:app",
+        "--no-check-tasks", "--database", db,
+    )  # fmt: skip
+    assert code == 1, out
+    assert "create  own" in out
+    assert "FAILED  evil: task: 'tests.bartasks.os.system' matches allowed_tasks, but it " \
+        "resolves to posix.system, defined elsewhere" in out  # fmt: skip
+    assert "FAILED  reexport: " in out and "tests.bartasks.jobs.send_report" in out
+    assert names_in(db) == {"own"}
 
 
 def test_without_an_app_the_import_says_tasks_were_not_checked(db: str) -> None:

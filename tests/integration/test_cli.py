@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from goatbeat import cli as cli_module
 from goatbeat.cli import cli
+from goatbeat.core.instance import split_instance
 from goatbeat.stores.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -387,7 +388,7 @@ def test_sigterm_stops_the_scheduler_gracefully_and_releases_the_lease(tmp_path)
                 except Exception:  # the schema may not be there yet
                     lease = None
                 store.close()
-                holder = lease[0] if lease else None
+                holder = split_instance(lease[0])[0] if lease else None
         assert holder == "term-test"
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=20)

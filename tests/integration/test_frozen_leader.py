@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import pytest
 
 from goatbeat.beat import Beat
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import Occurrence
 from goatbeat.stores.postgres import FREEZE_ENV
 from tests.doubles import AcceptingSubmitter
@@ -125,7 +126,7 @@ class Pair:
 
     def holder(self) -> str | None:
         lease = self.store.read_lease("scheduler")
-        return None if lease is None or lease[3] else lease[0]
+        return None if lease is None or lease[3] else split_instance(lease[0])[0]
 
     def recorded(self) -> list[tuple[str, str, float]]:
         if not self.records.exists():

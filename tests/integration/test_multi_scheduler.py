@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import pytest
 
 from goatbeat.beat import Beat
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import Occurrence
 from tests.doubles import AcceptingSubmitter
 
@@ -139,7 +140,7 @@ class Cluster:
         lease = self.store.read_lease("scheduler")
         if lease is None or lease[3]:
             return None
-        return lease[0]
+        return split_instance(lease[0])[0]
 
     def wait_for_holder(self, wanted: set[str], timeout: float = 30) -> str:
         deadline = time.monotonic() + timeout

@@ -26,6 +26,7 @@ import pytest
 
 from goatbeat.beat import Beat
 from goatbeat.core.errors import InvalidValue
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.shards import Shard, lease_name, shard_hash, shard_of
@@ -100,7 +101,7 @@ def holders(store: PostgresStore, shards: int) -> dict[int, str | None]:
     found: dict[int, str | None] = {}
     for i, name in enumerate(names):
         row = rows.get(name)
-        found[i] = None if row is None or row[3] else row[0]
+        found[i] = None if row is None or row[3] else split_instance(row[0])[0]
     return found
 
 

@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 from goatbeat.beat import Beat
+from goatbeat.core.instance import split_instance
 from goatbeat.core.shards import lease_name
 from goatbeat.stores.postgres import PostgresStore
 from tests.integration.test_multi_scheduler import FileRecordingSubmitter
@@ -103,7 +104,9 @@ class Cluster:
     def holders(self) -> dict[str, str | None]:
         names = [lease_name(i, SHARDS) for i in range(SHARDS)]
         rows = self.store.read_leases(names)
-        return {n: None if n not in rows or rows[n][3] else rows[n][0] for n in names}
+        return {
+            n: None if n not in rows or rows[n][3] else split_instance(rows[n][0])[0] for n in names
+        }
 
     def split(self) -> list[int]:
         found = self.holders()

@@ -115,7 +115,8 @@ def test_a_live_leader_is_healthy_and_a_killed_one_is_not_past_its_ttl(
     port = int(leader.wait_for("metrics.serving")["port"])
 
     healthy = until(lambda: (r := status(database, "--check")).exit_code == 0 and r, "health")
-    assert healthy.output.startswith("goatbeat: ok: ops-1 holds the lease (fencing token ")
+    assert healthy.output.startswith("goatbeat: ok: ops-1#")  # the id and its start
+    assert " holds the lease (fencing token " in healthy.output
     assert len(healthy.output.strip().splitlines()) == 1
 
     # The heartbeat is written right after the iteration that took the lease.
@@ -123,7 +124,7 @@ def test_a_live_leader_is_healthy_and_a_killed_one_is_not_past_its_ttl(
         lambda: (d := json.loads(status(database, "--json").output))["schedulers"] and d,
         "the heartbeat",
     )
-    assert data["healthy"] is True and data["lease"]["holder"] == "ops-1"
+    assert data["healthy"] is True and data["lease"]["holder_scheduler_id"] == "ops-1"
     assert [(p["scheduler_id"], p["role"], p["stale"]) for p in data["schedulers"]] == [
         ("ops-1", "leader", False)
     ]

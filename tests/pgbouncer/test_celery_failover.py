@@ -29,6 +29,7 @@ import psycopg
 import pytest
 import redis
 
+from goatbeat.core.instance import split_instance
 from goatbeat.core.model import idempotency_key
 from goatbeat.stores.postgres import PostgresStore
 from tests.e2e.backend_apps._record import URL_ENV, read
@@ -133,7 +134,7 @@ class Scenario:
 
     def holder(self) -> str | None:
         lease = self.store.read_lease("scheduler")
-        return None if lease is None or lease[3] else str(lease[0])
+        return None if lease is None or lease[3] else split_instance(lease[0])[0]
 
     def submitted_by(self, sid: str) -> int:
         return sum(e["status"] == "submitted" and e["scheduler"] == sid for e in self.executions())

@@ -56,7 +56,7 @@ class Running:
             deadline = time.monotonic() + 20
             while True:
                 lease = probe.read_lease("scheduler")
-                if lease is not None and lease[0] == self.scheduler.scheduler_id:
+                if lease is not None and lease[0] == self.scheduler.instance:
                     break
                 assert time.monotonic() < deadline, "the scheduler never took the lease"
                 time.sleep(0.05)

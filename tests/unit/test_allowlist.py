@@ -4,6 +4,7 @@ scheduler's refusal of a stored schedule naming any other (MemoryStore, FakeCloc
 from __future__ import annotations
 
 import logging
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -204,3 +205,168 @@ def test_an_older_replica_refuses_a_new_code_schedule_without_unscheduling_it(
     clock.advance(timedelta(hours=1))
     new.scheduler().run_once()
     assert new_backend.sent == ["reports.new_task"]
+
+
+# -- #32: a pattern allows what a module defines, never what it imports ----------------------
+
+WALK = "tests.bartasks"  # its __init__ does `import os`, `from subprocess import run`, ...
+
+REFUSED = {
+    "os.system": "resolves to posix.system",  # an imported module's function
+    "system": "resolves to posix.system",  # from os import system
+    "run": "resolves to subprocess.run",  # from subprocess import run
+    "subprocess.run": "resolves to subprocess.run",
+    "os.path.join": "resolves to posixpath.join",  # nested attributes
+    "jobs.shutil.rmtree": "resolves to shutil.rmtree",  # through a submodule's import
+    "Report.shell": "resolves to posix.system",  # a class attribute set to an import
+    "evaluate": "resolves to builtins.eval",  # eval under a name of the module
+    "popen": "resolves to subprocess.Popen",  # an imported class
+    "subprocess.Popen": "resolves to subprocess.Popen",
+    "send_report": "resolves to tests.bartasks.jobs.send_report",  # a re-export
+    "partial_touch": "a partial object has no __qualname__",
+    "partial_shell": "a partial object has no __qualname__",
+    "caller": "a Caller object has no __qualname__",  # an object with __call__
+    "caller.__call__": "a method bound to an object",
+    "report.build": "a method bound to an object",
+    "append": "builtin_function_or_method 'list.append' has no __module__",
+    "shell_lambda": "is defined where no dotted path can name it",
+    "__builtins__": "a dict object has no __qualname__|is not callable",  # RQ | inline
+    "nope": "module 'tests.bartasks' has no attribute 'nope'",
+    "broken.anything": "importing it to see what it names failed: RuntimeError",
+}
+ALLOWED = [
+    "touch",  # a function defined there
+    "Report",  # a class defined there
+    "Report.static",
+    "Report.make",  # a class method: bound to its class, found at its name
+    "Report.Inner.deep",
+    "jobs.send_report",  # the re-exported function, named where it is defined
+]
+
+
+def _path_beat(submitter: object) -> Beat:
+    return Beat("memory://", submitter=submitter, settings={"allowed_tasks": [f"{WALK}.*"]})
+
+
+def _path_submitters() -> list[object]:
+    from goatbeat.submitters.inline import InlineSubmitter
+    from goatbeat.submitters.rq import RQSubmitter
+
+    # RQ connects on the first enqueue only: no Redis is needed to check names.
+    return [InlineSubmitter(), RQSubmitter("redis://127.0.0.1:1/0")]
+
+
+@pytest.mark.parametrize("submitter", _path_submitters(), ids=lambda s: s.name)  # type: ignore[attr-defined]
+@pytest.mark.parametrize("attr", sorted(REFUSED))
+def test_a_pattern_cannot_be_walked_past_to_what_the_module_imported(
+    submitter: object, attr: str
+) -> None:
+    beat = _path_beat(submitter)
+    task = f"{WALK}.{attr}"
+    with pytest.raises(TaskNotAllowed) as caught:
+        beat.check_task(task)
+    assert caught.value.field == "task" and caught.value.value == task
+    message = str(caught.value)
+    assert f"{task!r} matches allowed_tasks, but " in message
+    assert re.search(REFUSED[attr], message), message
+    assert "named where they are defined" in message
+    assert not beat.task_allow_list().allows(task)
+
+
+@pytest.mark.parametrize("submitter", _path_submitters(), ids=lambda s: s.name)  # type: ignore[attr-defined]
+@pytest.mark.parametrize("attr", ALLOWED)
+def test_a_pattern_allows_what_the_module_defines(submitter: object, attr: str) -> None:
+    beat = _path_beat(submitter)
+    beat.check_task(f"{WALK}.{attr}")
+
+
+def test_the_colon_form_of_a_definition_is_allowed_and_a_walk_in_it_is_not() -> None:
+    from goatbeat.submitters.inline import InlineSubmitter
+
+    beat = Beat("memory://", submitter=InlineSubmitter(), settings={"allowed_tasks": [f"{WALK}:*"]})
+    beat.check_task(f"{WALK}:touch")
+    beat.check_task(f"{WALK}:Report.static")
+    with pytest.raises(TaskNotAllowed, match="resolves to posix.system"):
+        beat.check_task(f"{WALK}:os.system")
+
+
+def test_a_plain_name_in_allowed_tasks_is_checked_on_what_it_resolves_to() -> None:
+    from goatbeat.submitters.inline import InlineSubmitter
+
+    beat = Beat(
+        "memory://",
+        submitter=InlineSubmitter(),
+        settings={"allowed_tasks": [f"{WALK}.run", f"{WALK}.touch"]},
+    )
+    beat.check_task(f"{WALK}.touch")
+    with pytest.raises(TaskNotAllowed, match="resolves to subprocess.run"):
+        beat.check_task(f"{WALK}.run")
+
+
+def test_names_outside_every_pattern_are_never_imported() -> None:
+    import sys
+
+    from goatbeat.submitters.inline import InlineSubmitter
+
+    sys.modules.pop("tests.bartasks_unimported", None)
+    beat = _path_beat(InlineSubmitter())
+    with pytest.raises(TaskNotAllowed, match="is not a known task"):
+        beat.check_task("tests.bartasks_unimported.anything")
+    assert "tests.bartasks_unimported" not in sys.modules
+
+
+def test_a_backend_that_finds_tasks_by_registered_name_checks_the_name_and_imports_nothing() -> (
+    None
+):
+    # Celery's and Dramatiq's workers run only a task registered under exactly that name: a
+    # name matching a pattern is sent as it is, and nothing is imported to decide.
+    import sys
+
+    sys.modules.pop("tests.never_imported", None)
+    backend = Registry(None)
+    beat = Beat("memory://", submitter=backend, settings={"allowed_tasks": ["tests.never_*"]})
+    beat.check_task("tests.never_imported.os.system")
+    assert "tests.never_imported" not in sys.modules
+
+
+def test_the_scheduler_refuses_a_walked_row_and_never_runs_it(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The #32 report: with "tests.bartasks.*" allowed, a row naming tests.bartasks.os.system
+    # (written by the admin, an API client, a restore or SQL) ran os.system inline.
+    from goatbeat.submitters.inline import InlineSubmitter
+
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    clock = FakeClock(START)
+    beat = Beat(
+        "memory://",
+        submitter=InlineSubmitter(),
+        settings={"allowed_tasks": [f"{WALK}.*"], "scheduler_id": "s1"},
+        clock=clock,
+    )
+    pwned, fine = tmp_path / "pwned", tmp_path / "fine"
+    store = beat.store
+    store.create(hourly("evil", f"{WALK}.os.system", args=[f"touch {pwned}"]))
+    store.create(hourly("evil-class", f"{WALK}.popen", args=[["touch", str(pwned)]]))
+    store.create(hourly("evil-partial", f"{WALK}.partial_shell", args=[f"touch {pwned}"]))
+    store.create(hourly("fine", f"{WALK}.touch", args=[str(fine)]))
+    scheduler = beat.scheduler()
+    clock.advance(timedelta(hours=1))
+    result = scheduler.run_once()
+    beat.close()
+
+    assert fine.exists() and not pwned.exists()
+    assert result.refused_schedules == 3
+    for name in ("evil", "evil-class", "evil-partial"):
+        row = store.get(name)
+        assert (row.last_status, row.next_run_at) == ("refused", None), name
+        (run,) = store.executions(name=name)
+        assert run.status is ExecutionStatus.SUBMIT_FAILED and run.error is not None
+        assert "matches allowed_tasks, but" in run.error, run.error
+    refused = {
+        r.goatbeat["schedule"]: r.goatbeat["error"]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "schedule.refused"
+    }
+    assert set(refused) == {"evil", "evil-class", "evil-partial"}
+    assert "resolves to posix.system" in refused["evil"]

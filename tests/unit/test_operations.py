@@ -89,7 +89,8 @@ def test_the_heartbeat_names_the_leader_and_is_written_once_per_renewal() -> Non
     result = sched.run_once()
     assert result.leader
     [row] = store.status().schedulers
-    assert (row.scheduler_id, row.role, row.fencing_token) == ("s1", Role.LEADER, 1)
+    assert (row.name, row.role, row.fencing_token) == ("s1", Role.LEADER, 1)
+    assert row.scheduler_id == sched.instance  # this process, not the id alone
     assert row.expires_at == START + timedelta(seconds=40)  # lease_ttl + renew interval
 
     clock.advance(5)
@@ -101,11 +102,11 @@ def test_the_heartbeat_names_the_leader_and_is_written_once_per_renewal() -> Non
 
     other = Scheduler(store, Accepting(), settings=Settings(scheduler_id="s2"), clock=clock)
     assert not other.run_once().leader
-    roles = [(p.scheduler_id, p.role) for p in store.status().schedulers]
+    roles = [(p.name, p.role) for p in store.status().schedulers]
     assert roles == [("s1", Role.LEADER), ("s2", Role.STANDBY)]
 
     assert sched.release()
-    assert [p.scheduler_id for p in store.status().schedulers] == ["s2"]
+    assert [p.name for p in store.status().schedulers] == ["s2"]
 
 
 def test_a_role_change_is_written_at_once() -> None:
@@ -117,7 +118,7 @@ def test_a_role_change_is_written_at_once() -> None:
     clock.advance(1)  # well within the renewal interval
     assert standby.run_once().leader
     [row] = store.status().schedulers
-    assert (row.scheduler_id, row.role, row.fencing_token) == ("s2", Role.LEADER, 2)
+    assert (row.name, row.role, row.fencing_token) == ("s2", Role.LEADER, 2)
 
 
 class NoHeartbeatStore(MemoryStore):

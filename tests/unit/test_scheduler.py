@@ -495,7 +495,7 @@ def test_a_new_reign_resubmits_a_row_whose_retry_is_due(store, submitter, clock)
     # The lease is taken away and given back: a new reign starts with a new token.
     grant = sched.lease.grant
     assert grant is not None
-    store.release_lease("scheduler", "s1", grant.token)
+    store.release_lease("scheduler", sched.instance, grant.token)
     assert store.acquire_lease("scheduler", "other", timedelta(seconds=1)) is not None
     clock.advance(0.1)
     assert sched.run_once().refused
@@ -571,7 +571,7 @@ def test_a_refused_claim_drops_the_lease(store, submitter, clock, caplog):
     grant = sched.lease.grant
     assert grant is not None
     # Somebody else got the lease behind our back (we still trust our local deadline).
-    store.release_lease("scheduler", "s1", grant.token)
+    store.release_lease("scheduler", sched.instance, grant.token)
     assert store.acquire_lease("scheduler", "thief", timedelta(seconds=30)) is not None
     clock.advance(5)  # renewal not due yet: the claim itself finds out
     result = sched.run_once()

@@ -380,9 +380,15 @@ WHERE e.status = 'claimed' AND e.id <> ALL(%(exclude)s::bigint[])
   -- Rows a live scheduler running another shard count claimed are its own to send (a rolling
   -- change of `shards`: the two generations' shards overlap). Its heartbeat's lease tells
   -- the generation; when it dies, its rows are resubmitted here as any dead leader's are.
+  -- The heartbeat row is the process's (its id, '#', 8 hex digits: core/instance.py), the
+  -- execution names the id: a live process under that id (or a row of an older version,
+  -- keyed by the id alone).
   AND NOT EXISTS (
       SELECT 1 FROM goatbeat_scheduler h
-      WHERE h.scheduler_id = e.scheduler_id AND h.expires_at > now()
+      WHERE (h.scheduler_id = e.scheduler_id
+             OR (length(h.scheduler_id) = length(e.scheduler_id) + 9
+                 AND left(h.scheduler_id, length(e.scheduler_id) + 1) = e.scheduler_id || '#'))
+        AND h.expires_at > now()
         AND CASE WHEN %(shards)s::int = 1 THEN h.lease LIKE 'scheduler/%%'
                  ELSE h.lease NOT LIKE ('scheduler/%%-of-' || %(shards)s::int) END)
   AND (%(shards)s::int = 1 OR mod(('x' || left(encode(sha256(convert_to(s.name, 'UTF8')), 'hex'), 8))::bit(32)::bigint, %(shards)s::int) <> ALL(%(others)s::int[]))
