@@ -7,6 +7,7 @@
         scheduler [--once] [--scheduler-id ID] [--lease-ttl 30s] [--lease-renew-interval 10s]
                   [--max-sleep 60s] [--claim-ahead 250ms] [--batch-size 500] [--no-publish]
                   [--metrics-port 9464] [--metrics-address ADDR] [--metrics-schedules 500]
+                  [--health-port PORT] [--liveness-timeout 90s]
         status [--json] [--check] [--max-lag 60s]   lease, schedulers, backlog  cli/status.py
         publish [--dry-run]         publish code schedules, saying what changed  cli/publish.py
         schedule list [--json] [--no-publish]  publish code schedules, then list every one
@@ -149,6 +150,18 @@ class _Group(click.Group):
         return command
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    """``goatbeat 0.7.0 (schema 7)``: the release, and the schema version its tables must be
+    at (``goatbeat migrate`` / ``manage.py migrate``); CHANGELOG.md says what each needs."""
+    if not value or ctx.resilient_parsing:
+        return
+    from goatbeat import __version__
+    from goatbeat.stores import schema
+
+    click.echo(f"goatbeat {__version__} (schema {schema.latest_version('postgres')})")
+    ctx.exit()
+
+
 def _extra(name: str) -> click.Command | None:
     module_name, _, attr = EXTRA_COMMANDS[name].partition(":")
     try:
@@ -190,7 +203,14 @@ def _extra(name: str) -> click.Command | None:
     default=None,
     help="Default: INFO for the commands that keep running (scheduler), WARNING for the others.",
 )
-@click.version_option(package_name="goatbeat", prog_name="goatbeat")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, param, value: _print_version(ctx, value),
+    help="Show goatbeat's version and the schema version it needs, and exit.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,

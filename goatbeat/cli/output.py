@@ -11,11 +11,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import click
+
 from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule
 from goatbeat.core.store import ScheduleStore
 
 __all__ = [
+    "command",
     "execution_to_json",
     "health_to_json",
     "runtime_text",
@@ -175,3 +178,13 @@ def store_info(store: ScheduleStore) -> str:
     if info.get("schema_version"):
         text += f" (schema {info['schema_version']})"
     return text
+
+
+def command(words: str) -> str:
+    """``goatbeat <words>`` as the user should type it: ``manage.py goatbeat <words>`` when
+    the command runs as ``manage.py goatbeat`` (its program name), so a hint is never one
+    that would not work where it is read."""
+    ctx = click.get_current_context(silent=True)
+    prog = (ctx.find_root().info_name or "") if ctx is not None else ""
+    # "manage.py goatbeat" (or "django-admin goatbeat"); anything else is the goatbeat command.
+    return f"{prog if prog.endswith(' goatbeat') else 'goatbeat'} {words}"

@@ -24,7 +24,7 @@ from goatbeat.beat import PUBLISHING_ORIGINS
 from goatbeat.cli.context import BeatLike, cli_context, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.logs import hide_events
-from goatbeat.cli.output import store_info
+from goatbeat.cli.output import command, store_info
 from goatbeat.core.store import PublishResult
 
 __all__ = ["publish", "publish_and_report", "require_app", "report", "PUBLICATION_EVENTS"]
@@ -101,7 +101,7 @@ def report(result: PublishResult, *, origin: str, where: str) -> None:
     for name in result.orphaned:
         out(
             f"  orphaned  {name}: enabled, no longer declared in this code "
-            "(`goatbeat schedule prune` disables it)"
+            f"(`{command('schedule prune')}` disables it)"
         )
     if result.unchanged:
         shown = ", ".join(result.unchanged[:_UNCHANGED_SHOWN])
@@ -113,7 +113,7 @@ def report(result: PublishResult, *, origin: str, where: str) -> None:
             out(
                 f"goatbeat: warning: `{origin}` changed the stored definition of {name!r} "
                 f"({fields}) to this checkout's; if the deployed code is newer, run "
-                "`goatbeat publish` from it (`schedule list --no-publish` lists without "
+                f"`{command('publish')}` from it (`schedule list --no-publish` lists without "
                 "publishing)"
             )
 

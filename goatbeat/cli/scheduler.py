@@ -1,6 +1,8 @@
 """``goatbeat migrate`` and ``goatbeat scheduler``: the tables, and the process that runs them.
 
-``scheduler --metrics-port`` also serves Prometheus metrics (:mod:`goatbeat.metrics`).
+``scheduler --metrics-port`` also serves Prometheus metrics (:mod:`goatbeat.metrics`) and this
+process's probes, ``/healthz`` (its loop iterates) and ``/readyz`` (and reaches the database);
+``--health-port`` serves the probes alone.
 ``scheduler`` publishes the app's code schedules (logging what it changed, and with
 ``prune_on_publish`` disabling the orphaned ones), only when it starts and not at all with
 ``--no-publish``, then runs the loop until SIGTERM/SIGINT
@@ -27,9 +29,11 @@ import click
 from goatbeat.cli.context import BeatLike, CliContext, cli_context, open_app
 from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
-from goatbeat.core.errors import StoreError
+from goatbeat.core.durations import parse_duration
+from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
+from goatbeat.metrics.health import LoopHealth
 from goatbeat.stores import schema
 
 __all__ = ["migrate", "require_schema", "scheduler"]
@@ -91,7 +95,27 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Serve Prometheus metrics on http://ADDRESS:PORT/metrics (goatbeat[metrics]; "
     "9464 is the usual port).",
 )
-@click.option("--metrics-address", default="0.0.0.0", show_default=True, metavar="ADDRESS")
+@click.option(
+    "--metrics-address",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="ADDRESS",
+    help="Address the metrics and probe server binds: loopback unless told (in Kubernetes, "
+    "whose kubelet probes the pod's address: 0.0.0.0).",
+)
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    metavar="PORT",
+    help="Serve this process's liveness and readiness probes on http://ADDRESS:PORT/healthz "
+    "and /readyz (no extra needed; --metrics-port serves them too).",
+)
+@_duration_option(
+    "--liveness-timeout",
+    "/healthz fails when the scheduler loop has not ended an iteration for this long "
+    "(default: max-sleep + lease-ttl, 90s).",
+)
 @click.option(
     "--metrics-schedules",
     type=click.IntRange(0, 100_000),
@@ -115,6 +139,8 @@ def scheduler(
     max_submit_retries: int | None,
     metrics_port: int | None,
     metrics_address: str,
+    health_port: int | None,
+    liveness_timeout: str | None,
     metrics_schedules: int,
 ) -> None:
     """Publish code schedules, then run the scheduler until SIGTERM/SIGINT."""
@@ -137,15 +163,20 @@ def scheduler(
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         obj = cli_context(ctx)
         require_schema(app, obj)
+        health = _loop_health(loop, liveness_timeout)  # validates --liveness-timeout
         if metrics_port is not None:
-            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules)
+            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules, health)
+        if health_port is not None and health_port != metrics_port:
+            _serve_health(health, health_port, metrics_address)
+        if metrics_port is not None or health_port is not None:
+            loop.observe(health)  # only a process that answers probes keeps the record
         _prepare_submitter(loop.submitter)
         if no_publish:
             pass
         elif once:
             app.publish_at_start()
         else:
-            _publish_when_reachable(app, obj)
+            _publish_when_reachable(app, obj, health)
         if once:
             collector.end()
             try:
@@ -280,8 +311,36 @@ def require_schema(app: BeatLike, obj: CliContext) -> None:
     raise UserError(f"{state}: {how}")
 
 
+def _loop_health(loop: Scheduler, timeout: str | None) -> LoopHealth:
+    """This process's liveness and readiness (:mod:`goatbeat.metrics.health`)."""
+    if timeout is None:
+        seconds = (loop.settings.max_sleep + loop.settings.lease_ttl).total_seconds()
+    else:
+        try:
+            seconds = parse_duration(timeout, field="--liveness-timeout").total_seconds()
+        except InvalidValue as exc:
+            raise UserError(str(exc)) from None
+        if seconds <= 0:
+            raise UserError(f"--liveness-timeout: {timeout!r} must be longer than 0")
+    return LoopHealth(timeout=seconds)
+
+
+def _serve_health(health: LoopHealth, port: int, address: str) -> None:
+    from goatbeat.metrics import server  # http.server: only for a process that serves
+
+    try:
+        server.serve(port, address, health=health)
+    except OSError as exc:
+        raise UserError(f"--health-port {port}: cannot serve on {address}: {exc}") from None
+
+
 def _serve_metrics(
-    loop: Scheduler, app: BeatLike, port: int, address: str, schedule_limit: int
+    loop: Scheduler,
+    app: BeatLike,
+    port: int,
+    address: str,
+    schedule_limit: int,
+    health: LoopHealth,
 ) -> None:
     """Serve the Prometheus metrics of ``loop`` (see :mod:`goatbeat.metrics.prometheus`)."""
     try:
@@ -301,15 +360,16 @@ def _serve_metrics(
         version=loop.version,
     )
     try:
-        serve(observer, port, address)
+        serve(observer, port, address, health=health)
     except OSError as exc:
         raise UserError(f"--metrics-port {port}: cannot serve on {address}: {exc}") from None
     loop.observe(observer)
 
 
-def _publish_when_reachable(app: BeatLike, obj: CliContext) -> None:
+def _publish_when_reachable(app: BeatLike, obj: CliContext, health: LoopHealth) -> None:
     """Publish code schedules, waiting out a database that is down at start-up (a replica
-    restarted during an outage must back off like a running one, not exit)."""
+    restarted during an outage must back off like a running one, not exit; its liveness
+    probe passes meanwhile, its readiness does not)."""
     delay = 0.5
     while True:
         try:
@@ -317,6 +377,7 @@ def _publish_when_reachable(app: BeatLike, obj: CliContext) -> None:
             return
         except StoreError as exc:
             require_schema(app, obj)  # back, but without the tables: say so and stop
+            health.waiting("the database (publishing the code schedules)")
             log_event(
                 "scheduler.error",
                 level=logging.WARNING,

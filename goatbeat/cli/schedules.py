@@ -20,6 +20,7 @@ import click
 from goatbeat.cli.context import BeatLike, cli_context, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import (
+    command,
     execution_to_json,
     health_to_json,
     iso,
@@ -31,7 +32,7 @@ from goatbeat.cli.output import (
 )
 from goatbeat.cli.publish import publish_and_report, require_app
 from goatbeat.core.durations import format_duration
-from goatbeat.core.errors import ScheduleNotFound
+from goatbeat.core.errors import GoatbeatError, ScheduleNotFound
 from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import DamagedSchedule, Execution, Schedule, Source, StoredSchedule
 from goatbeat.core.observability import log_event
@@ -103,7 +104,7 @@ def schedule_list(ctx: click.Context, as_json: bool, no_publish: bool) -> None:
         if orphaned:
             click.echo(
                 f"{len(orphaned)} orphaned code schedule(s), still enabled but no longer "
-                "declared (`goatbeat schedule prune` disables them): " + ", ".join(orphaned)
+                f"declared (`{command('schedule prune')}` disables them): " + ", ".join(orphaned)
             )
 
 
@@ -148,8 +149,8 @@ def _note_unpublished(result: PublishResult) -> None:
     if result.created or result.updated:
         click.echo(
             f"goatbeat: note: this code declares {len(result.created)} schedule(s) not stored "
-            f"yet and {len(result.updated)} stored differently; `goatbeat publish --dry-run` "
-            "shows them",
+            f"yet and {len(result.updated)} stored differently; "
+            f"`{command('publish --dry-run')}` shows them",
             err=True,
         )
 
@@ -159,7 +160,7 @@ def _raise_if_unpublished(app: BeatLike, name: str) -> None:
     if any(s.name == name for s in app.schedules):
         raise UserError(
             f"schedule {name!r} is declared in the code but not published yet: "
-            "run `goatbeat publish` first"
+            f"run `{command('publish')}` first"
         ) from None
 
 
@@ -194,7 +195,7 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
         lines = _definition_lines(sched, now)
         lines += _outcome_lines(health)
         if sched.paused:
-            lines.append("next fire times: none while paused (`goatbeat schedule resume`)")
+            lines.append(f"next fire times: none while paused (`{command('schedule resume')}`)")
         else:
             lines.append(f"next {count} fire times:" if upcoming else "next fire times: none")
         lines += [f"  {iso(t)}" for t in upcoming]
@@ -294,8 +295,31 @@ def schedule_run(ctx: click.Context, name: str) -> None:
             raise
         click.echo(
             f"goatbeat: run of {name!r} requested ({execution.idempotency_key}); "
-            "the leading scheduler submits it on its next iteration"
+            + _who_submits(app)
         )
+
+
+def _who_submits(app: BeatLike) -> str:
+    """Who will submit a requested run: the leader, if one holds the lease now (database
+    clock), else nobody until a scheduler starts leading; never a leader that is not there."""
+    try:
+        snapshot = app.store.status()
+    except GoatbeatError as exc:
+        return f"a leading scheduler submits it (whether one runs now cannot be told: {exc})"
+    held = [s for s in snapshot.shards if s.valid]
+    if snapshot.lease is not None and snapshot.lease.valid:
+        return f"the leading scheduler ({snapshot.lease.holder}) submits it on its next iteration"
+    if held and len(held) == len(snapshot.shards):
+        return "the scheduler holding its shard submits it on its next iteration"
+    if held:
+        return (
+            f"{len(held)} of {len(snapshot.shards)} shards are held now: its shard's holder "
+            "submits it, or, if nobody holds that shard, the next scheduler to take it"
+        )
+    return (
+        "no scheduler leads now (no unexpired lease): it waits in the database and the next "
+        f"scheduler to lead submits it; start one with `{command('scheduler')}`"
+    )
 
 
 @schedule.command("prune")

@@ -18,9 +18,10 @@ from datetime import datetime, timedelta
 
 import click
 
-from goatbeat.cli.context import BeatLike, open_app
+from goatbeat.cli.context import BeatLike, cli_context, open_app
 from goatbeat.cli.errors import UserError
 from goatbeat.cli.output import iso, store_info, table
+from goatbeat.cli.scheduler import require_schema
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.health import STATUS_WINDOW, ScheduleHealth, StatusSnapshot, check
@@ -59,6 +60,8 @@ def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_n
             raise
         except GoatbeatError as exc:
             # Not an answer either way: a probe must tell "unhealthy" from "cannot tell".
+            # Missing (or older) tables say which migrate command to run.
+            require_schema(app, cli_context(ctx))
             raise UserError(f"cannot read the status: {exc}") from None
         verdict = check(snapshot, max_lag=limit)
         if probe:

@@ -64,7 +64,7 @@ from goatbeat.django.models import Lease as LeaseRow
 from goatbeat.django.models import Miss as MissRow
 from goatbeat.django.models import Schedule as ScheduleRow
 from goatbeat.django.models import SchedulerProcess as SchedulerRow
-from goatbeat.django.words import instant, shows_seconds
+from goatbeat.django.words import duration_in_words, instant, shows_seconds
 
 __all__ = [
     "ScheduleAdmin",
@@ -127,6 +127,27 @@ def _seconds(obj: Any) -> bool:
         return shows_seconds(trigger_from_spec(obj.trigger))
     except (InvalidValue, TypeError, ValueError):
         return True  # a damaged trigger: show everything
+
+
+def _at(field: str, label: str, *, zone_of: Any = None) -> Any:
+    """An admin column or read-only field showing the instant ``field`` with its seconds and
+    its zone: in the current time zone, which the label names (lists, and the pages of rows
+    that have no zone of their own), or with ``zone_of(obj)`` in that zone and in UTC."""
+    description = label if zone_of is not None else _in_current_zone(label)
+
+    @admin.display(description=description, ordering=field)  # type: ignore[untyped-decorator]
+    def show(self: Any, obj: Any) -> str:
+        value = getattr(obj, field)
+        if zone_of is None:
+            return _local(value, True)
+        return instant(value, zone_of(obj), seconds=True)
+
+    return show
+
+
+def _zone_of_execution(execution: ExecutionRow) -> str:
+    schedule = execution.schedule
+    return schedule.timezone if schedule is not None else "UTC"
 
 
 def _execution_time(execution: ExecutionRow, value: datetime | None) -> str:
@@ -274,15 +295,15 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "kwargs",
         *ROUTING_FIELDS,
         "misfire_policy",
-        "misfire_grace",
+        "misfire_grace_display",
         "catch_up_limit",
-        "start_at",
-        "end_at",
+        "start_at_zoned",
+        "end_at_zoned",
         "one_off",
         "description",
-        "jitter",
+        "jitter_display",
         "overlap",
-        "max_runtime",
+        "max_runtime_display",
         "pause_on_failure",
     )
 
@@ -315,24 +336,56 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def current_trigger(self, obj: ScheduleRow) -> str:
         return trigger_in_words(obj.trigger, obj.timezone)
 
+    @admin.display(description="runs once")  # type: ignore[untyped-decorator]
+    def runs_once(self, obj: ScheduleRow) -> str:
+        """The one other notion of "one-off" a stored row may carry: django-celery-beat's
+        ``one_off`` flag, imported with the schedule (the form's one-off is the trigger kind)."""
+        return (
+            "Yes: imported with django-celery-beat's one_off, it is disabled after its first "
+            "run. Saving keeps that; for a new one-off, choose the one-off trigger."
+        )
+
     # Times: in the list, in the current time zone, which the column header names; on the
     # schedule's page, in the schedule's zone and in UTC. Seconds where it fires off minutes.
 
     @admin.display(description=_in_current_zone("next run"), ordering="next_run_at")  # type: ignore[untyped-decorator]
     def next_run(self, obj: ScheduleRow) -> str:
+        if obj.paused:
+            # Nothing is claimed while paused: the stored next_run_at is not a next run.
+            return format_html('<span class="goatbeat-paused">{}</span>', "paused")  # type: ignore[no-any-return]
         return _local(obj.next_run_at, _seconds(obj))
 
     @admin.display(description=_in_current_zone("last run"), ordering="last_run_at")  # type: ignore[untyped-decorator]
     def last_run(self, obj: ScheduleRow) -> str:
-        return _local(obj.last_run_at, _seconds(obj))
+        # An instant, not a slot: a run-now or a late claim falls anywhere in the minute.
+        return _local(obj.last_run_at, True)
 
     @admin.display(description="next run at")  # type: ignore[untyped-decorator]
     def next_run_zoned(self, obj: ScheduleRow) -> str:
+        if obj.pk is not None and obj.paused:
+            return f"none while paused (paused {_pause_title(obj)}); resume it to schedule it"
         return instant(obj.next_run_at, obj.timezone, seconds=_seconds(obj))
 
     @admin.display(description="last run at")  # type: ignore[untyped-decorator]
     def last_run_zoned(self, obj: ScheduleRow) -> str:
-        return instant(obj.last_run_at, obj.timezone, seconds=_seconds(obj))
+        return instant(obj.last_run_at, obj.timezone, seconds=True)
+
+    # A code schedule's durations, read-only: in words, not as the column's float seconds.
+
+    @admin.display(description="misfire grace")  # type: ignore[untyped-decorator]
+    def misfire_grace_display(self, obj: ScheduleRow) -> str:
+        return duration_in_words(obj.misfire_grace)
+
+    @admin.display(description="jitter")  # type: ignore[untyped-decorator]
+    def jitter_display(self, obj: ScheduleRow) -> str:
+        return "none" if not obj.jitter else duration_in_words(obj.jitter)
+
+    @admin.display(description="max runtime")  # type: ignore[untyped-decorator]
+    def max_runtime_display(self, obj: ScheduleRow) -> str:
+        return duration_in_words(obj.max_runtime)
+
+    start_at_zoned = _at("start_at", "start at", zone_of=lambda obj: obj.timezone)
+    end_at_zoned = _at("end_at", "end at", zone_of=lambda obj: obj.timezone)
 
     @admin.display(description="created at")  # type: ignore[untyped-decorator]
     def created_zoned(self, obj: ScheduleRow) -> str:
@@ -486,6 +539,8 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         when = [*self._trigger_fields, *self._solar_fields]
         if obj is not None:
             when.insert(0, "current_trigger")
+            if obj.one_off:
+                when.insert(1, "runs_once")
         fieldsets: list[Any] = [
             (None, {"fields": top}),
             (
@@ -505,7 +560,6 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
                         "catch_up_limit",
                         "start_at",
                         "end_at",
-                        "one_off",
                     ]
                 },
             ),
@@ -533,7 +587,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
             return ()
         if self.is_code(obj):
             return (*self._code_fields, *self._state_fields)
-        return ("name", "current_trigger", *self._state_fields)
+        return ("name", "current_trigger", "runs_once", *self._state_fields)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # A code schedule the code still declares would come back on the next publish:
@@ -864,7 +918,9 @@ def _registry() -> Any:
 
 def _pause_title(obj: ScheduleRow) -> str:
     """``since 2026-11-01 09:00 UTC by alice``."""
-    since = obj.paused_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if obj.paused_at else "-"
+    since = (
+        obj.paused_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if obj.paused_at else "-"
+    )
     return f"since {since} by {obj.paused_by or '-'}"
 
 
@@ -919,14 +975,14 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     list_display = (
         "schedule_link",
-        "scheduled_at",
+        "scheduled",
         "kind",
         "outcome",
         "runtime_display",
         "error_line",
         "attempts",
         "worker",
-        "finished_at",
+        "finished",
     )
     list_filter = ("status", ScheduleNameFilter, "kind")
     search_fields = ("schedule_name", "idempotency_key", "backend_task_id", "error")
@@ -936,8 +992,22 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(_alias())
 
+    # The list: the current time zone (the header names it); the page: the schedule's zone
+    # and UTC, as on the schedule's page. Seconds everywhere: these are instants, not slots.
+    scheduled = _at("scheduled_at", "scheduled at")
+    finished = _at("finished_at", "finished at")
+    scheduled_at_zoned = _at("scheduled_at", "scheduled at", zone_of=_zone_of_execution)
+    claimed_at_zoned = _at("claimed_at", "claimed at", zone_of=_zone_of_execution)
+    submitted_at_zoned = _at("submitted_at", "submitted at", zone_of=_zone_of_execution)
+    started_at_zoned = _at("started_at", "started at", zone_of=_zone_of_execution)
+    finished_at_zoned = _at("finished_at", "finished at", zone_of=_zone_of_execution)
+    retry_at_zoned = _at("retry_at", "retry at", zone_of=_zone_of_execution)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        return [_shown(self, f.name) for f in ExecutionRow._meta.fields]
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
-        return [f.name for f in ExecutionRow._meta.fields]
+        return self.get_fields(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -964,7 +1034,7 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     @admin.display(description="runtime", ordering="runtime")  # type: ignore[untyped-decorator]
     def runtime_display(self, obj: ExecutionRow) -> str:
-        return _runtime(obj.runtime)
+        return duration_in_words(obj.runtime)
 
     @admin.display(description="error")  # type: ignore[untyped-decorator]
     def error_line(self, obj: ExecutionRow) -> str:
@@ -975,13 +1045,13 @@ class ExecutionAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return str(format_html('<span title="{}">{}</span>', text, short))
 
 
-def _runtime(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes}m{rest:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+def _shown(model_admin: Any, field: str) -> str:
+    """The name a read-only page shows ``field`` under: its display with seconds and zone
+    (``<field>_zoned``), its words (``runtime_display``), or the column itself."""
+    for name in (f"{field}_zoned", f"{field}_display"):
+        if hasattr(model_admin, name):
+            return name
+    return field
 
 
 # -- the system's health: read-only ----------------------------------------------------------------
@@ -992,8 +1062,11 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
         # Leases and heartbeats are judged by the database's clock, read with the rows.
         return super().get_queryset(request).using(_alias()).annotate(db_now=Now())
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
+        return [_shown(self, f.name) for f in self.model._meta.fields]
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Sequence[str]:
-        return [f.name for f in self.model._meta.fields]
+        return self.get_fields(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -1026,7 +1099,9 @@ class _ReadOnly(admin.ModelAdmin):  # type: ignore[misc]
 class LeaseAdmin(_ReadOnly):
     """Who holds the lease, with which fencing token, until when (the database clock)."""
 
-    list_display = ("name", "holder", "token", "expires_at", "state", "acquired_at")
+    list_display = ("name", "holder", "token", "expires_at_zoned", "state", "acquired_at_zoned")
+    expires_at_zoned = _at("expires_at", "expires at")
+    acquired_at_zoned = _at("acquired_at", "acquired at")
 
     @admin.display(description="state")  # type: ignore[untyped-decorator]
     def state(self, obj: LeaseRow) -> str:
@@ -1047,9 +1122,12 @@ class SchedulerProcessAdmin(_ReadOnly):
         "hostname",
         "pid",
         "version",
-        "started_at",
+        "started_at_zoned",
     )
     list_filter = ("role",)
+    started_at_zoned = _at("started_at", "started at")
+    heartbeat_at_zoned = _at("heartbeat_at", "heartbeat at")
+    expires_at_zoned = _at("expires_at", "expires at")
 
     @admin.display(description="alive", boolean=True)  # type: ignore[untyped-decorator]
     def alive(self, obj: SchedulerRow) -> bool:
@@ -1065,6 +1143,15 @@ class SchedulerProcessAdmin(_ReadOnly):
 class MissAdmin(_ReadOnly):
     """Occurrences misfire policies dropped (kept 7 days)."""
 
-    list_display = ("schedule_name", "missed", "first_at", "last_at", "recorded_at")
+    list_display = (
+        "schedule_name",
+        "missed",
+        "first_at_zoned",
+        "last_at_zoned",
+        "recorded_at_zoned",
+    )
+    first_at_zoned = _at("first_at", "first missed")
+    last_at_zoned = _at("last_at", "last missed")
+    recorded_at_zoned = _at("recorded_at", "recorded at")
     search_fields = ("schedule_name",)
     date_hierarchy = "recorded_at"

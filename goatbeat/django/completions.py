@@ -50,7 +50,12 @@ class DjangoTaskLedger:
 
 def connect() -> None:
     """Install the ledger for every Django Tasks submitter and receive ``task_finished``
-    (idempotent; the app config calls it when Django starts)."""
+    (idempotent; the app config calls it when Django starts). Nothing on a Django without
+    Django Tasks (5.2)."""
+    from goatbeat.django.versions import HAS_DJANGO_TASKS
+
+    if not HAS_DJANGO_TASKS:
+        return
     from django.tasks.signals import task_finished, task_started
 
     django_tasks.use_ledger(DjangoTaskLedger())

@@ -22,6 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.errors import ConfigError
+from goatbeat.django.versions import django_tasks_missing
 
 __all__ = ["DjangoSettings", "SUBMITTERS", "load", "get", "reset"]
 
@@ -29,6 +30,8 @@ SUBMITTERS = ("django_tasks", "celery", "dramatiq", "rq", "inline")
 """Backends the ``submitter`` key may pin."""
 
 _DJANGO_ONLY_KEYS = ("submitter", "submitter_options")
+_DEFAULT_DATABASE = "database (GOATBEAT['database'], by default 'default')"
+"""How a problem with the default alias is named when the project has no GOATBEAT setting."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +49,7 @@ class DjangoSettings:
 
 def load(raw: Any = None) -> DjangoSettings:
     """Validate ``raw`` (default: ``settings.GOATBEAT``); ImproperlyConfigured lists every problem."""
+    given = raw is not None or hasattr(django_settings, "GOATBEAT")
     if raw is None:
         raw = getattr(django_settings, "GOATBEAT", None) or {}
     if not isinstance(raw, Mapping):
@@ -70,6 +74,9 @@ def load(raw: Any = None) -> DjangoSettings:
     submitter = raw.get("submitter")
     if submitter is not None and submitter not in SUBMITTERS:
         problems.append(f"submitter: {submitter!r} is not one of {', '.join(SUBMITTERS)}")
+    missing = django_tasks_missing("'django_tasks'")
+    if submitter == "django_tasks" and missing:
+        problems.append(f"submitter: {missing}")
     options = raw.get("submitter_options", {})
     if not isinstance(options, Mapping) or not all(
         isinstance(v, Mapping) and k in SUBMITTERS for k, v in options.items()
@@ -79,8 +86,10 @@ def load(raw: Any = None) -> DjangoSettings:
             "to dicts of constructor options"
         )
         options = {}
+    if "django_tasks" in options and missing:
+        problems.append(f"submitter_options: {missing}")
     if isinstance(alias, str) and alias.strip():
-        problem = _database_problem(alias)
+        problem = _database_problem(alias, key="database" if given else _DEFAULT_DATABASE)
         if problem:
             problems.append(problem)
     if core is not None and core.pooled and isinstance(alias, str):
@@ -96,9 +105,13 @@ def load(raw: Any = None) -> DjangoSettings:
         if problem:
             problems.append(problem)
     if problems or core is None:
-        raise ImproperlyConfigured(
-            "GOATBEAT setting is invalid:\n" + "\n".join(f"  - {p}" for p in problems)
+        header = (
+            "GOATBEAT setting is invalid:"
+            if given
+            else "goatbeat.django cannot start: there is no GOATBEAT setting, and its defaults "
+            "do not fit this project:"
         )
+        raise ImproperlyConfigured(header + "\n" + "\n".join(f"  - {p}" for p in problems))
     return DjangoSettings(
         core=core,
         submitter=submitter,

@@ -10,7 +10,10 @@ process to do, and replaced only after an error: a connection that failed is clo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["DjangoConnectionProvider", "StoreConnection"]
 
@@ -51,6 +54,12 @@ class StoreConnection:
         return getattr(self.raw, name)
 
 
+def _is_psycopg_error(exc: BaseException | None) -> TypeGuard[psycopg.Error]:
+    import psycopg
+
+    return isinstance(exc, psycopg.Error)
+
+
 class DjangoConnectionProvider:
     def __init__(self, alias: str = "default") -> None:
         self.alias = alias
@@ -68,7 +77,17 @@ class DjangoConnectionProvider:
         if raw is not None and (raw.closed or raw.broken):
             # psycopg noticed the server went away; Django has not yet.
             wrapper.close()
-        wrapper.ensure_connection()
+        try:
+            wrapper.ensure_connection()
+        except Exception as exc:
+            # Django wraps the driver's error in its own class (django.db.OperationalError),
+            # which the store does not know: hand it psycopg's, so a database that cannot be
+            # reached is a StoreError (one line, "cannot tell") like on the store's own
+            # connections, not a traceback.
+            cause = exc.__cause__
+            if _is_psycopg_error(cause):
+                raise cause.with_traceback(None) from None
+            raise
         raw = wrapper.connection
         # The same view for the same connection: the store re-LISTENs when the object changes.
         if self._view is None or self._view.raw is not raw:

@@ -193,7 +193,6 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "catch_up_limit",
             "start_at",
             "end_at",
-            "one_off",
             "enabled",
             "description",
             "overlap",
@@ -258,26 +257,47 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
                 self.fields[name].required = False
 
     def clean(self) -> dict[str, Any]:
+        """Every mistake of the submit at once: the fields Django cleans (JSON, numbers),
+        then each part goatbeat checks on its own (the trigger, each duration, the task
+        against the allow-list, the name), then, only when all of those hold, the whole
+        schedule and the backend's own checks."""
         cleaned: dict[str, Any] = super().clean()
-        if self.errors:
-            return cleaned
-        try:
-            self.schedule = self.build(cleaned)
-            self.check_name(self.schedule.name)
-            from goatbeat.django.registry import get_registry
+        problems: list[InvalidValue] = []
+        self.schedule = self.build(cleaned, problems)
+        task = (cleaned.get("task") or "").strip()
+        from goatbeat.django.registry import get_registry
 
-            registry = get_registry()
-            # Only a known task (allow-list), checked before anything could import the name.
-            registry.check_task(self.schedule.task)
-            # The backend's own checks, as for a code declaration (task found, options honoured).
-            registry.submitter.validate(self.schedule)
-        except InvalidValue as exc:
+        registry = get_registry()
+        allowed = False
+        if task:
+            try:
+                # Only a known task (allow-list), checked before anything could import it.
+                registry.check_task(task)
+                allowed = True
+            except InvalidValue as exc:
+                problems.append(exc)
+        name = cleaned.get("name") if "name" in self.fields else None
+        if name:
+            try:
+                self.check_name(name)
+            except InvalidValue as exc:
+                problems.append(exc)
+        if self.schedule is not None and allowed and not problems and not self.errors:
+            try:
+                # The backend's own checks, as for a code declaration (task found, options).
+                registry.submitter.validate(self.schedule)
+            except InvalidValue as exc:
+                problems.append(exc)
+        for problem in problems:
+            self.add_invalid(problem)
+        if problems or self.errors:
             self.schedule = None
-            self.add_invalid(exc)
         return cleaned
 
     def add_invalid(self, exc: InvalidValue) -> None:
         target = FIELD_FOR.get(exc.field, exc.field)
+        if target in self.errors:
+            return  # Django's own error on that field says it already
         if target in self.fields and target not in self.readonly:
             self.add_error(target, ValidationError(exc.reason))
         else:
@@ -298,11 +318,22 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             return
         raise InvalidValue("name", name, f"a schedule named {name!r} already exists")
 
-    def build(self, data: dict[str, Any]) -> Schedule:
-        """The core Schedule the form describes (raises InvalidValue naming the field).
+    def build(self, data: dict[str, Any], problems: list[InvalidValue]) -> Schedule | None:
+        """The core Schedule the form describes; None when a part of it is invalid, each
+        part's InvalidValue (naming its field) appended to ``problems``, so that one submit
+        reports them all.
 
         Editing a stored schedule, a field the user did not change keeps its stored value,
         and a trigger none of whose fields changed is the stored trigger, unchanged."""
+
+        def part(make: Any) -> Any:
+            try:
+                return make()
+            except InvalidValue as exc:
+                problems.append(exc)
+                return None
+
+        before = len(problems)
         instance = self.instance
         stored = self.stored
         changed = set(self.changed_data)
@@ -314,7 +345,7 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
         if stored is not None and not changed & TRIGGER_FIELDS:
             trigger = stored.trigger
         else:
-            trigger = self.build_trigger(data)
+            trigger = part(lambda: self.build_trigger(data))
         args = data.get("args")
         kwargs = data.get("kwargs")
         headers = data.get("headers")
@@ -335,7 +366,9 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             "catch_up_limit": 100 if data.get("catch_up_limit") is None else data["catch_up_limit"],
             "start_at": data.get("start_at"),
             "end_at": data.get("end_at"),
-            "one_off": bool(data.get("one_off")),
+            # One notion of one-off in the form: the one-off trigger. A stored row's
+            # django-celery-beat one_off flag is kept as it is (below), never set here.
+            "one_off": False,
             "description": data.get("description") or "",
             "overlap": data.get("overlap") or OverlapPolicy.ALLOW.value,
             "pause_on_failure": data.get("pause_on_failure"),
@@ -354,27 +387,36 @@ class ScheduleForm(forms.ModelForm):  # type: ignore[misc]
             assert stored is not None
             grace = stored.misfire_grace
         else:
-            grace = parse_duration(data.get("grace") or "60s", field="misfire_grace")
+            grace = part(lambda: parse_duration(data.get("grace") or "60s", field="misfire_grace"))
         if kept("jitter_duration"):
             assert stored is not None
             values["jitter"] = stored.jitter
         else:
-            values["jitter"] = parse_duration(data.get("jitter_duration") or "0", field="jitter")
+            values["jitter"] = part(
+                lambda: parse_duration(data.get("jitter_duration") or "0", field="jitter")
+            )
         if kept("max_runtime_duration"):
             assert stored is not None
             values["max_runtime"] = stored.max_runtime
         else:
             text = (data.get("max_runtime_duration") or "").strip()
-            values["max_runtime"] = parse_duration(text, field="max_runtime") if text else None
-        return Schedule(
-            name=name or "",
-            trigger=trigger,
-            routing=routing,
-            misfire_grace=grace,
-            source=source,
-            enabled=bool(data.get("enabled")),
-            **values,
+            values["max_runtime"] = (
+                part(lambda: parse_duration(text, field="max_runtime")) if text else None
+            )
+        if len(problems) > before or self.errors:
+            return None  # the whole schedule's rules are checked once its parts hold
+        built: Schedule | None = part(
+            lambda: Schedule(
+                name=name or "",
+                trigger=trigger,
+                routing=routing,
+                misfire_grace=grace,
+                source=source,
+                enabled=bool(data.get("enabled")),
+                **values,
+            )
         )
+        return built
 
     def build_trigger(self, data: dict[str, Any]) -> Trigger:
         """The trigger the kind's fields describe (InvalidValue naming the field)."""

@@ -21,6 +21,7 @@ from goatbeat.core.model import (
     Source,
     StoredSchedule,
 )
+from goatbeat.django.versions import SET_NULL_IN_DATABASE
 
 __all__ = ["Schedule", "Execution", "Lease", "SchedulerProcess", "Miss", "Delivery", "TaskKey"]
 
@@ -102,7 +103,7 @@ class Execution(models.Model):  # type: ignore[misc]
         Schedule,
         null=True,
         blank=True,
-        on_delete=models.DB_SET_NULL,
+        on_delete=SET_NULL_IN_DATABASE,
         related_name="executions",
     )
     schedule_name = models.CharField(max_length=200)
@@ -180,7 +181,7 @@ class Miss(models.Model):  # type: ignore[misc]
         Schedule,
         null=True,
         blank=True,
-        on_delete=models.DB_SET_NULL,
+        on_delete=SET_NULL_IN_DATABASE,
         related_name="misses",
     )
     schedule_name = models.CharField(max_length=200)

@@ -40,9 +40,10 @@ def backend_of(task: Any) -> str | None:
     for an actor, ``rq`` for any other function (RQ enqueues plain functions)."""
     if isinstance(task, str):
         return None
-    from django.tasks import Task as DjangoTask
+    from goatbeat.django.versions import django_task_type
 
-    if isinstance(task, DjangoTask):
+    django_task = django_task_type()  # None before Django 6.0
+    if django_task is not None and isinstance(task, django_task):
         return "django_tasks"
     roots = {f"{c.__module__.partition('.')[0]}.{c.__name__}" for c in type(task).__mro__}
     if "celery.Task" in roots or (
@@ -163,8 +164,12 @@ class DjangoRoutingSubmitter:
     def submitter_for(self, backend: str) -> TaskSubmitter:
         found = self._submitters.get(backend)
         if found is None:
+            from goatbeat.django.versions import django_tasks_missing
             from goatbeat.submitters import load_submitter
 
+            missing = django_tasks_missing("the django_tasks backend")
+            if backend == "django_tasks" and missing:
+                raise LookupError(missing)
             options = dict(self.options.get(backend, {}))
             if backend == "celery" and "app" not in options:
                 app = self._celery_apps.get("celery") or _current_celery_app()

@@ -27,7 +27,7 @@ from goatbeat.core.triggers import (
     Trigger,
 )
 
-__all__ = ["cron_in_words", "in_words", "instant", "shows_seconds"]
+__all__ = ["cron_in_words", "duration_in_words", "in_words", "instant", "shows_seconds"]
 
 _ANY = ("*", "?")
 
@@ -131,3 +131,27 @@ def instant(value: datetime | None, zone: str, *, seconds: bool = False) -> str:
     utc = value.astimezone(UTC)
     same_day = utc.date() == local.date()
     return text + " (" + utc.strftime(clock if same_day else f"%Y-%m-%d {clock}") + " UTC)"
+
+
+def duration_in_words(seconds: float | None) -> str:
+    """A runtime or a delay as a person reads it: ``17 ms``, ``2.4 seconds``, ``3 minutes 4
+    seconds``, ``1 hour 2 minutes``, ``2 days 3 hours``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:
+        return "-" + duration_in_words(-seconds)
+    if round(seconds * 1000) < 1000:
+        return f"{seconds * 1000:.0f} ms"
+    if round(seconds, 1) < 60:
+        shown = f"{seconds:.1f}".removesuffix(".0")
+        return f"{shown} second{'' if shown == '1' else 's'}"
+    total = round(seconds)
+    units = (("day", 86400), ("hour", 3600), ("minute", 60), ("second", 1))
+    parts: list[str] = []
+    for name, size in units:
+        count, total = divmod(total, size)
+        if count and len(parts) < 2:
+            parts.append(f"{count} {name}{'' if count == 1 else 's'}")
+        elif parts:
+            break  # two units say it: "1 hour 2 minutes", never "1 hour 0 minutes 4 seconds"
+    return " ".join(parts)

@@ -2,7 +2,8 @@
 
 ``goatbeat scheduler --metrics-port 9464`` serves ``/metrics`` from a thread of the scheduler
 process: :class:`PrometheusObserver` is the scheduler's
-:class:`~goatbeat.core.scheduler.SchedulerObserver`, :func:`serve` starts the HTTP server.
+:class:`~goatbeat.core.scheduler.SchedulerObserver`, :func:`renderer` gives
+:mod:`goatbeat.metrics.server` (which also answers the probes) the ``/metrics`` page.
 
 Two kinds of metrics (docs/operations.md lists them with their types and labels):
 
@@ -29,7 +30,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -39,9 +39,9 @@ from prometheus_client import (
     Info,
     PlatformCollector,
     ProcessCollector,
-    start_http_server,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from goatbeat.core.clock import Clock, SystemClock
@@ -50,9 +50,13 @@ from goatbeat.core.health import ScheduleHealth, StatusSnapshot
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import IterationResult
 from goatbeat.core.store import ScheduleStore
+from goatbeat.metrics import server
+from goatbeat.metrics.health import LoopHealth
+from goatbeat.metrics.server import DEFAULT_ADDRESS, MetricsRenderer
 
 __all__ = [
     "PrometheusObserver",
+    "renderer",
     "serve",
     "DEFAULT_PORT",
     "DEFAULT_SCHEDULE_LIMIT",
@@ -311,12 +315,25 @@ class _StoreCollector(Collector):
         )
 
 
-def serve(observer: PrometheusObserver, port: int, address: str = "0.0.0.0") -> int:
-    """Serve ``observer.registry`` on ``http://address:port/metrics`` from a daemon thread;
-    returns the port (useful with port 0) and logs ``metrics.serving``."""
-    result: Any = start_http_server(port, addr=address, registry=observer.registry)
-    bound = port
-    if isinstance(result, tuple) and result:
-        bound = int(result[0].server_port)
-    log_event("metrics.serving", address=address, port=bound, path="/metrics")
-    return bound
+def renderer(observer: PrometheusObserver) -> MetricsRenderer:
+    """What :mod:`goatbeat.metrics.server` calls for ``/metrics``: the registry in the format
+    the scraper's ``Accept`` header asks for (Prometheus text, or OpenMetrics)."""
+
+    def render(accept: str) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(observer.registry), content_type
+
+    return render
+
+
+def serve(
+    observer: PrometheusObserver,
+    port: int,
+    address: str = DEFAULT_ADDRESS,
+    *,
+    health: LoopHealth | None = None,
+) -> int:
+    """Serve ``observer.registry`` on ``http://address:port/metrics`` (and ``health``'s
+    ``/healthz`` and ``/readyz``) from a daemon thread; returns the port (useful with port 0)
+    and logs ``metrics.serving``."""
+    return server.serve(port, address, health=health, metrics=renderer(observer)).port

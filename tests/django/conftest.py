@@ -14,21 +14,24 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.services import PostgresServer
+from tests.services import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_MODULE = "tests.django.project.settings"
 
 _server: PostgresServer | None = None
+_redis: RedisServer | None = None
 
 
 def _configure_django() -> None:
-    global _server
+    global _server, _redis
+    import django
     from django.conf import settings
 
     if settings.configured:
@@ -36,12 +39,14 @@ def _configure_django() -> None:
     if not os.environ.get("GOATBEAT_TEST_PG_DSN"):
         _server = PostgresServer().start()
         os.environ["GOATBEAT_TEST_PG_DSN"] = _server.dsn
+    if django.VERSION < (6, 0) and not os.environ.get("GOATBEAT_TEST_REDIS_URL"):
+        # Django 5.2 has no Django Tasks: the project's tasks go to RQ (settings.py).
+        _redis = RedisServer().start()
+        os.environ["GOATBEAT_TEST_REDIS_URL"] = _redis.url
     import importlib
 
     module = importlib.import_module(SETTINGS_MODULE)
     settings.configure(**{k: v for k, v in vars(module).items() if k.isupper()})
-    import django
-
     django.setup()
 
 
@@ -59,9 +64,24 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[blocking_manager_key].block()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    import django
+
+    if django.VERSION >= (6, 0):
+        return
+    skip = pytest.mark.skip(
+        reason=f"needs Django Tasks (Django 6.0+); Django {django.get_version()}"
+    )
+    for item in items:
+        if "django_tasks" in item.keywords:
+            item.add_marker(skip)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _server is not None:
         _server.stop()
+    if _redis is not None:
+        _redis.stop()
 
 
 @pytest.fixture
@@ -103,3 +123,58 @@ def manage(
         timeout=timeout,
         check=False,
     )
+
+
+# -- the admin in headless Chromium (test_admin_browser.py, test_admin_reads_well.py) ----------
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.test import Client
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test's own database calls
+    # are synchronous all the same.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    call_command("goatbeat", "schedule", "list", stdout=StringIO(), stderr=StringIO())
+    client = Client()
+    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
+    session = client.cookies["sessionid"].value
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
+        try:
+            context = browser.new_context(viewport={"width": 1600, "height": 900})
+            context.add_cookies([{"name": "sessionid", "value": session, "url": live_server.url}])
+            tab = context.new_page()
+            tab.set_default_timeout(15_000)
+            yield tab
+        finally:
+            browser.close()
+            _close_playwright_context_connections()
+
+
+def _close_playwright_context_connections() -> None:
+    """Django keeps connections per context (asgiref Local), and code run while Playwright's
+    sync API is active gets a context of its own: close what it opened, or the test database
+    cannot be flushed and dropped."""
+    from django.db import connections
+
+    from goatbeat.django.registry import reset_store
+
+    connections.close_all()
+    reset_store()

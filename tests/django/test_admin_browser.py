@@ -1,7 +1,8 @@
 """The admin in headless Chromium, served by a live server on the real PostgreSQL.
 
 With GOATBEAT_UPDATE_SCREENSHOTS=1 it also regenerates the pictures under docs/: the schedule
-list, a schedule's page, the executions list, a validation error and a solar schedule.
+list, a schedule's page, the executions list and a solar schedule (test_admin_reads_well.py:
+the validation errors, a paused schedule, an execution). The ``page`` fixture is conftest's.
 """
 
 from __future__ import annotations
@@ -9,59 +10,20 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.test import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "admin-schedules.png"
 PAGE_SCREENSHOT = ROOT / "docs" / "admin-schedule-page.png"
 EXECUTIONS_SCREENSHOT = ROOT / "docs" / "admin-executions.png"
-ERROR_SCREENSHOT = ROOT / "docs" / "admin-validation-error.png"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
+# docs/admin-validation-error.png: test_admin_reads_well.py (every error of a submit at once).
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture
-def page(live_server: Any, store: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API runs an event loop in this thread; the test's own database calls
-    # are synchronous all the same.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    call_command("goatbeat", "schedule", "list", stdout=StringIO(), stderr=StringIO())
-    client = Client()
-    client.force_login(User.objects.create_superuser("root", "root@example.com", "pw"))
-    session = client.cookies["sessionid"].value
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
-        try:
-            context = browser.new_context(viewport={"width": 1600, "height": 900})
-            context.add_cookies([{"name": "sessionid", "value": session, "url": live_server.url}])
-            tab = context.new_page()
-            tab.set_default_timeout(15_000)
-            yield tab
-        finally:
-            browser.close()
-            _close_playwright_context_connections()
 
 
 def screenshot(page: Any, docs_picture: Path, tmp_path: Path) -> None:
@@ -105,18 +67,6 @@ def _style(page: Any, selector: str) -> dict[str, str]:
     )
 
 
-def _close_playwright_context_connections() -> None:
-    """Django keeps connections per context (asgiref Local), and code run while Playwright's
-    sync API is active gets a context of its own: close what it opened, or the test database
-    cannot be flushed and dropped."""
-    from django.db import connections
-
-    from goatbeat.django.registry import reset_store
-
-    connections.close_all()
-    reset_store()
-
-
 def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     page: Any, live_server: Any, store: Any, tmp_path: Path
 ) -> None:
@@ -147,7 +97,6 @@ def test_create_a_cron_schedule_see_a_validation_error_and_run_it_now(
     page.click("input[name=_save]")
     error = page.locator(".field-cron .errorlist")
     assert "day-of-week: 8 is out of range 0-7" in error.inner_text()
-    screenshot(page, ERROR_SCREENSHOT, tmp_path)
 
     page.fill("#id_cron", "*/15 9-17 * * mon-fri")
     page.click("input[name=_save]")

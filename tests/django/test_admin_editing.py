@@ -446,3 +446,20 @@ def test_reimporting_never_overwrites_an_admin_edit_without_saying_so(
         )
     assert "update  nightly" in out.getvalue()
     assert store.get("nightly").trigger.every == timedelta(minutes=10)  # type: ignore[attr-defined]
+
+
+def test_an_imported_one_off_flag_is_shown_and_kept_and_the_form_has_no_second_one_off(
+    root: Client, store: Any
+) -> None:
+    """One notion of one-off in the form (the trigger kind): django-celery-beat's one_off flag
+    is no longer a box of its own; an imported row that has it says so and keeps it."""
+    before = imported(store, "once-only", IntervalTrigger("1h"), one_off=True)
+    page = root.get(change_url(before)).content.decode()
+    assert 'name="one_off"' not in page
+    assert "imported with django-celery-beat&#x27;s one_off" in page
+    response = resubmit(root, change_url(before), description="runs once")
+    assert response.status_code == 302, response.content.decode()[:3000]
+    after = store.get("once-only")
+    assert after.one_off is True and after.description == "runs once"
+    added = root.get(reverse("admin:goatbeat_schedule_add")).content.decode()
+    assert 'name="one_off"' not in added

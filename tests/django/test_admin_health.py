@@ -44,15 +44,15 @@ def test_the_executions_list_shows_outcome_runtime_error_and_links_the_schedule(
     page = client.get(listing).content.decode()
     report = store.get("daily-report")
     assert f'href="{reverse("admin:goatbeat_schedule_change", args=[report.id])}"' in page
-    assert "RuntimeError: disk full" in page and "2.50s" in page and "0.25s" in page
+    assert "RuntimeError: disk full" in page and "2.5 seconds" in page and "250 ms" in page
     assert "worker-1:99" in page
 
     only = client.get(listing, {"schedule": "daily-report"}).content.decode()
-    assert "disk full" in only and "0.25s" not in only
+    assert "disk full" in only and "250 ms" not in only
     failed = client.get(listing, {"status__exact": "failed"}).content.decode()
-    assert "disk full" in failed and "0.25s" not in failed
+    assert "disk full" in failed and "250 ms" not in failed
     searched = client.get(listing, {"q": "disk full"}).content.decode()
-    assert "2.50s" in searched and "0.25s" not in searched
+    assert "2.5 seconds" in searched and "250 ms" not in searched
 
 
 def test_the_lease_and_the_schedulers_are_visible_read_only_with_the_verdict(

@@ -66,6 +66,7 @@ def _stored(store: Any, name: str, task: str) -> None:
     )
 
 
+@pytest.mark.django_tasks
 def test_the_task_field_offers_every_known_task(
     root: Client, store: Any, celery_task: str, allowed_tasks: tuple[str, ...]
 ) -> None:

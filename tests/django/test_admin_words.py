@@ -169,3 +169,24 @@ def test_the_change_page_gives_times_in_the_schedule_zone_and_utc(root: Client, 
     body = root.get(f"/admin/goatbeat/schedule/{office.id}/change/").content.decode()
     assert instant(run.scheduled_at, "America/New_York", seconds=True) in body  # executions
     assert "At 09:00, Monday through Friday (cron 0 9 * * 1-5, America/New_York)" in body
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (None, "-"),
+        (0.016640400000142108, "17 ms"),
+        (0.9996, "1 second"),
+        (1, "1 second"),
+        (2.35, "2.4 seconds"),
+        (59.96, "1 minute"),
+        (184, "3 minutes 4 seconds"),
+        (3725, "1 hour 2 minutes"),
+        (7200.4, "2 hours"),
+        (90061, "1 day 1 hour"),
+    ],
+)
+def test_durations_are_in_words(seconds: float | None, words: str) -> None:
+    from goatbeat.django.words import duration_in_words
+
+    assert duration_in_words(seconds) == words

@@ -76,6 +76,7 @@ def test_schedule_prune_disables_code_schedules_no_longer_declared(store: Any) -
     assert store.get("daily-report").enabled is True
 
 
+@pytest.mark.django_tasks
 def test_scheduler_once_submits_requested_runs_to_django_tasks(store: Any) -> None:
     from django_tasks_db.models import DBTaskResult
 

@@ -18,6 +18,8 @@ from goatbeat.submitters import django_tasks, load_submitter
 from goatbeat.submitters.django_tasks import DjangoTasksSubmitter
 from tests.django.conftest import manage
 
+pytestmark = pytest.mark.django_tasks
+
 
 def goatbeat(*args: str) -> str:
     out = StringIO()

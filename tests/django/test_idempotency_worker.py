@@ -22,6 +22,8 @@ from tests.django.conftest import manage
 AT = datetime(2031, 3, 1, 12, 0, tzinfo=UTC)
 MODULE = "tests.django.project.reports.guarded_tasks"
 
+pytestmark = pytest.mark.django_tasks
+
 
 def occurrence(task: str, n: int, *, queue: str | None = "reports") -> Occurrence:
     return Occurrence(

@@ -30,6 +30,8 @@ from tests.overlap_trace import assert_never_overlapped, read_runs
 RUNS = 3
 DEADLINE = 45.0
 
+pytestmark = pytest.mark.django_tasks
+
 
 def _popen(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen[str]:
     """A manage.py process whose stderr goes to ``log`` (read when it dies early)."""

@@ -33,6 +33,7 @@ def test_declarations_keep_task_trigger_arguments_and_routing() -> None:
     assert ping.trigger == IntervalTrigger(timedelta(minutes=5))
 
 
+@pytest.mark.django_tasks
 def test_the_registry_remembers_which_backend_runs_each_task_object() -> None:
     backends = get_registry().backends
     assert backends["tests.django.project.reports.tasks.generate_report"] == "django_tasks"

@@ -157,3 +157,21 @@ def test_the_fillfactor_migration_goes_back_and_forth(pg_dsn: str) -> None:
     again = manage("migrate", "goatbeat", env=env)
     assert again.returncode == 0, again.stderr
     assert _catalog_of_dsn(pg_dsn) == forward
+
+
+def test_the_guide_names_every_table_migrate_creates(store: Any) -> None:
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs/django.md").read_text()
+    sentence = guide[guide.index("`migrate` creates goatbeat's ") :].split("They are exactly")[0]
+    words = {"eight": 8, "nine": 9, "ten": 10}
+    count = words[sentence.split()[3]]
+    named = set(re.findall(r"`(goatbeat_[a-z_]+)`", sentence))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE 'goatbeat%%' "
+            "AND relnamespace = 'public'::regnamespace"
+        )
+        tables = {row[0] for row in cursor.fetchall()}
+    assert named == tables and len(tables) == count

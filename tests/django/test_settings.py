@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import django
 import pytest
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from goatbeat.django import conf
+from goatbeat.django.versions import HAS_DJANGO_TASKS
+from tests.django.conftest import manage
 
 
 def _ready() -> None:
@@ -89,3 +92,45 @@ def test_the_shards_setting_goes_through_the_core_settings() -> None:
     with pytest.raises(ImproperlyConfigured) as caught:
         conf.load({"shards": 0})
     assert "shards: 0 is out of range 1..256" in str(caught.value)
+
+
+def test_a_project_without_a_goatbeat_setting_is_not_told_its_setting_is_invalid() -> None:
+    # No GOATBEAT, and the default alias on SQLite: what a new project meets first.
+    done = manage(
+        "check", env={"DJANGO_SETTINGS_MODULE": "tests.django.project.settings_no_goatbeat"}
+    )
+    assert done.returncode != 0
+    assert "GOATBEAT setting is invalid" not in done.stderr
+    assert (
+        "goatbeat.django cannot start: there is no GOATBEAT setting, and its defaults do not "
+        "fit this project:\n  - database (GOATBEAT['database'], by default 'default'): "
+        "'default' uses django.db.backends.sqlite3; goatbeat needs PostgreSQL"
+    ) in done.stderr
+
+
+@pytest.mark.skipif(not HAS_DJANGO_TASKS, reason="Django 5.2: see the test below")
+def test_django_tasks_can_be_pinned_where_django_has_them() -> None:
+    assert conf.load({"submitter": "django_tasks"}).submitter == "django_tasks"
+
+
+@pytest.mark.skipif(HAS_DJANGO_TASKS, reason="this Django has Django Tasks")
+def test_django_tasks_are_refused_by_name_on_django_5_2() -> None:
+    with pytest.raises(ImproperlyConfigured) as caught:
+        conf.load({"submitter": "django_tasks", "submitter_options": {"django_tasks": {}}})
+    message = str(caught.value)
+    version = django.get_version()
+    assert (
+        f"  - submitter: 'django_tasks' needs Django 6.0 or later (Django Tasks, django.tasks); "
+        f"this project runs Django {version}"
+    ) in message
+    assert "  - submitter_options: 'django_tasks' needs Django 6.0 or later" in message
+    # Nothing else is refused: the other backends work on 5.2.
+    assert conf.load({"submitter": "celery"}).submitter == "celery"
+
+
+@pytest.mark.skipif(HAS_DJANGO_TASKS, reason="this Django has Django Tasks")
+def test_a_django_tasks_route_is_refused_by_name_on_django_5_2() -> None:
+    from goatbeat.django.submitter import DjangoRoutingSubmitter
+
+    with pytest.raises(LookupError, match="the django_tasks backend needs Django 6.0 or later"):
+        DjangoRoutingSubmitter().submitter_for("django_tasks")

@@ -5,10 +5,10 @@ The database side runs the very SQL ``goatbeat migrate`` runs
 (tests/django/test_schema.py compares them). The state side describes the models to Django.
 """
 
-import django.db.models.deletion
 from django.db import migrations, models
 
 from goatbeat.django.operations import RunGoatbeatSQL
+from goatbeat.django.versions import SET_NULL_IN_DATABASE  # DB_SET_NULL on 6.1+
 
 
 class Migration(migrations.Migration):
@@ -143,7 +143,7 @@ class Migration(migrations.Migration):
                             models.ForeignKey(
                                 blank=True,
                                 null=True,
-                                on_delete=django.db.models.deletion.DB_SET_NULL,
+                                on_delete=SET_NULL_IN_DATABASE,
                                 related_name="executions",
                                 to="goatbeat.schedule",
                             ),

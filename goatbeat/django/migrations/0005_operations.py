@@ -7,10 +7,10 @@ Like 0001 to 0003, the database side runs the very SQL ``goatbeat migrate`` runs
 (``sql/postgres/0005_operations.sql``); the state side describes it to Django.
 """
 
-import django.db.models.deletion
 from django.db import migrations, models
 
 from goatbeat.django.operations import RunGoatbeatSQL
+from goatbeat.django.versions import SET_NULL_IN_DATABASE  # DB_SET_NULL on 6.1+
 
 
 class Migration(migrations.Migration):
@@ -117,7 +117,7 @@ class Migration(migrations.Migration):
                             models.ForeignKey(
                                 blank=True,
                                 null=True,
-                                on_delete=django.db.models.deletion.DB_SET_NULL,
+                                on_delete=SET_NULL_IN_DATABASE,
                                 related_name="misses",
                                 to="goatbeat.schedule",
                             ),

@@ -8,6 +8,12 @@ subprocess (``manage.py db_worker``) at the test database pytest-django created.
 import os
 from urllib.parse import urlsplit
 
+import django
+
+DJANGO_TASKS = django.VERSION >= (6, 0)
+"""Django 5.2 has no django.tasks: the project's tasks are then plain functions, sent to RQ
+(tasks_compat.py), and django-tasks-db is left out."""
+
 _dsn = urlsplit(
     os.environ.get("GOATBEAT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 )
@@ -27,7 +33,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "django_tasks_db",
+    *(["django_tasks_db"] if DJANGO_TASKS else []),
     "goatbeat.django",
     "tests.django.project.reports",
     "tests.django.project.mail",
@@ -57,10 +63,18 @@ GOATBEAT = {
     "scheduler_id": "test-scheduler",
 }
 
-TASKS = {
-    "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "reports"]},
-    "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
-}
+if DJANGO_TASKS:
+    TASKS = {
+        "default": {
+            "BACKEND": "django_tasks_db.DatabaseBackend",
+            "QUEUES": ["default", "reports"],
+        },
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    }
+else:
+    GOATBEAT["submitter_options"] = {
+        "rq": {"connection": os.environ.get("GOATBEAT_TEST_REDIS_URL", "redis://127.0.0.1:1/0")}
+    }
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

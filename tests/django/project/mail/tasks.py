@@ -1,4 +1,4 @@
-from django.tasks import task
+from tests.django.project.tasks_compat import task
 
 
 @task()

@@ -3,7 +3,7 @@
 import os
 from pathlib import Path
 
-from django.tasks import task
+from tests.django.project.tasks_compat import task
 
 
 def _trace(line: str) -> None:
