@@ -50,6 +50,7 @@ def celery_name() -> Iterator[str]:
         app.tasks.pop("tests.bartasks.celery_only", None)
 
 
+@pytest.mark.django_tasks  # the module's own tasks are Django Tasks
 def test_the_router_says_what_each_name_runs(celery_name: str) -> None:
     router = get_registry().submitter
     assert isinstance(router, DjangoRoutingSubmitter)
@@ -86,7 +87,11 @@ def test_a_pinned_router_asks_its_backend() -> None:
         ("tests.bartasks.run", "resolves to subprocess.run"),
         ("tests.bartasks.popen", "resolves to subprocess.Popen"),
         ("tests.bartasks.caller", "a Caller object has no __qualname__"),
-        ("tests.bartasks.django_alias.generate_report", f"resolves to {REPORT}"),
+        pytest.param(
+            "tests.bartasks.django_alias.generate_report",
+            f"resolves to {REPORT}",
+            marks=pytest.mark.django_tasks,
+        ),
     ],
 )
 def test_the_registry_refuses_a_walk_under_the_router(allowed: Any, task: str, why: str) -> None:
@@ -95,12 +100,14 @@ def test_the_registry_refuses_a_walk_under_the_router(allowed: Any, task: str, w
     assert why in str(caught.value)
 
 
+@pytest.mark.django_tasks  # the module's own tasks are Django Tasks
 def test_the_registry_allows_what_the_pattern_defines(allowed: Any, celery_name: str) -> None:
     allowed.check_task("tests.bartasks.touch")
     allowed.check_task("tests.bartasks.django_alias.own_report")
     allowed.check_task(celery_name)
 
 
+@pytest.mark.django_tasks  # the module's own tasks are Django Tasks
 def test_the_admin_form_refuses_a_walked_task_and_saves_the_modules_own(
     store: Any, allowed: Any
 ) -> None:

@@ -18,7 +18,7 @@ from goatbeat.core.model import Schedule, Source
 from goatbeat.core.triggers import IntervalTrigger
 from tests.django.test_overlap_workers import _popen, _stop
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.django_tasks]
 
 
 def _events(log: Path) -> list[dict[str, Any]]:
