@@ -111,7 +111,7 @@ class Trace:
         trace = self
 
         def traced(store: Any, *args: Any, **kwargs: Any) -> Any:
-            depth = getattr(trace._depth, "n", 0)
+            depth = getattr(trace._depth, "n", 0) or getattr(_paused, "on", False)
             if depth or threading.current_thread() is not trace.thread:
                 return function(store, *args, **kwargs)
             trace._depth.n = 1
@@ -233,6 +233,21 @@ class Trace:
         if isinstance(value, BaseException):
             return self._raised(value)
         return self._text(repr(value))
+
+
+_paused = threading.local()
+
+
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Store calls made in the block are not recorded: what the suite's fixtures do once for a
+    whole session (migrating the shared PostgreSQL database) belongs to no test's trace."""
+    before = getattr(_paused, "on", False)
+    _paused.on = True
+    try:
+        yield
+    finally:
+        _paused.on = before
 
 
 def _store_classes() -> list[type]:
