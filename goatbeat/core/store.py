@@ -390,7 +390,7 @@ class ScheduleStore(Protocol):
         2. Read enabled, unpaused schedules with ``next_run_at <= now`` ordered by
            ``next_run_at``, at most ``limit``; plan each with
            :func:`goatbeat.core.misfire.plan`, and split the plan by the schedule's overlap
-           policy (:func:`goatbeat.stores._common.split_overlap`: whether the run
+           policy (:func:`goatbeat.stores.claims.split_overlap`: whether the run
            ``active_execution_id`` names is still running, judged at ``now``, and whether an
            occurrence of it is already ``buffered``). A row that
            cannot be decoded is quarantined instead (compare-and-set on version): ``next_run_at``

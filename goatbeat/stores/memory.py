@@ -47,8 +47,43 @@ from goatbeat.core.model import (
     manual_key,
 )
 from goatbeat.core.store import SCHEMA_VERSION, BackfillResult, PublishResult, ResumeResult
-from goatbeat.stores import _common as common
 from goatbeat.stores import _operations as ops
+from goatbeat.stores.arguments import check_execution_ids, check_positive
+from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_active
+from goatbeat.stores.control import (
+    ABANDONED_ERROR,
+    PAUSE_WITHDRAWN,
+    backfill_instants,
+    check_pause,
+    failure_pause,
+    pause_after_failures,
+    pause_values,
+    resume_values,
+)
+from goatbeat.stores.definitions import (
+    DEFINITION_COLUMNS,
+    edited,
+    first_run,
+    schedule_to_row,
+    utc,
+    validate_batch,
+    validate_schedule,
+)
+from goatbeat.stores.payloads import check_payload, lease_payload
+from goatbeat.stores.publication import (
+    enabled_values,
+    orphans,
+    plan_publish,
+    update_values,
+    without_kept,
+)
+from goatbeat.stores.rows import (
+    decode_due,
+    decode_pending,
+    execution_from_row,
+    read_schedule,
+    schedule_from_row,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -74,11 +109,9 @@ class MemoryStore:
     """An in-process ScheduleStore. ``migrate()`` is a no-op; ``wait()`` wakes on ``notify()``
     from any thread."""
 
-    def __init__(
-        self, clock: Clock | None = None, *, planner: common.Planner | None = None
-    ) -> None:
+    def __init__(self, clock: Clock | None = None, *, planner: Planner | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
-        self.planner: common.Planner = planner or default_plan
+        self.planner: Planner = planner or default_plan
         self._lock = threading.RLock()
         self._wakeup = threading.Condition(threading.Lock())
         self._notified = 0
@@ -102,7 +135,7 @@ class MemoryStore:
         return None
 
     def now(self) -> datetime:
-        return common.utc(self.clock.now())  # type: ignore[return-value]
+        return utc(self.clock.now())  # type: ignore[return-value]
 
     def info(self) -> dict[str, Any]:
         return {"kind": "memory", "database": None, "schema_version": SCHEMA_VERSION}
@@ -144,7 +177,7 @@ class MemoryStore:
         dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
-        definitions = common.validate_batch(schedules)
+        definitions = validate_batch(schedules)
         with self._lock:
             now = self.now()
             existing = {
@@ -152,7 +185,7 @@ class MemoryStore:
                 for s in schedules
                 if s.name in self._by_name
             }
-            actions = common.plan_publish(
+            actions = plan_publish(
                 schedules,
                 existing,
                 source=source,
@@ -160,7 +193,7 @@ class MemoryStore:
                 definitions=definitions,
                 follow_last_run=follow_last_run,
             )
-            orphaned = common.orphans(
+            orphaned = orphans(
                 (
                     row["name"]
                     for row in self._schedules.values()
@@ -176,7 +209,7 @@ class MemoryStore:
             for rep in actions.replaces:
                 stored = self._schedules[rep.id]
                 stored.update(
-                    common.without_kept(rep.values), version=stored["version"] + 1, updated_at=now
+                    without_kept(rep.values), version=stored["version"] + 1, updated_at=now
                 )
             for sid, printed in actions.fingerprints:
                 self._schedules[sid]["published_fingerprint"] = printed
@@ -190,7 +223,7 @@ class MemoryStore:
             return {
                 row["name"]
                 for row in self._schedules.values()
-                if row["name"] in wanted and common.edited(row)
+                if row["name"] in wanted and edited(row)
             }
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
@@ -213,25 +246,25 @@ class MemoryStore:
         return sorted(pruned)
 
     def create(self, schedule: Schedule) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         with self._lock:
             if schedule.name in self._by_name:
                 raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
             now = self.now()
-            row = common.schedule_to_row(
+            row = schedule_to_row(
                 schedule,
                 source=schedule.source,
                 enabled=schedule.enabled,
-                next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                next_run_at=first_run(schedule, schedule.last_run_at or now),
                 definition=definition,
             )
             stored = self._insert(row, now)
-            result = common.schedule_from_row(stored)
+            result = schedule_from_row(stored)
         self.notify(f"schedule:{result.id}")
         return result
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         with self._lock:
             row = self._row(schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -240,9 +273,9 @@ class MemoryStore:
                     f"not {expected_version}"
                 )
             now = self.now()
-            values = common.update_values(schedule, row, now=now, definition=definition)
-            row.update(common.without_kept(values), version=row["version"] + 1, updated_at=now)
-            result = common.schedule_from_row(row)
+            values = update_values(schedule, row, now=now, definition=definition)
+            row.update(without_kept(values), version=row["version"] + 1, updated_at=now)
+            result = schedule_from_row(row)
         self.notify(f"schedule:{result.id}")
         return result
 
@@ -250,32 +283,32 @@ class MemoryStore:
         with self._lock:
             row = self._row(name)
             now = self.now()
-            values = common.enabled_values(row, enabled, now=now)
+            values = enabled_values(row, enabled, now=now)
             if values is None:
-                return common.read_schedule(row)
+                return read_schedule(row)
             row.update(values, version=row["version"] + 1, updated_at=now)
-            result = common.read_schedule(row)
+            result = read_schedule(row)
         self.notify(f"schedule:{result.id}")
         return result
 
     def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
-        note, by = common.check_pause(note, by)
+        note, by = check_pause(note, by)
         with self._lock:
             row = self._row(name)
             now = self.now()
             withdrawn = 0
             for e in self._executions.values():
                 if e["schedule_id"] == row["id"] and self._waiting_to_start(e, now):
-                    e.update(status=ExecutionStatus.SKIPPED.value, error=common.PAUSE_WITHDRAWN)
+                    e.update(status=ExecutionStatus.SKIPPED.value, error=PAUSE_WITHDRAWN)
                     e["retry_at"] = None
                     withdrawn += 1
             row.update(
-                common.pause_values(row, note=note, by=by, now=now),
+                pause_values(row, note=note, by=by, now=now),
                 skipped_count=row["skipped_count"] + withdrawn,
                 version=row["version"] + 1,
                 updated_at=now,
             )
-            result = common.read_schedule(row)
+            result = read_schedule(row)
         self.notify(f"schedule:{result.id}")
         return result
 
@@ -297,12 +330,12 @@ class MemoryStore:
     ) -> ResumeResult:
         with self._lock:
             row = self._row(name)
-            at = common.utc(now) or self.now()
-            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            at = utc(now) or self.now()
+            planned = resume_values(row, catch_up=catch_up, now=at)
             if planned is None:
-                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+                return ResumeResult(schedule=read_schedule(row), was_paused=False)
             row.update(planned.values, version=row["version"] + 1, updated_at=self.now())
-            stored = common.read_schedule(row)
+            stored = read_schedule(row)
         self.notify(f"schedule:{stored.id}")
         return planned.result(stored, catch_up=catch_up)
 
@@ -318,8 +351,8 @@ class MemoryStore:
     ) -> BackfillResult:
         with self._lock:
             row = self._row(name)
-            at = common.utc(now) or self.now()
-            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            at = utc(now) or self.now()
+            instants = backfill_instants(row, start=start, end=end, limit=limit, now=at)
             existing: dict[datetime, str] = {}
             created: list[datetime] = []
             claimed_at = self.now()
@@ -357,7 +390,7 @@ class MemoryStore:
                     execution["schedule_id"] = None
                     if execution["status"] in _WAITING:
                         execution["status"] = ExecutionStatus.SUBMIT_FAILED.value
-                        execution["error"] = common.ABANDONED_ERROR
+                        execution["error"] = ABANDONED_ERROR
         self.notify(f"schedule:{row['id']}")
 
     def write_raw(self, name: str, **columns: Any) -> None:
@@ -373,7 +406,7 @@ class MemoryStore:
 
     def get(self, name: str) -> StoredSchedule:
         with self._lock:
-            return common.read_schedule(self._row(name))
+            return read_schedule(self._row(name))
 
     def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._lock:
@@ -382,7 +415,7 @@ class MemoryStore:
                 for row in self._schedules.values()
                 if source is None or row["source"] == Source(source).value
             ]
-            return [common.read_schedule(r) for r in sorted(rows, key=lambda r: r["name"])]
+            return [read_schedule(r) for r in sorted(rows, key=lambda r: r["name"])]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -415,7 +448,7 @@ class MemoryStore:
             ):
                 return False
             lease["expires_at"] = now
-        payload = common.lease_payload(name)
+        payload = lease_payload(name)
         if payload is not None:
             self.notify(payload)
         return True
@@ -462,9 +495,7 @@ class MemoryStore:
         e = self._executions.get(row.get("active_execution_id") or 0)
         if e is None:
             return False
-        return common.run_active(
-            e["status"], e["submitted_at"], e["claimed_at"], row["max_runtime"], now
-        )
+        return run_active(e["status"], e["submitted_at"], e["claimed_at"], row["max_runtime"], now)
 
     def _buffer_ready_at(self, e: dict[str, Any]) -> datetime | None:
         """When a buffered occurrence may start: at once when its schedule's run ended, when
@@ -489,13 +520,13 @@ class MemoryStore:
         now: datetime | None = None,
         record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
-        common.check_positive("limit", limit)
+        check_positive("limit", limit)
         if record:
             self.record_outcomes(record)
         with self._lock:
             if not self._lease_valid(lease):
                 return ClaimResult(occurrences=[], refused=True)
-            at = common.utc(now) or self.now()
+            at = utc(now) or self.now()
             rows = heapq.nsmallest(
                 limit,
                 (
@@ -508,7 +539,7 @@ class MemoryStore:
                 ),
                 key=lambda r: (r["next_run_at"], r["id"]),
             )
-            seen, damaged = common.decode_due(rows, common.schedule_from_row)
+            seen, damaged = decode_due(rows, schedule_from_row)
             runs = {
                 r["id"]: (self._active_run(r, at), self._has_buffered(r["id"]))
                 for r in rows
@@ -516,7 +547,7 @@ class MemoryStore:
             }
         # Planned without the lock, like the SQL stores plan between their read and their
         # write: an edit that lands meanwhile must win the compare-and-set below.
-        batch = common.plan_batch(seen, at, self.planner, runs)
+        batch = plan_batch(seen, at, self.planner, runs)
         batch.schedules_seen = len(rows)
         with self._lock:
             if not self._lease_valid(lease):
@@ -580,7 +611,7 @@ class MemoryStore:
                     deferred += 1
                     continue
                 occurrences.append(
-                    common.occurrence_for(
+                    occurrence_for(
                         schedule,
                         execution_id=execution_id,
                         scheduled_at=planned.scheduled_at,
@@ -635,7 +666,7 @@ class MemoryStore:
                 last_status=ExecutionStatus.CLAIMED.value,
             )
             joined_rows.append(self._joined(e))
-        out, failed = common.decode_pending(joined_rows)
+        out, failed = decode_pending(joined_rows)
         for execution_id, error in failed:  # nothing can submit them
             self._executions[execution_id].update(
                 status=ExecutionStatus.SUBMIT_FAILED.value, error=error
@@ -645,7 +676,7 @@ class MemoryStore:
     def _joined(self, e: dict[str, Any]) -> dict[str, Any]:
         """An execution row with its schedule's definition columns, as pending reads it."""
         schedule = self._schedules[e["schedule_id"]]
-        joined = {name: schedule[name] for name in common.DEFINITION_COLUMNS}
+        joined = {name: schedule[name] for name in DEFINITION_COLUMNS}
         joined.update(e, execution_id=e["id"])
         return joined
 
@@ -686,8 +717,8 @@ class MemoryStore:
         return execution_id
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
-        common.check_positive("limit", limit)
-        skip = set(common.execution_ids("exclude", exclude))
+        check_positive("limit", limit)
+        skip = set(check_execution_ids("exclude", exclude))
         with self._lock:
             now = self.now()
             rows = sorted(
@@ -701,7 +732,7 @@ class MemoryStore:
                 ),
                 key=lambda e: (e["claimed_at"], e["id"]),
             )[:limit]
-            out, failed = common.decode_pending([self._joined(e) for e in rows])
+            out, failed = decode_pending([self._joined(e) for e in rows])
             for execution_id, error in failed:  # nothing can submit them
                 self._executions[execution_id].update(
                     status=ExecutionStatus.SUBMIT_FAILED.value, error=error
@@ -781,7 +812,7 @@ class MemoryStore:
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
     ) -> list[int]:
-        wanted = common.execution_ids("execution_ids", execution_ids)
+        wanted = check_execution_ids("execution_ids", execution_ids)
         claimed: list[int] = []
         with self._lock:
             if not self._lease_valid(lease):
@@ -862,11 +893,11 @@ class MemoryStore:
             )
             sid = e["schedule_id"]
             waiting = report.outcome in _FINAL_OUTCOMES and self._has_buffered(sid)
-            pause = common.failure_pause(report.outcome.value, self._schedules.get(sid))
+            pause = failure_pause(report.outcome.value, self._schedules.get(sid))
         if waiting:  # the run ended: the leader starts the buffered occurrence now
             self.notify(f"schedule:{sid}")
         if pause is not None:
-            common.pause_after_failures(self, *pause)
+            pause_after_failures(self, *pause)
         return True
 
     def _report_to_schedule(self, e: dict[str, Any], status: str, *, counts_failure: bool) -> None:
@@ -885,8 +916,8 @@ class MemoryStore:
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._lock:
             row = self._row(name)
-            common.schedule_from_row(row)  # a damaged schedule cannot run: DamagedRow
-            at = common.utc(now) or self.now()
+            schedule_from_row(row)  # a damaged schedule cannot run: DamagedRow
+            at = utc(now) or self.now()
             key = manual_key(name, at)
             execution_id = self._by_key.get(key)
             if execution_id is None:
@@ -900,7 +931,7 @@ class MemoryStore:
                     scheduler_id=None,
                     claimed_at=self.now(),
                 )
-            execution = common.execution_from_row(self._executions[execution_id])
+            execution = execution_from_row(self._executions[execution_id])
         self.notify(f"run:{execution.id}")
         return execution
 
@@ -911,7 +942,7 @@ class MemoryStore:
         status: ExecutionStatus | None = None,
         limit: int = 50,
     ) -> list[Execution]:
-        common.check_positive("limit", limit)
+        check_positive("limit", limit)
         wanted = None if status is None else ExecutionStatus(status).value
         with self._lock:
             rows = [
@@ -921,7 +952,7 @@ class MemoryStore:
                 and (wanted is None or e["status"] == wanted)
             ]
             rows.sort(key=lambda e: (e["scheduled_at"], e["id"]), reverse=True)
-            return [common.execution_from_row(e) for e in rows[:limit]]
+            return [execution_from_row(e) for e in rows[:limit]]
 
     # -- operations --------------------------------------------------------------------------
 
@@ -969,7 +1000,7 @@ class MemoryStore:
         window = ops.check_window(window)
         with self._lock:
             store_now = self.now()
-            at = common.utc(now) or store_now
+            at = utc(now) or store_now
             lease = self._leases.get(lease_name)
             lease_state = (
                 None
@@ -1031,7 +1062,7 @@ class MemoryStore:
     ) -> list[ScheduleHealth]:
         limit = ops.check_limit(limit)
         with self._lock:
-            at = common.utc(now) or self.now()
+            at = utc(now) or self.now()
             late = ops.late_instant(at, overdue_after)
             found = []
             for r in self._schedules.values():
@@ -1070,7 +1101,7 @@ class MemoryStore:
     # -- wake-ups --------------------------------------------------------------------------
 
     def notify(self, payload: str) -> None:
-        common.check_payload(payload)
+        check_payload(payload)
         with self._wakeup:
             self._notified += 1
             self._wakeup.notify_all()

@@ -106,9 +106,38 @@ from goatbeat.core.model import (
 from goatbeat.core.observability import log_event
 from goatbeat.core.shards import ALL, Shard, parse_lease_name
 from goatbeat.core.store import NOTIFY_CHANNEL, BackfillResult, PublishResult, ResumeResult
-from goatbeat.stores import _common as common
 from goatbeat.stores import _operations as ops
 from goatbeat.stores import schema
+from goatbeat.stores.arguments import check_execution_ids, check_positive, executions_query
+from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_states
+from goatbeat.stores.control import (
+    ABANDONED_ERROR,
+    PAUSE_WITHDRAWN,
+    backfill_instants,
+    check_pause,
+    pause_after_failures,
+    pause_values,
+    resume_values,
+)
+from goatbeat.stores.definitions import (
+    Comparison,
+    definition_json,
+    edited,
+    first_run,
+    schedule_to_row,
+    validate_schedule,
+)
+from goatbeat.stores.payloads import check_payload, lease_payload, validate_payload
+from goatbeat.stores.publication import enabled_values, plan_publish, update_values
+from goatbeat.stores.rows import (
+    ScheduleCache,
+    buffer_ready_at,
+    decode_due,
+    decode_pending,
+    execution_from_row,
+    read_schedule,
+    schedule_from_row,
+)
 
 __all__ = ["PostgresStore", "ConnectionProvider", "DsnConnectionProvider", "FREEZE_ENV"]
 
@@ -251,7 +280,7 @@ class PostgresStore:
         *,
         connection_provider: ConnectionProvider | None = None,
         clock: Clock | None = None,
-        planner: common.Planner | None = None,
+        planner: Planner | None = None,
         pooled: bool = False,
         listen_database: str | None = None,
         listen_provider: ConnectionProvider | None = None,
@@ -283,13 +312,13 @@ class PostgresStore:
         self._next_poll: float | None = None
         self._polling_logged = False
         self.clock: Clock = clock or SystemClock()
-        self.planner: common.Planner = planner or default_plan
+        self.planner: Planner = planner or default_plan
         self.last_payload: str | None = None
         """The last valid payload wait() saw (for logs); invalid ones are plain wake-ups."""
         self._q = schema.queries("postgres")
         self._lock = threading.RLock()
         self._listening: psycopg.Connection[Any] | None = None
-        self._cache = common.ScheduleCache()
+        self._cache = ScheduleCache()
         freeze = os.environ.get(FREEZE_ENV, "").strip()
         self._freeze_at = int(freeze) if freeze.isdigit() else 0
         self._advancing_claims = 0
@@ -340,7 +369,7 @@ class PostgresStore:
 
     def _notify(self, conn: psycopg.Connection[Any], payload: str) -> None:
         # Inside a transaction the notification goes out at commit, with the change.
-        conn.execute(self._q["notify"], {"payload": common.check_payload(payload)})
+        conn.execute(self._q["notify"], {"payload": check_payload(payload)})
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -425,7 +454,7 @@ class PostgresStore:
                 if rest
                 else {}
             )
-            actions = common.plan_publish(
+            actions = plan_publish(
                 schedules,
                 existing,
                 source=source,
@@ -473,10 +502,10 @@ class PostgresStore:
         source: Source,
         follow_last_run: bool,
     ) -> tuple[list[dict[str, Any] | None], set[str]]:
-        """Each declaration validated (:func:`~goatbeat.stores._common.validate_batch`'s
+        """Each declaration validated (:func:`~goatbeat.stores.definitions.validate_batch`'s
         checks, in its order) and its definition, and the names stored exactly as declared,
         found by ``publish_unchanged``: one statement per chunk carrying the chunk's
-        declarations as JSON (:class:`~goatbeat.stores._common.Comparison`: each one's own
+        declarations as JSON (:class:`~goatbeat.stores.definitions.Comparison`: each one's own
         columns, and the columns they share once per distinct combination) and returning names
         only. The statements are pipelined, so the database compares one chunk while the next
         is validated. A declaration that may move the last run forward (``follow_last_run``)
@@ -489,7 +518,7 @@ class PostgresStore:
         pipelined = compare and psycopg.Pipeline.is_supported()
         cursors: list[psycopg.Cursor[Any]] = []
         chunk: list[list[Any]] = []
-        comparison = common.Comparison()
+        comparison = Comparison()
         local: dict[int, int] = {}
         shared: list[list[Any]] = []
 
@@ -500,7 +529,7 @@ class PostgresStore:
                 self._q["publish_unchanged"],
                 {
                     "declared": json.dumps(chunk, separators=(",", ":")),
-                    "shared": common.definition_json(shared),
+                    "shared": definition_json(shared),
                     "source": Source(source).value,
                 },
             )
@@ -519,7 +548,7 @@ class PostgresStore:
             try:
                 for schedule in schedules:
                     if not compare or (follow_last_run and schedule.last_run_at is not None):
-                        definition: dict[str, Any] | None = common.validate_schedule(schedule)
+                        definition: dict[str, Any] | None = validate_schedule(schedule)
                         part = None
                     else:
                         part, definition = comparison.add(schedule)
@@ -548,7 +577,7 @@ class PostgresStore:
                     cur.close()
         for i, schedule in enumerate(schedules):
             if found[i] is None and schedule.name not in unchanged:
-                found[i] = common.validate_schedule(schedule)
+                found[i] = validate_schedule(schedule)
         return found, unchanged
 
     def _copy_in(self, cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -581,7 +610,7 @@ class PostgresStore:
     def edited_since_publish(self, names: Collection[str]) -> set[str]:
         with self._session() as conn, conn.transaction():
             rows = self._fetch(conn, "schedules_by_names", {"names": sorted(set(names))})
-        return {r["name"] for r in rows if common.edited(r)}
+        return {r["name"] for r in rows if edited(r)}
 
     def prune(self, keep: Collection[str], *, source: Source = Source.CODE) -> list[str]:
         with self._session() as conn, conn.transaction():
@@ -593,7 +622,7 @@ class PostgresStore:
         return sorted(r["name"] for r in rows)
 
     def create(self, schedule: Schedule) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         try:
             with self._session() as conn, conn.transaction():
                 if self._fetch_one(conn, "schedule_by_name", {"name": schedule.name}) is not None:
@@ -601,11 +630,11 @@ class PostgresStore:
                         "name", schedule.name, f"{schedule.name!r} already exists"
                     )
                 now = self._db_now(conn)
-                row = common.schedule_to_row(
+                row = schedule_to_row(
                     schedule,
                     source=schedule.source,
                     enabled=schedule.enabled,
-                    next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                    next_run_at=first_run(schedule, schedule.last_run_at or now),
                     definition=definition,
                 )
                 stored = self._fetch_one(conn, "schedule_insert", _params(row))
@@ -615,10 +644,10 @@ class PostgresStore:
             if isinstance(exc.__cause__, pg_errors.UniqueViolation):  # lost a race for the name
                 raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
             raise
-        return common.schedule_from_row(stored)
+        return schedule_from_row(stored)
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         with self._session() as conn, conn.transaction():
             row = self._required(conn, schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -627,21 +656,21 @@ class PostgresStore:
                     f"not {expected_version}"
                 )
             params = _params(
-                common.update_values(schedule, row, now=self._db_now(conn), definition=definition)
+                update_values(schedule, row, now=self._db_now(conn), definition=definition)
             )
             params.update(id=row["id"], version=row["version"])
             stored = self._fetch_one(conn, "schedule_replace", params)
             if stored is None:
                 raise ConflictError(f"schedule {schedule.name!r} changed while being updated")
             self._notify(conn, f"schedule:{stored['id']}")
-        return common.schedule_from_row(stored)
+        return schedule_from_row(stored)
 
     def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         with self._session() as conn, conn.transaction():
             row = self._required(conn, name)
-            values = common.enabled_values(row, enabled, now=self._db_now(conn))
+            values = enabled_values(row, enabled, now=self._db_now(conn))
             if values is None:
-                return common.read_schedule(row)
+                return read_schedule(row)
             stored = self._fetch_one(
                 conn,
                 "schedule_set_enabled",
@@ -650,24 +679,22 @@ class PostgresStore:
             if stored is None:
                 raise ConflictError(f"schedule {name!r} changed while being toggled")
             self._notify(conn, f"schedule:{stored['id']}")
-        return common.read_schedule(stored)
+        return read_schedule(stored)
 
     def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
-        note, by = common.check_pause(note, by)
+        note, by = check_pause(note, by)
         with self._session() as conn, conn.transaction():
             row = self._required(conn, name)
             with psycopg.Cursor(conn) as cur:
-                cur.execute(
-                    self._q["pause_withdraw"], {"id": row["id"], "error": common.PAUSE_WITHDRAWN}
-                )
+                cur.execute(self._q["pause_withdraw"], {"id": row["id"], "error": PAUSE_WITHDRAWN})
                 withdrawn = max(0, cur.rowcount)
-            values = common.pause_values(row, note=note, by=by, now=self._db_now(conn))
+            values = pause_values(row, note=note, by=by, now=self._db_now(conn))
             stored = self._fetch_one(
                 conn, "pause", {**values, "id": row["id"], "withdrawn": withdrawn}
             )
             assert stored is not None
             self._notify(conn, f"schedule:{stored['id']}")
-        return common.read_schedule(stored)
+        return read_schedule(stored)
 
     def resume(
         self, name: str, *, catch_up: bool = False, now: datetime | None = None
@@ -675,9 +702,9 @@ class PostgresStore:
         with self._session() as conn, conn.transaction():
             row = self._required(conn, name)
             at = (now or self._db_now(conn)).astimezone(UTC)
-            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            planned = resume_values(row, catch_up=catch_up, now=at)
             if planned is None:
-                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+                return ResumeResult(schedule=read_schedule(row), was_paused=False)
             stored = self._fetch_one(
                 conn,
                 "resume",
@@ -691,7 +718,7 @@ class PostgresStore:
             if stored is None:
                 raise ConflictError(f"schedule {name!r} changed while being resumed")
             self._notify(conn, f"schedule:{stored['id']}")
-        return planned.result(common.read_schedule(stored), catch_up=catch_up)
+        return planned.result(read_schedule(stored), catch_up=catch_up)
 
     def backfill(
         self,
@@ -706,7 +733,7 @@ class PostgresStore:
         with self._session() as conn, conn.transaction():
             row = self._required(conn, name)
             at = (now or self._db_now(conn)).astimezone(UTC)
-            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            instants = backfill_instants(row, start=start, end=end, limit=limit, now=at)
             keys = [idempotency_key(name, t) for t in instants]
             by_key = dict(zip(keys, instants, strict=True))
             found = self._fetch(conn, "backfill_existing", {"keys": keys})
@@ -734,9 +761,7 @@ class PostgresStore:
     def delete(self, name: str) -> None:
         with self._session() as conn, conn.transaction():
             with psycopg.Cursor(conn) as cur:
-                cur.execute(
-                    self._q["abandon_claimed"], {"name": name, "error": common.ABANDONED_ERROR}
-                )
+                cur.execute(self._q["abandon_claimed"], {"name": name, "error": ABANDONED_ERROR})
             row = self._fetch_one(conn, "schedule_delete", {"name": name})
             if row is None:
                 raise ScheduleNotFound(name)
@@ -744,14 +769,14 @@ class PostgresStore:
 
     def get(self, name: str) -> StoredSchedule:
         with self._session() as conn:
-            return common.read_schedule(self._required(conn, name))
+            return read_schedule(self._required(conn, name))
 
     def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._session() as conn:
             rows = self._fetch(
                 conn, "list_schedules", {"source": None if source is None else Source(source).value}
             )
-        return [common.read_schedule(r) for r in rows]
+        return [read_schedule(r) for r in rows]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -774,7 +799,7 @@ class PostgresStore:
             "name": name,
             "holder": holder,
             "token": token,
-            "payload": common.lease_payload(name),
+            "payload": lease_payload(name),
         }
         with self._session() as conn:
             return self._fetch_one(conn, "lease_release", params) is not None
@@ -826,7 +851,7 @@ class PostgresStore:
         now: datetime | None = None,
         record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
-        common.check_positive("limit", limit)
+        check_positive("limit", limit)
         for attempt in range(1, _CLAIM_ATTEMPTS + 1):
             try:
                 return self._claim_once(
@@ -869,8 +894,8 @@ class PostgresStore:
             rows = self._fetch(conn, "claim_select_due", {"now": at, "limit": limit, **shard})
             # The earlier batch's outcomes are written while the rows are decoded and planned.
             with self._recording(conn, record):
-                schedules, damaged = common.decode_due(rows, self._cache.from_row)
-                batch = common.plan_batch(schedules, at, self.planner, common.run_states(rows, at))
+                schedules, damaged = decode_due(rows, self._cache.from_row)
+                batch = plan_batch(schedules, at, self.planner, run_states(rows, at))
             batch.schedules_seen = len(rows)
             quarantined = self._quarantine(conn, damaged) if damaged else []
             advs = batch.advances
@@ -942,7 +967,7 @@ class PostgresStore:
                         deferred += 1
                         continue
                     occurrences.append(
-                        common.occurrence_for(
+                        occurrence_for(
                             p.schedule,
                             execution_id=execution_id,
                             scheduled_at=p.scheduled_at,
@@ -993,7 +1018,7 @@ class PostgresStore:
         ready = [
             int(r["buffered_id"])
             for r in rows
-            if (at := common.buffer_ready_at(r)) is not None and at <= now
+            if (at := buffer_ready_at(r)) is not None and at <= now
         ]
         if not ready:
             return []
@@ -1002,7 +1027,7 @@ class PostgresStore:
             "promote_buffered",
             {"ids": ready, "token": lease.token, "scheduler_id": scheduler_id},
         )
-        occurrences, failed = common.decode_pending(promoted)
+        occurrences, failed = decode_pending(promoted)
         if failed:
             with psycopg.Cursor(conn) as cur:
                 cur.execute(
@@ -1046,12 +1071,12 @@ class PostgresStore:
     def pending(
         self, *, limit: int, exclude: Collection[int] = (), shard: Shard = ALL
     ) -> list[Occurrence]:
-        common.check_positive("limit", limit)
-        skip = common.execution_ids("exclude", exclude)
+        check_positive("limit", limit)
+        skip = check_execution_ids("exclude", exclude)
         params = {"limit": limit, "exclude": skip, **_shard_params(shard)}
         with self._session() as conn:
             rows = self._fetch(conn, "pending", params)
-            occurrences, failed = common.decode_pending(rows)
+            occurrences, failed = decode_pending(rows)
             if failed:
                 with psycopg.Cursor(conn) as cur:
                     cur.execute(
@@ -1116,7 +1141,7 @@ class PostgresStore:
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
     ) -> list[int]:
-        wanted = common.execution_ids("execution_ids", execution_ids)
+        wanted = check_execution_ids("execution_ids", execution_ids)
         if not wanted:
             return []
         with self._session() as conn, conn.transaction():
@@ -1177,14 +1202,14 @@ class PostgresStore:
                 },
             )
         if row is not None and row["pause_name"] is not None:
-            # The rule of common.failure_pause, applied in the query.
-            common.pause_after_failures(self, str(row["pause_name"]), int(row["failures"]))
+            # The rule of failure_pause, applied in the query.
+            pause_after_failures(self, str(row["pause_name"]), int(row["failures"]))
         return row is not None and int(row["matched"]) > 0
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._session() as conn, conn.transaction():
             schedule = self._required(conn, name)
-            common.schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
+            schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
             at = (now or self._db_now(conn)).astimezone(UTC)
             key = manual_key(name, at)
             row = self._fetch_one(
@@ -1194,7 +1219,7 @@ class PostgresStore:
             )
             if row is None:  # a concurrent identical request committed between our reads
                 raise ConflictError(f"run of {name!r} at {at.isoformat()} is being requested")
-            execution = common.execution_from_row(row)
+            execution = execution_from_row(row)
             self._notify(conn, f"run:{execution.id}")
         return execution
 
@@ -1205,10 +1230,10 @@ class PostgresStore:
         status: ExecutionStatus | None = None,
         limit: int = 50,
     ) -> list[Execution]:
-        query, params = common.executions_query(name, status, limit)
+        query, params = executions_query(name, status, limit)
         with self._session() as conn:
             rows = self._fetch(conn, query, params)
-        return [common.execution_from_row(r) for r in rows]
+        return [execution_from_row(r) for r in rows]
 
     # -- operations --------------------------------------------------------------------------
 
@@ -1345,7 +1370,7 @@ class PostgresStore:
                     if notification.channel != NOTIFY_CHANNEL:
                         continue
                     payload = notification.payload
-                    self.last_payload = payload if common.validate_payload(payload) else None
+                    self.last_payload = payload if validate_payload(payload) else None
                     return True
             if remaining <= 0 or time.monotonic() >= deadline:
                 return False
@@ -1355,7 +1380,7 @@ class PostgresStore:
             if notification.channel != NOTIFY_CHANNEL:
                 continue
             payload = notification.payload
-            self.last_payload = payload if common.validate_payload(payload) else None
+            self.last_payload = payload if validate_payload(payload) else None
             return True
         return False
 

@@ -55,9 +55,38 @@ from goatbeat.core.model import (
     manual_key,
 )
 from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
-from goatbeat.stores import _common as common
 from goatbeat.stores import _operations as ops
 from goatbeat.stores import schema
+from goatbeat.stores.arguments import check_execution_ids, check_positive, executions_query
+from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_states
+from goatbeat.stores.control import (
+    ABANDONED_ERROR,
+    PAUSE_WITHDRAWN,
+    backfill_instants,
+    check_pause,
+    failure_pause,
+    pause_after_failures,
+    pause_values,
+    resume_values,
+)
+from goatbeat.stores.definitions import (
+    edited,
+    first_run,
+    schedule_to_row,
+    validate_batch,
+    validate_schedule,
+)
+from goatbeat.stores.payloads import check_payload, lease_payload
+from goatbeat.stores.publication import enabled_values, orphans, plan_publish, update_values
+from goatbeat.stores.rows import (
+    ScheduleCache,
+    buffer_ready_at,
+    decode_due,
+    decode_pending,
+    execution_from_row,
+    read_schedule,
+    schedule_from_row,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -103,7 +132,7 @@ def decode_time(value: str | None) -> datetime | None:
 
 def _lenient(decode: Any, value: Any) -> Any:
     # A value damaged by hand stays as stored: decoding the row then names its column
-    # (goatbeat.stores._common) instead of failing the whole query.
+    # (goatbeat.stores.rows) instead of failing the whole query.
     try:
         return decode(value)
     except (TypeError, ValueError, OverflowError):
@@ -144,11 +173,11 @@ class SQLiteStore:
         clock: Clock | None = None,
         *,
         busy_timeout: float = 30.0,
-        planner: common.Planner | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.path = str(path)
         self.clock: Clock = clock or SystemClock()
-        self.planner: common.Planner = planner or default_plan
+        self.planner: Planner = planner or default_plan
         self.busy_timeout = busy_timeout
         self._q = schema.queries("sqlite")
         self._lock = threading.RLock()
@@ -156,7 +185,7 @@ class SQLiteStore:
         self._local_notified = 0
         self._conn: sqlite3.Connection | None = None
         self._data_version: int | None = None
-        self._cache = common.ScheduleCache()
+        self._cache = ScheduleCache()
         self._seen_counter: int | None = None
         with self._lock:
             self._connect()
@@ -283,7 +312,7 @@ class SQLiteStore:
         dry_run: bool = False,
     ) -> PublishResult:
         schedules = list(schedules)
-        definitions = common.validate_batch(schedules)
+        definitions = validate_batch(schedules)
         with self._write() as conn:
             now = self.now()
             now_text = encode_time(now)
@@ -300,7 +329,7 @@ class SQLiteStore:
                     row = self._row_by_name(conn, s.name)
                     if row is not None:
                         existing[s.name] = row
-            actions = common.plan_publish(
+            actions = plan_publish(
                 schedules,
                 existing,
                 source=source,
@@ -313,7 +342,7 @@ class SQLiteStore:
                 candidates = conn.execute(
                     self._q["prune_candidates"], {"source": Source.CODE.value}
                 )
-                orphaned = common.orphans((r["name"] for r in candidates), schedules, source=source)
+                orphaned = orphans((r["name"] for r in candidates), schedules, source=source)
             if dry_run:
                 return actions.result(orphaned=orphaned, dry_run=True)
             for new in actions.inserts:
@@ -339,7 +368,7 @@ class SQLiteStore:
         with self._session() as conn:
             for name in set(names):
                 row = self._row_by_name(conn, name)
-                if row is not None and common.edited(row):
+                if row is not None and edited(row):
                     found.add(name)
         return found
 
@@ -361,28 +390,28 @@ class SQLiteStore:
         return pruned
 
     def create(self, schedule: Schedule) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         with self._write() as conn:
             if self._row_by_name(conn, schedule.name) is not None:
                 raise InvalidSchedule("name", schedule.name, f"{schedule.name!r} already exists")
             now = self.now()
-            row = common.schedule_to_row(
+            row = schedule_to_row(
                 schedule,
                 source=schedule.source,
                 enabled=schedule.enabled,
-                next_run_at=common.first_run(schedule, schedule.last_run_at or now),
+                next_run_at=first_run(schedule, schedule.last_run_at or now),
                 definition=definition,
             )
             now_text = encode_time(now)
             assert now_text is not None
             sid = self._insert(conn, row, now_text)
             self._bump(conn, f"schedule:{sid}")
-            result = common.schedule_from_row(self._required(conn, schedule.name))
+            result = schedule_from_row(self._required(conn, schedule.name))
         self._wake_local()
         return result
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
-        definition = common.validate_schedule(schedule)
+        definition = validate_schedule(schedule)
         with self._write() as conn:
             row = self._required(conn, schedule.name)
             if expected_version is not None and row["version"] != expected_version:
@@ -391,11 +420,11 @@ class SQLiteStore:
                     f"not {expected_version}"
                 )
             now = self.now()
-            params = _encode(common.update_values(schedule, row, now=now, definition=definition))
+            params = _encode(update_values(schedule, row, now=now, definition=definition))
             params.update(id=row["id"], version=row["version"], now=encode_time(now))
             conn.execute(self._q["schedule_replace"], params)
             self._bump(conn, f"schedule:{row['id']}")
-            result = common.schedule_from_row(self._required(conn, schedule.name))
+            result = schedule_from_row(self._required(conn, schedule.name))
         self._wake_local()
         return result
 
@@ -403,9 +432,9 @@ class SQLiteStore:
         with self._write() as conn:
             row = self._required(conn, name)
             now = self.now()
-            values = common.enabled_values(row, enabled, now=now)
+            values = enabled_values(row, enabled, now=now)
             if values is None:
-                return common.read_schedule(row)
+                return read_schedule(row)
             conn.execute(
                 self._q["schedule_set_enabled"],
                 {
@@ -418,20 +447,20 @@ class SQLiteStore:
                 },
             )
             self._bump(conn, f"schedule:{row['id']}")
-            result = common.read_schedule(self._required(conn, name))
+            result = read_schedule(self._required(conn, name))
         self._wake_local()
         return result
 
     def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
-        note, by = common.check_pause(note, by)
+        note, by = check_pause(note, by)
         with self._write() as conn:
             row = self._required(conn, name)
             now = self.now()
             withdrawn = conn.execute(
                 self._q["pause_withdraw"],
-                {"id": row["id"], "error": common.PAUSE_WITHDRAWN, "now": encode_time(now)},
+                {"id": row["id"], "error": PAUSE_WITHDRAWN, "now": encode_time(now)},
             ).rowcount
-            values = common.pause_values(row, note=note, by=by, now=now)
+            values = pause_values(row, note=note, by=by, now=now)
             conn.execute(
                 self._q["pause"],
                 {
@@ -444,7 +473,7 @@ class SQLiteStore:
                 },
             )
             self._bump(conn, f"schedule:{row['id']}")
-            result = common.read_schedule(self._required(conn, name))
+            result = read_schedule(self._required(conn, name))
         self._wake_local()
         return result
 
@@ -454,9 +483,9 @@ class SQLiteStore:
         with self._write() as conn:
             row = self._required(conn, name)
             at = (now or self.now()).astimezone(UTC)
-            planned = common.resume_values(row, catch_up=catch_up, now=at)
+            planned = resume_values(row, catch_up=catch_up, now=at)
             if planned is None:
-                return ResumeResult(schedule=common.read_schedule(row), was_paused=False)
+                return ResumeResult(schedule=read_schedule(row), was_paused=False)
             conn.execute(
                 self._q["resume"],
                 {
@@ -468,7 +497,7 @@ class SQLiteStore:
                 },
             )
             self._bump(conn, f"schedule:{row['id']}")
-            stored = common.read_schedule(self._required(conn, name))
+            stored = read_schedule(self._required(conn, name))
         self._wake_local()
         return planned.result(stored, catch_up=catch_up)
 
@@ -485,7 +514,7 @@ class SQLiteStore:
         with self._write() as conn:
             row = self._required(conn, name)
             at = (now or self.now()).astimezone(UTC)
-            instants = common.backfill_instants(row, start=start, end=end, limit=limit, now=at)
+            instants = backfill_instants(row, start=start, end=end, limit=limit, now=at)
             keys = {idempotency_key(name, t): t for t in instants}
             found = conn.execute(self._q["statuses_by_keys"], {"keys": json.dumps(list(keys))})
             existing = {keys[r["idempotency_key"]]: r["status"] for r in found.fetchall()}
@@ -513,16 +542,14 @@ class SQLiteStore:
     def delete(self, name: str) -> None:
         with self._write() as conn:
             row = self._required(conn, name)
-            conn.execute(
-                self._q["abandon_claimed"], {"id": row["id"], "error": common.ABANDONED_ERROR}
-            )
+            conn.execute(self._q["abandon_claimed"], {"id": row["id"], "error": ABANDONED_ERROR})
             conn.execute(self._q["schedule_delete"], {"id": row["id"]})
             self._bump(conn, f"schedule:{row['id']}")
         self._wake_local()
 
     def get(self, name: str) -> StoredSchedule:
         with self._session() as conn:
-            return common.read_schedule(self._required(conn, name))
+            return read_schedule(self._required(conn, name))
 
     def list_schedules(self, *, source: Source | None = None) -> list[StoredSchedule]:
         with self._session() as conn:
@@ -532,7 +559,7 @@ class SQLiteStore:
                 rows = conn.execute(
                     self._q["schedules_by_source"], {"source": Source(source).value}
                 ).fetchall()
-            return [common.read_schedule(_decode(r)) for r in rows]
+            return [read_schedule(_decode(r)) for r in rows]
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -555,7 +582,7 @@ class SQLiteStore:
         return LeaseGrant(name=name, holder=holder, token=int(row["token"]), expires_at=expires_at)
 
     def release_lease(self, name: str, holder: str, token: int) -> bool:
-        payload = common.lease_payload(name)
+        payload = lease_payload(name)
         with self._write() as conn:
             released = (
                 conn.execute(
@@ -597,7 +624,7 @@ class SQLiteStore:
             due += [
                 at
                 for r in conn.execute(self._q["buffered_runs"]).fetchall()
-                if (at := common.buffer_ready_at(_decode(r))) is not None
+                if (at := buffer_ready_at(_decode(r))) is not None
             ]
         return min((d for d in due if d is not None), default=None)
 
@@ -610,7 +637,7 @@ class SQLiteStore:
         now: datetime | None = None,
         record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
-        common.check_positive("limit", limit)
+        check_positive("limit", limit)
         if record:
             self.record_outcomes(record)
         at = (now or self.now()).astimezone(UTC)
@@ -622,10 +649,10 @@ class SQLiteStore:
             ).fetchall()
             waiting = conn.execute(self._q["buffered_runs"]).fetchone() is not None
         decoded = [_decode(r, json_columns=False) for r in rows]
-        seen, damaged = common.decode_due(decoded, self._cache.from_row)
+        seen, damaged = decode_due(decoded, self._cache.from_row)
         # Planning happens outside the write lock: other processes keep claiming and editing,
         # and the compare-and-set below settles any race.
-        batch = common.plan_batch(seen, at, self.planner, common.run_states(decoded, at))
+        batch = plan_batch(seen, at, self.planner, run_states(decoded, at))
         batch.schedules_seen = len(rows)
         if not batch.advances and not damaged and not waiting:
             return ClaimResult(occurrences=[], schedules_seen=batch.schedules_seen)
@@ -687,7 +714,7 @@ class SQLiteStore:
                     deferred += 1
                     continue
                 occurrences.append(
-                    common.occurrence_for(
+                    occurrence_for(
                         schedule,
                         execution_id=int(inserted[0]),
                         scheduled_at=planned.scheduled_at,
@@ -724,7 +751,7 @@ class SQLiteStore:
         rows = [_decode(r) for r in conn.execute(self._q["buffered_runs"]).fetchall()]
         joined: list[dict[str, Any]] = []
         for row in rows:
-            ready = common.buffer_ready_at(row)
+            ready = buffer_ready_at(row)
             if ready is None or ready > at:
                 continue
             promoted = conn.execute(
@@ -749,7 +776,7 @@ class SQLiteStore:
             )
             found = conn.execute(self._q["promoted_pending"], {"id": row["buffered_id"]})
             joined += [_decode(r) for r in found.fetchall()]
-        occurrences, failed = common.decode_pending(joined)
+        occurrences, failed = decode_pending(joined)
         for execution_id, error in failed:  # nothing can submit them
             conn.execute(self._q["abandon_damaged"], {"id": execution_id, "error": error})
         return occurrences
@@ -766,13 +793,13 @@ class SQLiteStore:
         return written
 
     def pending(self, *, limit: int, exclude: Collection[int] = ()) -> list[Occurrence]:
-        common.check_positive("limit", limit)
-        skip = json.dumps(common.execution_ids("exclude", exclude))
+        check_positive("limit", limit)
+        skip = json.dumps(check_execution_ids("exclude", exclude))
         with self._session() as conn:
             rows = conn.execute(
                 self._q["pending"], {"limit": limit, "exclude": skip, "now": self._now_text()}
             ).fetchall()
-        occurrences, failed = common.decode_pending([_decode(r) for r in rows])
+        occurrences, failed = decode_pending([_decode(r) for r in rows])
         if failed:
             with self._write() as conn:
                 for execution_id, error in failed:
@@ -846,7 +873,7 @@ class SQLiteStore:
     def claim_manual_runs(
         self, lease: LeaseGrant, *, scheduler_id: str, execution_ids: Collection[int]
     ) -> list[int]:
-        wanted = common.execution_ids("execution_ids", execution_ids)
+        wanted = check_execution_ids("execution_ids", execution_ids)
         claimed: list[int] = []
         if not wanted:
             return claimed
@@ -939,9 +966,9 @@ class SQLiteStore:
             )
         if waiting:
             self._wake_local()
-        pause = common.failure_pause(report.outcome.value, None if state is None else dict(state))
+        pause = failure_pause(report.outcome.value, None if state is None else dict(state))
         if pause is not None:
-            common.pause_after_failures(self, *pause)
+            pause_after_failures(self, *pause)
         return True
 
     def _report_to_schedule(
@@ -968,7 +995,7 @@ class SQLiteStore:
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self._write() as conn:
             schedule = self._required(conn, name)
-            common.schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
+            schedule_from_row(schedule)  # a damaged schedule cannot run: DamagedRow
             at = (now or self.now()).astimezone(UTC)
             key = manual_key(name, at)
             conn.execute(
@@ -982,7 +1009,7 @@ class SQLiteStore:
                 },
             )
             row = conn.execute(self._q["execution_by_key"], {"key": key}).fetchone()
-            execution = common.execution_from_row(_decode(row))
+            execution = execution_from_row(_decode(row))
             self._bump(conn, f"run:{execution.id}")
         self._wake_local()
         return execution
@@ -994,10 +1021,10 @@ class SQLiteStore:
         status: ExecutionStatus | None = None,
         limit: int = 50,
     ) -> list[Execution]:
-        query, params = common.executions_query(name, status, limit)
+        query, params = executions_query(name, status, limit)
         with self._session() as conn:
             rows = conn.execute(self._q[query], params).fetchall()
-        return [common.execution_from_row(_decode(r)) for r in rows]
+        return [execution_from_row(_decode(r)) for r in rows]
 
     # -- operations --------------------------------------------------------------------------
 
@@ -1123,7 +1150,7 @@ class SQLiteStore:
             self._local.notify_all()
 
     def notify(self, payload: str) -> None:
-        common.check_payload(payload)
+        check_payload(payload)
         with self._write() as conn:
             self._bump(conn, payload)
         self._wake_local()

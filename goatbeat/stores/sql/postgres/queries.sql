@@ -29,7 +29,7 @@ SELECT 1 AS found FROM goatbeat_schedule WHERE source = %(source)s LIMIT 1;
 -- that an unchanged declaration costs neither a full row on the wire nor a write: same source,
 -- a fingerprint recorded, not quarantined, every definition column equal. The declarations come
 -- as one JSON array of [name, args, kwargs, headers, k]; k indexes %(shared)s, a JSON array of
--- the other definition columns (in this order: goatbeat.stores._common.SHARED_COLUMNS), one
+-- the other definition columns (in this order: goatbeat.stores.definitions.SHARED_COLUMNS), one
 -- entry per distinct combination, since a schedules.py repeats a few tasks, triggers and
 -- policies many times. The stored row's columns, as one JSON array, must equal its entry: one
 -- comparison per row, with to_jsonb's meaning for each column (text as strings, numbers
