@@ -19,18 +19,8 @@ from goatbeat.stores.definitions import (
     schedule_to_row,
     utc,
 )
+from goatbeat.stores.dialect import Replace
 from goatbeat.stores.rows import schedule_from_row
-
-
-@dataclass(slots=True)
-class Replace:
-    """A definition change for an existing row, written with compare-and-set on ``version``."""
-
-    id: int
-    version: int
-    values: dict[str, Any]
-    """Definition columns + enabled + next_run_at + last_status; last_run_at and
-    published_fingerprint, where None keeps the stored value."""
 
 
 @dataclass(slots=True)

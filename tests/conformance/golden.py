@@ -68,6 +68,9 @@ UNTRACED: dict[str, str] = {
     "test_store_control.py::test_jittered_occurrences_wait_in_the_store_for_their_instant": (
         "its instants are taken around the store's clock, and their jitter with them"
     ),
+    "test_store_control.py::test_pause_withdraws_an_occurrence_waiting_for_its_jittered_instant": (
+        "the schedule's name is picked for its jitter around the store's clock"
+    ),
 }
 
 _LONG = 40  # a list longer than this is recorded as its length and digest
