@@ -1,30 +1,10 @@
-"""Arguments of store calls checked before anything is read or written, and the named query
-an executions listing runs."""
+"""Arguments of store calls, checked before anything is read or written."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 from goatbeat.core.errors import InvalidValue
-from goatbeat.core.model import ExecutionStatus
-
-
-def executions_query(
-    name: str | None, status: ExecutionStatus | None, limit: int
-) -> tuple[str, dict[str, Any]]:
-    """The named query (``executions[_by_name][_status]``) and parameters the SQL stores run
-    for :meth:`ScheduleStore.executions`."""
-    check_positive("limit", limit)
-    params: dict[str, Any] = {"limit": limit}
-    query = "executions"
-    if name is not None:
-        params["name"] = name
-        query = "executions_by_name"
-    if status is not None:
-        params["status"] = ExecutionStatus(status).value
-        query = "executions_by_name_status" if name is not None else "executions_by_status"
-    return query, params
 
 
 def check_positive(field_name: str, value: int) -> int:

@@ -29,13 +29,14 @@ Adding a store operation: its contract in ``core/store.py``, the operation once 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from goatbeat.core.errors import StoreError
+from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.health import SchedulerBeat
 from goatbeat.core.model import LeaseGrant, Miss, SubmitOutcome
 from goatbeat.core.shards import Shard
@@ -50,6 +51,9 @@ __all__ = [
     "RolledBack",
     "NameTaken",
     "Replace",
+    "validate_payload",
+    "check_payload",
+    "lease_payload",
 ]
 
 
@@ -418,3 +422,30 @@ class Dialect(Protocol):
     def wait(self, timeout: float) -> bool:
         """:meth:`~goatbeat.core.store.ScheduleStore.wait`."""
         ...
+
+
+# -- the wake-up channel's payloads (see goatbeat.core.store.NOTIFY_CHANNEL) -----------------
+
+_PAYLOAD = re.compile(r"\A(?:schedule:[0-9]{1,19}|run:[0-9]{1,19}|lease:[A-Za-z0-9_.:/-]{1,64})\Z")
+
+
+def validate_payload(payload: object) -> bool:
+    """Whether ``payload`` is one of the identifiers the channel carries (see NOTIFY_CHANNEL).
+    Receivers treat anything else as a plain wake-up."""
+    return isinstance(payload, str) and _PAYLOAD.match(payload) is not None
+
+
+def check_payload(payload: object) -> str:
+    """``payload`` if it is a valid identifier; InvalidValue naming ``payload`` otherwise (we
+    never send user text over the channel)."""
+    if not validate_payload(payload):
+        raise InvalidValue(
+            "payload", payload, f"{payload!r} is not schedule:<id>, run:<id> or lease:<name>"
+        )
+    assert isinstance(payload, str)
+    return payload
+
+
+def lease_payload(name: str) -> str | None:
+    payload = f"lease:{name}"
+    return payload if validate_payload(payload) else None

@@ -69,7 +69,7 @@ from goatbeat.stores.definitions import (
     validate_batch,
     validate_schedule,
 )
-from goatbeat.stores.payloads import check_payload, lease_payload
+from goatbeat.stores.dialect import check_payload, lease_payload
 from goatbeat.stores.publication import (
     enabled_values,
     orphans,

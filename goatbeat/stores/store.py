@@ -73,8 +73,9 @@ from goatbeat.stores.dialect import (
     NewExecution,
     Replace,
     RolledBack,
+    check_payload,
+    lease_payload,
 )
-from goatbeat.stores.payloads import check_payload, lease_payload
 from goatbeat.stores.publication import enabled_values, plan_publish, update_values
 from goatbeat.stores.rows import (
     ScheduleCache,
