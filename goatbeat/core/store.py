@@ -1,9 +1,11 @@
 """The ScheduleStore contract: where schedules, executions and the lease live.
 
-Three implementations pass one conformance suite (``tests/conformance/``): ``MemoryStore``
-(tests, single process), ``SQLiteStore`` (the embedded default; several processes on one host)
-and ``PostgresStore`` (production; many hosts). Each method's docstring says which rows it may
-touch; an implementation that touches others is wrong.
+Three stores pass one conformance suite (``tests/conformance/``): ``MemoryStore`` (tests,
+single process), ``SQLiteStore`` (the embedded default; several processes on one host) and
+``PostgresStore`` (production; many hosts). They are one implementation,
+``goatbeat.stores.store.DialectStore``, over the SQLite and PostgreSQL dialects (the memory
+store is SQLite in memory). Each method's docstring says which rows it may touch; an
+implementation that touches others is wrong.
 
 Clocks. Lease expiry is always judged by the *store's* clock (PostgreSQL's ``now()``), never by
 the caller's. Due-ness (``next_run_at <= now``) uses the store's clock too unless the caller
