@@ -54,6 +54,7 @@ __all__ = [
     "validate_payload",
     "check_payload",
     "lease_payload",
+    "heartbeat_columns",
 ]
 
 
@@ -120,6 +121,19 @@ class Completion:
 
     matched: bool
     pause: tuple[str, int] | None = None
+
+
+def heartbeat_columns(beat: SchedulerBeat) -> dict[str, Any]:
+    """The columns of a scheduler's row that :meth:`Tx.heartbeat` writes as they are."""
+    return {
+        "scheduler_id": beat.scheduler_id,
+        "role": beat.role.value,
+        "lease": beat.lease,
+        "fencing_token": beat.fencing_token,
+        "hostname": beat.hostname,
+        "pid": beat.pid,
+        "version": beat.version,
+    }
 
 
 class Tx(Protocol):

@@ -85,6 +85,7 @@ from goatbeat.stores.dialect import (
     NewExecution,
     Replace,
     RolledBack,
+    heartbeat_columns,
     validate_payload,
 )
 
@@ -843,19 +844,7 @@ class _Tx:
 
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         with self._atomic():
-            self._fetch(
-                "heartbeat",
-                {
-                    "scheduler_id": beat.scheduler_id,
-                    "role": beat.role.value,
-                    "lease": beat.lease,
-                    "fencing_token": beat.fencing_token,
-                    "hostname": beat.hostname,
-                    "pid": beat.pid,
-                    "version": beat.version,
-                    "ttl": beat.ttl,
-                },
-            )
+            self._fetch("heartbeat", {**heartbeat_columns(beat), "ttl": beat.ttl})
             self._fetch("scheduler_cleanup", {"retention": retention})
 
     def remove_scheduler(self, scheduler_id: str) -> None:

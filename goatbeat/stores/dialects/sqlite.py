@@ -35,7 +35,14 @@ from goatbeat.core.health import SchedulerBeat
 from goatbeat.core.model import ExecutionStatus, LeaseGrant, Miss, SubmitOutcome
 from goatbeat.core.shards import Shard
 from goatbeat.stores import schema
-from goatbeat.stores.dialect import Advanced, ClaimCheck, Completion, NewExecution, Replace
+from goatbeat.stores.dialect import (
+    Advanced,
+    ClaimCheck,
+    Completion,
+    NewExecution,
+    Replace,
+    heartbeat_columns,
+)
 from goatbeat.stores.rows import buffer_ready_at
 
 __all__ = ["SQLiteDialect", "encode_time", "decode_time"]
@@ -831,20 +838,8 @@ class _Tx:
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         now = self.now()
         with self._atomic():
-            self._run(
-                "heartbeat",
-                {
-                    "scheduler_id": beat.scheduler_id,
-                    "role": beat.role.value,
-                    "lease": beat.lease,
-                    "fencing_token": beat.fencing_token,
-                    "hostname": beat.hostname,
-                    "pid": beat.pid,
-                    "version": beat.version,
-                    "now": encode_time(now),
-                    "expires_at": encode_time(now + beat.ttl),
-                },
-            )
+            times = {"now": encode_time(now), "expires_at": encode_time(now + beat.ttl)}
+            self._run("heartbeat", {**heartbeat_columns(beat), **times})
             self._run("scheduler_cleanup", {"before": encode_time(now - retention)})
 
     def remove_scheduler(self, scheduler_id: str) -> None:
