@@ -17,7 +17,9 @@ store's behaviour only:
 - an instant within two days of the wall clock (the store's now: created_at, claimed_at, a
   lease's expiry, a manual run's key) is ``<now>``; the suite's own instants (year 2031) stay;
 - a duration the store measured (a runtime nobody reported) is ``<measured>``;
-- temporary paths and server addresses go, and a long list is its length and a digest.
+- temporary paths and server addresses go, and a long list is its length and a digest;
+- a claim's quarantined rows are recorded by name (rows due at the same instant come in the
+  database's order, which PostgreSQL does not keep from one run to the next).
 
 Tests whose trace depends on thread or process timing are not compared (``UNTRACED``).
 
@@ -94,6 +96,12 @@ _ID_FIELDS: dict[tuple[str | None, str], str] = {
     (None, "exclude"): "e",
 }
 _RESULT_IDS = {"claim_manual_runs": "e"}
+
+# Lists whose order is the database's where rows tie (due at the same instant): recorded in an
+# order of their own, before their ids are numbered.
+_UNORDERED: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("ClaimResult", "quarantined"): lambda d: (d.name, d.column),
+}
 
 
 class Trace:
@@ -218,7 +226,10 @@ class Trace:
             cls = type(value).__name__
             out: dict[str, Any] = {"type": cls}
             for f in dataclasses.fields(value):
-                out[f.name] = self.norm(getattr(value, f.name), owner=cls, field=f.name)
+                item = getattr(value, f.name)
+                if (cls, f.name) in _UNORDERED:
+                    item = sorted(item, key=_UNORDERED[cls, f.name])
+                out[f.name] = self.norm(item, owner=cls, field=f.name)
             return out
         if isinstance(value, Mapping):
             return {
