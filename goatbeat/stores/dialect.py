@@ -3,7 +3,7 @@ the one implementation of the ScheduleStore contract.
 
 The store knows what each operation means (what is validated, planned, written and returned);
 a dialect knows how its database runs it. A dialect hands out a :class:`Tx` (transaction
-handle) from one of three contexts, and the handle answers *named primitives*, each one query
+handle) from one of four contexts, and the handle answers *named primitives*, each one query
 of the dialect's ``sql/<dialect>/queries.sql`` (or a few, where the database lacks arrays),
 each taking and returning whole batches so PostgreSQL keeps its arrays, pipelining and COPY:
 
@@ -18,9 +18,9 @@ each taking and returning whole batches so PostgreSQL keeps its arrays, pipelini
 - :meth:`Dialect.snapshot`: read-only primitives that see one snapshot (``status``).
 
 Rows follow :mod:`goatbeat.stores.definitions`: dicts keyed by column, JSON columns decoded,
-instants aware UTC datetimes, booleans as bool. Two exceptions, for the claim path's schedule
-cache: :meth:`Tx.due` returns JSON columns as text. A row damaged by hand keeps the value it
-cannot decode, so the row decoders can name the column.
+instants aware UTC datetimes, booleans as the database gives them (SQLite: 0 or 1). The claim
+path's rows (:meth:`Tx.due`) keep JSON columns as text, for the schedule cache. A row damaged
+by hand keeps the value it cannot decode, so the row decoders can name the column.
 
 Adding a store operation: its contract in ``core/store.py``, the operation once in
 ``DialectStore``, and the primitive it needs here, answered by one named query per dialect
