@@ -725,7 +725,7 @@ class Schedule:
 
         Rebuilding the schedules of a claim batch is the claim path's largest cost, and
         re-checking JSON that came out of a JSON column finds nothing new. The stores check
-        what a corrupted row could still get wrong (see ``goatbeat.stores._common``)."""
+        what a corrupted row could still get wrong (see ``goatbeat.stores.rows``)."""
         self = object.__new__(cls)
         for set_, name in _NAMED_SETTERS:
             set_(self, values[name])

@@ -1,9 +1,11 @@
 """The ScheduleStore contract: where schedules, executions and the lease live.
 
-Three implementations pass one conformance suite (``tests/conformance/``): ``MemoryStore``
-(tests, single process), ``SQLiteStore`` (the embedded default; several processes on one host)
-and ``PostgresStore`` (production; many hosts). Each method's docstring says which rows it may
-touch; an implementation that touches others is wrong.
+Three stores pass one conformance suite (``tests/conformance/``): ``MemoryStore`` (tests,
+single process), ``SQLiteStore`` (the embedded default; several processes on one host) and
+``PostgresStore`` (production; many hosts). They are one implementation,
+``goatbeat.stores.store.DialectStore``, over the SQLite and PostgreSQL dialects (the memory
+store is SQLite in memory). Each method's docstring says which rows it may touch; an
+implementation that touches others is wrong.
 
 Clocks. Lease expiry is always judged by the *store's* clock (PostgreSQL's ``now()``), never by
 the caller's. Due-ness (``next_run_at <= now``) uses the store's clock too unless the caller
@@ -390,7 +392,7 @@ class ScheduleStore(Protocol):
         2. Read enabled, unpaused schedules with ``next_run_at <= now`` ordered by
            ``next_run_at``, at most ``limit``; plan each with
            :func:`goatbeat.core.misfire.plan`, and split the plan by the schedule's overlap
-           policy (:func:`goatbeat.stores._common.split_overlap`: whether the run
+           policy (:func:`goatbeat.stores.claims.split_overlap`: whether the run
            ``active_execution_id`` names is still running, judged at ``now``, and whether an
            occurrence of it is already ``buffered``). A row that
            cannot be decoded is quarantined instead (compare-and-set on version): ``next_run_at``

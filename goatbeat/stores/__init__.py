@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.store import ScheduleStore
-from goatbeat.stores._common import read_schedule, schedule_changes
+from goatbeat.stores.definitions import schedule_changes
+from goatbeat.stores.rows import read_schedule
 
 if TYPE_CHECKING:
     from goatbeat.stores.memory import MemoryStore

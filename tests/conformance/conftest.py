@@ -17,6 +17,21 @@ import pytest
 
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores import MemoryStore, SQLiteStore
+from tests.conformance import golden
+
+
+@pytest.fixture(autouse=True)
+def golden_trace(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test's store calls are compared with its golden trace (tests/conformance/golden.py)."""
+    with golden.tracing() as trace:
+        yield
+    difference = golden.finish(request.node.nodeid, trace)
+    if difference is not None:
+        pytest.fail(difference, pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    golden.write_recorded()
 
 
 @dataclass
@@ -49,9 +64,10 @@ def conformance_pg(postgres_server: Any) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     dsn: str = postgres_server.dsn_for(name)
-    store = PostgresStore(dsn)
-    store.migrate()
-    store.close()
+    with golden.untraced():
+        store = PostgresStore(dsn)
+        store.migrate()
+        store.close()
     try:
         yield dsn
     finally:

@@ -136,17 +136,19 @@ def test_postgres_confirms_unchanged_declarations_in_the_database_without_readin
         pytest.skip("the in-database comparison is PostgreSQL's")
     store.publish(declarations())
     read: list[str] = []
-    fetch = store._fetch  # type: ignore[attr-defined]
+    dialect = store.dialect  # type: ignore[attr-defined]
+    fetch = dialect.fetch
 
     def spy(conn: Any, name: str, params: Any = None) -> Any:
         read.append(name)
         return fetch(conn, name, params)
 
-    monkeypatch.setattr(store, "_fetch", spy)
+    monkeypatch.setattr(dialect, "fetch", spy)
 
     result = store.publish(declarations())
 
     assert len(result.unchanged) == len(declarations())
+    assert "source_has_rows" in read  # the spy sees the store's statements
     assert "schedules_by_names" not in read  # no full row was read
 
 
@@ -154,7 +156,7 @@ def test_many_declarations_sharing_their_task_and_trigger_are_each_compared_with
     backend: Backend, store: ScheduleStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small chunks, so the comparison spans several statements (PostgreSQL).
-    monkeypatch.setattr("goatbeat.stores.postgres._COMPARE_CHUNK", 4)
+    monkeypatch.setattr("goatbeat.stores.store._COMPARE_CHUNK", 4)
     shared = {"task": "tasks.same", "trigger": IntervalTrigger("1h")}
     many = [
         hourly(f"n{i}", args=[i], description="odd" if i % 2 else "", **shared) for i in range(15)

@@ -19,7 +19,7 @@ from goatbeat.core.misfire import Plan
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import Schedule
 from goatbeat.core.triggers import IntervalTrigger
-from goatbeat.stores._common import Planner
+from goatbeat.stores.claims import Planner
 from goatbeat.stores.postgres import PostgresStore
 
 TTL = timedelta(seconds=2)

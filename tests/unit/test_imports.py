@@ -199,7 +199,7 @@ def test_the_layer_walker_sees_lazy_imports_module_strings_and_private_names(
         "importers",
         '"""Docstrings may name goatbeat.cli.migration freely."""\n'
         "from goatbeat.importers import _mine\n"
-        "from goatbeat.stores._common import helper\n"
+        "from goatbeat.stores._shared import helper\n"
         "def f():\n"
         "    from goatbeat.django.registry import get_store\n"
         "    from goatbeat.compat.beat import _redact\n"
@@ -209,7 +209,7 @@ def test_the_layer_walker_sees_lazy_imports_module_strings_and_private_names(
     assert [name for _, name in module_strings(sample)] == ["goatbeat.cli.context"]
     assert [(name, owner) for _, name, owner in private_imports(sample, root=tmp_path)] == [
         ("goatbeat.importers._mine", "goatbeat.importers"),
-        ("goatbeat.stores._common", "goatbeat.stores"),
+        ("goatbeat.stores._shared", "goatbeat.stores"),
         ("goatbeat.compat.beat._redact", "goatbeat.compat.beat"),
     ]
 
@@ -227,6 +227,66 @@ def test_nothing_below_the_cli_and_the_django_app_imports_them(path: Path) -> No
         if any(name == top or name.startswith(top + ".") for top in UPPER)
     ]
     assert not bad, "imports reaching up to the CLI or the Django app:\n" + "\n".join(bad)
+
+
+DIALECT_MAY_IMPORT = (
+    "goatbeat.core",
+    "goatbeat.stores.dialect",  # the contract it answers
+    "goatbeat.stores.dialects",
+    "goatbeat.stores.definitions",
+    "goatbeat.stores.rows",
+    "goatbeat.stores.schema",  # the SQL files
+)
+"""What a dialect (goatbeat/stores/dialects/) may import of goatbeat: the core, the dialect
+contract, and the stores' definition and row modules. What an operation means lives in the
+one store (goatbeat/stores/store.py) and its planning modules, never in a dialect."""
+
+
+def _within(name: str, modules: tuple[str, ...]) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in modules)
+
+
+@pytest.mark.parametrize(
+    "path", package_files("stores/dialects"), ids=lambda p: str(p.relative_to(PACKAGE))
+)
+def test_a_dialect_imports_only_the_core_the_contract_and_the_row_modules(path: Path) -> None:
+    bad = [
+        f"{path.relative_to(PACKAGE)}:{line}: {name}"
+        for line, name in imports_of(path) + module_strings(path)
+        if name.split(".")[0] == "goatbeat"
+        # ``from goatbeat.stores import schema`` names the package too; its modules count.
+        and name not in ("goatbeat", "goatbeat.stores")
+        and not _within(name, DIALECT_MAY_IMPORT)
+    ]
+    assert not bad, "a dialect reaching into the store's meaning:\n" + "\n".join(bad)
+
+
+def test_nothing_outside_the_stores_imports_a_dialect() -> None:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.is_relative_to(PACKAGE / "stores"):
+            continue
+        for line, name in imports_of(path) + module_strings(path):
+            if _within(name, ("goatbeat.stores.dialects", "goatbeat.stores.dialect")):
+                bad.append(f"{path.relative_to(PACKAGE)}:{line}: {name}")
+    assert not bad, "dialects are the stores' own:\n" + "\n".join(bad)
+
+
+def test_the_dialect_rules_see_a_dialect_reaching_up(tmp_path: Path) -> None:
+    # Guard the guard: the rule must tell the allowed imports from the others.
+    sample = sample_module(
+        tmp_path,
+        "stores/dialects",
+        "from goatbeat.core.model import Schedule\n"
+        "from goatbeat.stores.rows import read_schedule\n"
+        "from goatbeat.stores.claims import plan_batch\n"
+        "import psycopg\n",
+    )
+    names = [n for _, n in imports_of(sample, root=tmp_path) if n.startswith("goatbeat.")]
+    assert [n for n in names if not _within(n, DIALECT_MAY_IMPORT)] == [
+        "goatbeat.stores.claims",
+        "goatbeat.stores.claims.plan_batch",
+    ]
 
 
 def _part(module: str) -> str:
@@ -256,7 +316,7 @@ def test_no_module_imports_a_private_name_of_another_module() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         importer = _module_name(path)
         for line, name, owner in private_imports(path):
-            # A package may share private modules among its own modules (stores._common),
+            # A package may share private modules among its own modules (stores._operations),
             # its __init__ included (which may re-export a name publicly).
             inside = importer == owner or importer.startswith(owner + ".")
             if owner.startswith("goatbeat") and not inside:

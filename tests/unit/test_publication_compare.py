@@ -17,7 +17,7 @@ import goatbeat.stores
 from goatbeat.core.errors import InvalidSchedule
 from goatbeat.core.model import OverlapPolicy, Routing, Schedule
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
-from goatbeat.stores._common import SHARED_COLUMNS, Comparison, validate_schedule
+from goatbeat.stores.definitions import SHARED_COLUMNS, Comparison, validate_schedule
 
 T0 = datetime(2026, 12, 1, 8, tzinfo=UTC)
 HOURLY = IntervalTrigger("1h")

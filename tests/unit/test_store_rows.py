@@ -16,11 +16,11 @@ from goatbeat.core.errors import DamagedRow
 from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Routing, Schedule, Source
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from goatbeat.stores import SQLiteStore
-from goatbeat.stores._common import (
+from goatbeat.stores.definitions import schedule_to_row
+from goatbeat.stores.rows import (
     ScheduleCache,
     read_schedule,
     schedule_from_row,
-    schedule_to_row,
     trusted_schedule_from_row,
 )
 

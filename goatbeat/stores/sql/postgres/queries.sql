@@ -29,7 +29,7 @@ SELECT 1 AS found FROM goatbeat_schedule WHERE source = %(source)s LIMIT 1;
 -- that an unchanged declaration costs neither a full row on the wire nor a write: same source,
 -- a fingerprint recorded, not quarantined, every definition column equal. The declarations come
 -- as one JSON array of [name, args, kwargs, headers, k]; k indexes %(shared)s, a JSON array of
--- the other definition columns (in this order: goatbeat.stores._common.SHARED_COLUMNS), one
+-- the other definition columns (in this order: goatbeat.stores.definitions.SHARED_COLUMNS), one
 -- entry per distinct combination, since a schedules.py repeats a few tasks, triggers and
 -- policies many times. The stored row's columns, as one JSON array, must equal its entry: one
 -- comparison per row, with to_jsonb's meaning for each column (text as strings, numbers
@@ -70,7 +70,7 @@ SELECT id, name, source, task, trigger, timezone, args, kwargs, queue, exchange,
        enabled, start_at, end_at, next_run_at, last_run_at, last_status, total_run_count,
        missed_count, version, description, created_at, updated_at,
        jitter, overlap, max_runtime, pause_on_failure, paused, paused_at, paused_by,
-       pause_note, skipped_count
+       pause_note, skipped_count, published_fingerprint
 FROM goatbeat_schedule
 WHERE name = %(name)s;
 
@@ -153,11 +153,10 @@ RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchan
 -- Occurrences of a schedule being deleted that were never submitted: nothing can submit them
 -- any more, so they end as submit_failed instead of staying claimed (or buffered) forever.
 UPDATE goatbeat_execution SET status = 'submit_failed', error = %(error)s
-WHERE schedule_id = (SELECT id FROM goatbeat_schedule WHERE name = %(name)s)
-  AND status IN ('claimed', 'buffered');
+WHERE schedule_id = %(id)s AND status IN ('claimed', 'buffered');
 
 -- name: schedule_delete
-DELETE FROM goatbeat_schedule WHERE name = %(name)s RETURNING id;
+DELETE FROM goatbeat_schedule WHERE id = %(id)s;
 
 -- name: orphans
 -- Enabled rows of a source that a publication of these names (a JSON array of strings) does not

@@ -94,13 +94,20 @@ WHERE schedule_id = :id AND status IN ('claimed', 'buffered');
 -- name: schedule_delete
 DELETE FROM goatbeat_schedule WHERE id = :id;
 
--- name: prune_candidates
-SELECT name FROM goatbeat_schedule WHERE source = :source AND enabled ORDER BY name;
+-- name: orphans
+-- Enabled rows of a source that a publication of these names (a JSON array) does not declare.
+SELECT name FROM goatbeat_schedule
+WHERE source = :source AND enabled AND name NOT IN (SELECT value FROM json_each(:names))
+ORDER BY name;
 
--- name: prune_one
+-- name: prune
 UPDATE goatbeat_schedule SET
     enabled = 0, next_run_at = NULL, version = version + 1, updated_at = :now
-WHERE source = :source AND name = :name AND enabled;
+WHERE source = :source AND enabled AND name NOT IN (SELECT value FROM json_each(:keep))
+RETURNING name;
+
+-- name: source_has_rows
+SELECT 1 FROM goatbeat_schedule WHERE source = :source LIMIT 1;
 
 -- name: next_due_at
 SELECT min(next_run_at) AS next_due_at
@@ -469,10 +476,12 @@ UPDATE goatbeat_schedule SET
         ELSE consecutive_failures END
 WHERE id = :id;
 
--- name: failure_state
--- What pause_on_failure reads after a completion report.
-SELECT name, paused, pause_on_failure, consecutive_failures FROM goatbeat_schedule
-WHERE id = :id;
+-- name: failure_pause
+-- After a failure was counted: the schedule it pauses (pause_on_failure failures in a row),
+-- unless it is paused already.
+SELECT name, consecutive_failures FROM goatbeat_schedule
+WHERE id = :id AND NOT paused AND pause_on_failure IS NOT NULL
+  AND consecutive_failures >= pause_on_failure;
 
 -- name: heartbeat
 INSERT INTO goatbeat_scheduler (
@@ -496,6 +505,11 @@ SELECT scheduler_id, role, lease, fencing_token, hostname, pid, version, started
        heartbeat_at, expires_at, expires_at <= :now AS stale
 FROM goatbeat_scheduler
 ORDER BY role, scheduler_id;
+
+-- name: live_schedulers
+SELECT scheduler_id FROM goatbeat_scheduler
+WHERE heartbeat_at > :since AND expires_at > :now AND lease LIKE :pattern
+ORDER BY scheduler_id;
 
 -- name: record_miss
 INSERT INTO goatbeat_miss (

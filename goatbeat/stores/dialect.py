@@ -1,0 +1,465 @@
+"""The dialect contract: what one database gives :class:`~goatbeat.stores.store.DialectStore`,
+the one implementation of the ScheduleStore contract.
+
+The store knows what each operation means (what is validated, planned, written and returned);
+a dialect knows how its database runs it. A dialect hands out a :class:`Tx` (transaction
+handle) from one of four contexts, and the handle answers *named primitives*, each one query
+of the dialect's ``sql/<dialect>/queries.sql`` (or a few, where the database lacks arrays),
+each taking and returning whole batches so PostgreSQL keeps its arrays, pipelining and COPY:
+
+- :meth:`Dialect.session`: each primitive is atomic on its own (PostgreSQL: an autocommit
+  statement; SQLite: its own ``BEGIN IMMEDIATE`` when it writes);
+- :meth:`Dialect.transaction`: every primitive in one write transaction, committed when the
+  block ends (rolled back when it raises); notifications sent in it go out at commit;
+- :meth:`Dialect.claim`: one claim's reads, then, once :meth:`Tx.begin_writes` said the lease
+  still holds, its writes, atomically with that check (PostgreSQL: one transaction holding the
+  lease row ``FOR SHARE`` from the first read; SQLite: reads without the write lock, then
+  ``BEGIN IMMEDIATE`` and the lease checked again);
+- :meth:`Dialect.snapshot`: read-only primitives that see one snapshot (``status``).
+
+Rows follow :mod:`goatbeat.stores.definitions`: dicts keyed by column, JSON columns decoded,
+instants aware UTC datetimes, booleans as the database gives them (SQLite: 0 or 1). The claim
+path's rows (:meth:`Tx.due`) keep JSON columns as text, for the schedule cache. A row damaged
+by hand keeps the value it cannot decode, so the row decoders can name the column.
+
+Adding a store operation: its contract in ``core/store.py``, the operation once in
+``DialectStore``, and the primitive it needs here, answered by one named query per dialect
+(docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from goatbeat.core.errors import InvalidValue, StoreError
+from goatbeat.core.health import SchedulerBeat
+from goatbeat.core.model import LeaseGrant, Miss, SubmitOutcome
+from goatbeat.core.shards import Shard
+
+__all__ = [
+    "Dialect",
+    "Tx",
+    "ClaimCheck",
+    "Completion",
+    "Advanced",
+    "NewExecution",
+    "RolledBack",
+    "NameTaken",
+    "Replace",
+    "validate_payload",
+    "check_payload",
+    "lease_payload",
+    "heartbeat_columns",
+]
+
+
+class RolledBack(StoreError):
+    """The database rolled the transaction back (a deadlock, a serialization failure): nothing
+    was written, and running it again is safe."""
+
+
+class NameTaken(StoreError):
+    """An insert lost the race for a schedule name to a concurrent one."""
+
+
+@dataclass(slots=True)
+class Replace:
+    """A definition change for an existing row, written with compare-and-set on ``version``."""
+
+    id: int
+    version: int
+    values: dict[str, Any]
+    """Definition columns + enabled + next_run_at + last_status; last_run_at and
+    published_fingerprint, where None keeps the stored value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCheck:
+    """A claim's lease check that passed: the store's now, and whether any occurrence is
+    buffered (overlap ``buffer_one``) so the claim looks for those ready to start."""
+
+    now: datetime
+    buffered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Advanced:
+    """One schedule's compare-and-set in a claim (``claim_advance``)."""
+
+    id: int
+    version: int
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    last_status: str | None
+    runs: int
+    missed: int
+    skipped: int
+    disable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NewExecution:
+    """One execution a claim inserts (``ON CONFLICT (idempotency_key) DO NOTHING``)."""
+
+    schedule_id: int
+    schedule_name: str
+    scheduled_at: datetime
+    key: str
+    status: str
+    retry_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What recording a worker's completion report did: whether a row matched, and the
+    ``pause_on_failure`` pause it calls for (the schedule's name and failures in a row)."""
+
+    matched: bool
+    pause: tuple[str, int] | None = None
+
+
+def heartbeat_columns(beat: SchedulerBeat) -> dict[str, Any]:
+    """The columns of a scheduler's row that :meth:`Tx.heartbeat` writes as they are."""
+    return {
+        "scheduler_id": beat.scheduler_id,
+        "role": beat.role.value,
+        "lease": beat.lease,
+        "fencing_token": beat.fencing_token,
+        "hostname": beat.hostname,
+        "pid": beat.pid,
+        "version": beat.version,
+    }
+
+
+class Tx(Protocol):
+    """The primitives, grouped as the store uses them. Each says what it reads or writes;
+    none decides anything the store decides."""
+
+    def now(self) -> datetime:
+        """The store's clock (PostgreSQL: the transaction's ``now()``)."""
+        ...
+
+    def notify(self, payload: str) -> None:
+        """Send a checked payload on the wake-up channel (at commit, inside a transaction)."""
+        ...
+
+    # -- schedules ----------------------------------------------------------------------------
+
+    def schedule(self, name: str) -> dict[str, Any] | None:
+        """The schedule row ``name`` (with ``published_fingerprint``), or None."""
+        ...
+
+    def schedules(self, source: str | None) -> list[dict[str, Any]]:
+        """Every schedule row (of ``source``), by name."""
+        ...
+
+    def schedules_named(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The rows of those of ``names`` that exist (with ``published_fingerprint``)."""
+        ...
+
+    def source_has_rows(self, source: str) -> bool:
+        """Whether any schedule of ``source`` exists."""
+        ...
+
+    def unchanged(
+        self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
+    ) -> Collection[str] | None:
+        """The names stored exactly as declared (``publish_unchanged``; the parts of
+        :class:`~goatbeat.stores.definitions.Comparison`), or None when the dialect leaves
+        every comparison to the store. May be a collection that fills in when the block of
+        :meth:`comparing` ends (pipelined)."""
+        ...
+
+    def comparing(self) -> AbstractContextManager[None]:
+        """The block in which :meth:`unchanged` statements may overlap the store's work."""
+        ...
+
+    def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
+        """Names of the enabled rows of ``source`` not in ``declared``, sorted."""
+        ...
+
+    def lock_publication(self) -> None:
+        """Serialise concurrent publications (a no-op where the transaction already does)."""
+        ...
+
+    def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert new schedule rows (version 1, created and updated now)."""
+        ...
+
+    def create_schedule(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """Insert one schedule row and return it as stored; :class:`NameTaken` when a
+        concurrent insert took the name."""
+        ...
+
+    def replace_schedules(self, replaces: Sequence[Replace]) -> int:
+        """Each :class:`Replace`, compare-and-set on version
+        (``last_run_at`` and ``published_fingerprint`` kept when None): the rows written."""
+        ...
+
+    def set_fingerprints(self, pairs: Sequence[tuple[int, str]]) -> None:
+        """Record ``(id, fingerprint)`` on rows that have none, without a version bump."""
+        ...
+
+    def set_enabled(self, id: int, version: int, values: Mapping[str, Any]) -> int:
+        """``enabled``, ``next_run_at``, ``last_status`` (compare-and-set): rows written."""
+        ...
+
+    def prune(self, source: str, keep: Collection[str]) -> list[str]:
+        """Disable the enabled rows of ``source`` not in ``keep``: their names, any order."""
+        ...
+
+    def withdraw_waiting(self, schedule_id: int, error: str) -> int:
+        """Buffered occurrences, and claimed ones never tried waiting for their jittered
+        instant, become ``skipped`` with ``error``: how many."""
+        ...
+
+    def pause(self, schedule_id: int, values: Mapping[str, Any], withdrawn: int) -> None:
+        """Write the pause columns, add ``withdrawn`` to ``skipped_count``, bump version."""
+        ...
+
+    def resume(self, id: int, version: int, next_run_at: datetime | None, skipped: int) -> int:
+        """Clear the pause, write ``next_run_at`` and ``skipped_count`` (compare-and-set)."""
+        ...
+
+    def delete_schedule(self, schedule_id: int, error: str) -> None:
+        """End its unsent (claimed, buffered) executions as ``submit_failed`` with ``error``,
+        then delete the row (executions keep their history, schedule id NULL)."""
+        ...
+
+    def execution_statuses(self, keys: Sequence[str]) -> dict[str, str]:
+        """``{idempotency key: status}`` of the executions that exist."""
+        ...
+
+    def insert_backfill(
+        self, schedule_id: int, name: str, instants: Sequence[datetime], keys: Sequence[str]
+    ) -> set[datetime]:
+        """Insert unclaimed ``backfill`` executions (``DO NOTHING`` on a taken key): the
+        instants written."""
+        ...
+
+    def request_run(
+        self, schedule_id: int, name: str, at: datetime, key: str
+    ) -> dict[str, Any] | None:
+        """Insert a ``manual`` execution (or find the one with ``key``): its row, or None when
+        a concurrent request holds the key and is not visible yet."""
+        ...
+
+    def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        """Executions, newest ``scheduled_at`` first."""
+        ...
+
+    # -- the lease ----------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        """Take or renew the lease (store clock): the grant, or None while another holds it."""
+        ...
+
+    def release_lease(self, name: str, holder: str, token: int, payload: str | None) -> bool:
+        """Expire the lease now if still held so, notifying ``payload``: whether it did."""
+        ...
+
+    def read_leases(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """Lease rows (name, holder, token, expires_at, expired by the store's clock)."""
+        ...
+
+    def scheduler_leases(self) -> list[dict[str, Any]]:
+        """Every lease row of the scheduler, shard leases included, by name."""
+        ...
+
+    # -- claiming -----------------------------------------------------------------------------
+
+    def check_lease(self, lease: LeaseGrant) -> ClaimCheck | None:
+        """A claim's lease check (holder, token, unexpired; row-locked where the database
+        can): None when the lease does not hold."""
+        ...
+
+    def due(self, now: datetime, limit: int, shard: Shard) -> list[dict[str, Any]]:
+        """Enabled, unpaused rows due at ``now`` (of ``shard``), by ``next_run_at``, with the
+        run each overlap policy waits for; JSON columns as text."""
+        ...
+
+    def recording(self, outcomes: Sequence[SubmitOutcome]) -> AbstractContextManager[None]:
+        """Write ``outcomes`` (:meth:`record_outcomes`) in the claim while the block runs; the
+        block must not use the handle. Only called when :attr:`Dialect.records_in_claim`."""
+        ...
+
+    def begin_writes(self, lease: LeaseGrant) -> bool:
+        """From here on the claim writes: whether its lease still holds."""
+        ...
+
+    def quarantine(self, damaged: Sequence[tuple[int, int]], status: str) -> set[int]:
+        """``(id, version)`` rows out of scheduling (compare-and-set): the ids written."""
+        ...
+
+    def advance(self, advances: Sequence[Advanced], lease: LeaseGrant) -> set[int]:
+        """The batch's compare-and-set: the ids advanced."""
+        ...
+
+    def insert_executions(
+        self, executions: Sequence[NewExecution], token: int, scheduler_id: str
+    ) -> dict[str, int]:
+        """Insert the claim's executions, claimed now: ``{key: id}`` of those written."""
+        ...
+
+    def started_runs(self, runs: Mapping[int, int]) -> None:
+        """``{schedule id: execution id}``: the runs their overlap policies wait for now."""
+        ...
+
+    def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
+        """Buffered occurrences with the run each waits for
+        (:func:`~goatbeat.stores.rows.buffer_ready_at`'s columns), by id."""
+        ...
+
+    def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
+        """Start those buffered occurrences (claimed now, their schedule's run, counted as a
+        run): their rows as :meth:`pending` returns them."""
+        ...
+
+    def abandon(self, failed: Sequence[tuple[int, str]]) -> None:
+        """``(execution id, error)``: claimed executions nothing can submit end as
+        ``submit_failed``."""
+        ...
+
+    def next_due_at(self, shard: Shard) -> datetime | None:
+        """The earliest ``next_run_at`` of an enabled, unpaused row, or the instant a buffered
+        occurrence may start (:meth:`~goatbeat.core.store.ScheduleStore.next_due_at`)."""
+        ...
+
+    def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
+        """Claimed executions due for (re)submission with their schedules' columns."""
+        ...
+
+    def next_retry_at(self, shard: Shard) -> datetime | None:
+        """The earliest ``retry_at`` of a claimed execution."""
+        ...
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        """:meth:`~goatbeat.core.store.ScheduleStore.record_outcomes`, atomically."""
+        ...
+
+    def refuse(self, schedule_id: int, task: str, reason: str) -> bool:
+        """:meth:`~goatbeat.core.store.ScheduleStore.refuse`, atomically."""
+        ...
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, scheduler_id: str, ids: Sequence[int], shard: Shard
+    ) -> list[int]:
+        """:meth:`~goatbeat.core.store.ScheduleStore.claim_manual_runs`, with its lease
+        check, atomically: the ids claimed."""
+        ...
+
+    # -- reports and operations ---------------------------------------------------------------
+
+    def record_started(self, key: str, worker: str | None) -> bool:
+        """:meth:`~goatbeat.core.store.ScheduleStore.record_started`, atomically."""
+        ...
+
+    def record_completion(
+        self, key: str, outcome: str, error: str | None, runtime: float | None, worker: str | None
+    ) -> Completion:
+        """:meth:`~goatbeat.core.store.ScheduleStore.record_completion`'s writes, atomically
+        (the pause it calls for is the store's)."""
+        ...
+
+    def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
+        """Upsert the scheduler's row, delete the rows expired ``retention`` ago."""
+        ...
+
+    def remove_scheduler(self, scheduler_id: str) -> None: ...
+
+    def record_misses(
+        self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
+    ) -> None:
+        """One miss record each, then delete those older than ``retention``."""
+        ...
+
+    def status_counts(self, now: datetime, since: datetime) -> dict[str, int]:
+        """``due``, ``pending``, ``missed``, ``failed`` as ``status`` counts them."""
+        ...
+
+    def status_oldest(self, now: datetime) -> dict[str, Any] | None:
+        """The oldest due or pending instant (``at``) and its schedule's ``name``."""
+        ...
+
+    def schedulers(self) -> list[dict[str, Any]]:
+        """Every scheduler row, ``stale`` by the store's clock, by role and id."""
+        ...
+
+    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
+        """The rows ``schedule_health`` reports, ``overdue`` computed, in its order."""
+        ...
+
+    def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
+        """:meth:`~goatbeat.core.store.ShardedStore.live_schedulers`."""
+        ...
+
+
+class Dialect(Protocol):
+    """One database, as :class:`~goatbeat.stores.store.DialectStore` uses it."""
+
+    kind: str
+    """``info()``'s kind: ``"sqlite"``, ``"postgres"``."""
+    supports_shards: bool
+    """Whether claims and reads may be limited to one shard (PostgreSQL)."""
+    records_in_claim: bool
+    """Whether ``claim_due(record=...)`` writes the outcomes inside the claim
+    (:meth:`Tx.recording`); otherwise the store records them first, on their own."""
+    compares_publications: bool
+    """Whether the database compares a publication's declarations with the stored rows
+    (:meth:`Tx.unchanged`); otherwise the store compares every row it reads."""
+    claim_attempts: int
+    """How often a claim rolled back by the database (:class:`RolledBack`) is run again."""
+
+    def session(self) -> AbstractContextManager[Tx]: ...
+
+    def transaction(self) -> AbstractContextManager[Tx]: ...
+
+    def claim(self) -> AbstractContextManager[Tx]: ...
+
+    def snapshot(self) -> AbstractContextManager[Tx]: ...
+
+    def now(self) -> datetime:
+        """The store's clock, outside any transaction."""
+        ...
+
+    def migrate(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def wait(self, timeout: float) -> bool:
+        """:meth:`~goatbeat.core.store.ScheduleStore.wait`."""
+        ...
+
+
+# -- the wake-up channel's payloads (see goatbeat.core.store.NOTIFY_CHANNEL) -----------------
+
+_PAYLOAD = re.compile(r"\A(?:schedule:[0-9]{1,19}|run:[0-9]{1,19}|lease:[A-Za-z0-9_.:/-]{1,64})\Z")
+
+
+def validate_payload(payload: object) -> bool:
+    """Whether ``payload`` is one of the identifiers the channel carries (see NOTIFY_CHANNEL).
+    Receivers treat anything else as a plain wake-up."""
+    return isinstance(payload, str) and _PAYLOAD.match(payload) is not None
+
+
+def check_payload(payload: object) -> str:
+    """``payload`` if it is a valid identifier; InvalidValue naming ``payload`` otherwise (we
+    never send user text over the channel)."""
+    if not validate_payload(payload):
+        raise InvalidValue(
+            "payload", payload, f"{payload!r} is not schedule:<id>, run:<id> or lease:<name>"
+        )
+    assert isinstance(payload, str)
+    return payload
+
+
+def lease_payload(name: str) -> str | None:
+    payload = f"lease:{name}"
+    return payload if validate_payload(payload) else None

@@ -1,0 +1,231 @@
+"""What a publication, an edit and an enable or disable write, decided from the rows they
+read: inserts, compare-and-set replaces, recorded fingerprints, and the result reported."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from goatbeat.core.errors import InvalidSchedule
+from goatbeat.core.model import SCHEDULE_INVALID, Schedule, Source
+from goatbeat.core.store import FieldChange, PublishResult, definition_changes
+from goatbeat.stores.definitions import (
+    definition_of,
+    fingerprint,
+    first_run,
+    row_definition,
+    schedule_to_row,
+    utc,
+)
+from goatbeat.stores.dialect import Replace
+from goatbeat.stores.rows import schedule_from_row
+
+
+@dataclass(slots=True)
+class PublishActions:
+    inserts: list[dict[str, Any]] = field(default_factory=list)
+    replaces: list[Replace] = field(default_factory=list)
+    fingerprints: list[tuple[int, str]] = field(default_factory=list)
+    """(id, fingerprint) of unchanged rows that had none (published before schema 3)."""
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    refreshed: list[str] = field(default_factory=list)
+    changes: dict[str, list[FieldChange]] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.inserts or self.replaces)
+
+    def result(self, *, orphaned: Sequence[str] = (), dry_run: bool = False) -> PublishResult:
+        return PublishResult(
+            created=self.created,
+            updated=self.updated,
+            unchanged=self.unchanged,
+            changes=self.changes,
+            orphaned=list(orphaned),
+            dry_run=dry_run,
+            refreshed=self.refreshed,
+        )
+
+
+def orphans(
+    enabled_names: Iterable[str], schedules: Sequence[Schedule], *, source: Source
+) -> list[str]:
+    """The orphans a publication of ``schedules`` reports, given the names of the enabled rows
+    of its source: for a code publication, those it does not declare, sorted; else none."""
+    if Source(source) is not Source.CODE:
+        return []
+    declared = {s.name for s in schedules}
+    return sorted(name for name in enabled_names if name not in declared)
+
+
+def plan_publish(
+    schedules: Sequence[Schedule],
+    existing: Mapping[str, Mapping[str, Any]],
+    *,
+    source: Source,
+    now: datetime,
+    definitions: Sequence[dict[str, Any] | None] | None = None,
+    follow_last_run: bool = False,
+    unchanged: Collection[str] = (),
+) -> PublishActions:
+    """Decide what publishing ``schedules`` writes, given the stored rows with those names
+    (rows carry ``published_fingerprint``).
+
+    ``unchanged``: names the store has already found stored with exactly the declared
+    definition, of this source, with a fingerprint recorded and not quarantined (PostgreSQL
+    compares them in the database); they need no row in ``existing`` and write nothing (and
+    their ``definitions`` entry may be None; any other None is computed here).
+
+    Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
+    anything is written. The stored ``enabled`` flag always wins over the declared one.
+    ``follow_last_run``: see :meth:`goatbeat.core.store.ScheduleStore.publish`."""
+    source = Source(source)
+    actions = PublishActions()
+    if definitions is None:
+        definitions = [definition_of(s) for s in schedules]
+    for schedule, wanted in zip(schedules, definitions, strict=True):
+        if schedule.name in unchanged:
+            actions.unchanged.append(schedule.name)
+            continue
+        if wanted is None:
+            wanted = definition_of(schedule)
+        row = existing.get(schedule.name)
+        if row is None:
+            anchor = schedule.last_run_at or now
+            actions.inserts.append(
+                schedule_to_row(
+                    schedule,
+                    source=source,
+                    enabled=schedule.enabled,
+                    next_run_at=first_run(schedule, anchor),
+                    definition=wanted,
+                    published=True,
+                )
+            )
+            actions.created.append(schedule.name)
+            continue
+        if row["source"] != source.value:
+            raise InvalidSchedule(
+                "name",
+                schedule.name,
+                f"{schedule.name!r} already exists with source {row['source']!r}, "
+                f"not {source.value!r}",
+            )
+        quarantined = row["last_status"] == SCHEDULE_INVALID
+        stored = row_definition(row)
+        enabled = bool(row["enabled"])
+        stored_last: datetime | None = utc(row["last_run_at"])
+        later: datetime | None = None
+        if follow_last_run and schedule.last_run_at is not None:
+            theirs = utc(schedule.last_run_at)
+            assert theirs is not None
+            later = theirs if stored_last is None or theirs > stored_last else stored_last
+        printed = fingerprint(wanted)
+        if wanted == stored and not quarantined:
+            if later is None or later == stored_last:
+                actions.unchanged.append(schedule.name)
+                if row.get("published_fingerprint") is None:
+                    actions.fingerprints.append((int(row["id"]), printed))
+                continue
+            # Another scheduler (celery) ran it since: move the phase forward, never back.
+            nxt = schedule.first_run_after(later) if enabled else None
+            planned = utc(row["next_run_at"])
+            if nxt is not None and planned is not None and planned > nxt:
+                nxt = planned
+            values = dict(wanted)
+            values.update(
+                enabled=enabled,
+                next_run_at=nxt,
+                last_run_at=later,
+                published_fingerprint=printed,
+                last_status=row["last_status"],
+            )
+            actions.replaces.append(
+                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
+            )
+            actions.refreshed.append(schedule.name)
+            continue
+        changes = definition_changes(stored, wanted)
+        if quarantined:
+            changes.append(FieldChange(field="last_status", old=SCHEDULE_INVALID, new=None))
+        actions.changes[schedule.name] = changes
+        values = dict(wanted)
+        values["enabled"] = enabled
+        # A changed definition, or a quarantined row (repaired by this publish).
+        anchor = now if later is None else later
+        values["next_run_at"] = schedule.first_run_after(anchor) if enabled else None
+        values["last_status"] = None if quarantined else row["last_status"]
+        values["last_run_at"] = later
+        values["published_fingerprint"] = printed
+        actions.replaces.append(
+            Replace(id=int(row["id"]), version=int(row["version"]), values=values)
+        )
+        actions.updated.append(schedule.name)
+    return actions
+
+
+KEPT_WHEN_NONE = ("last_run_at", "published_fingerprint")
+"""Columns a replace leaves as stored when its value is None (SQL: COALESCE)."""
+
+
+def without_kept(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` without the None values of :data:`KEPT_WHEN_NONE`: what a store that
+    updates a dict in place (memory) applies."""
+    return {k: v for k, v in values.items() if not (v is None and k in KEPT_WHEN_NONE)}
+
+
+def update_values(
+    schedule: Schedule,
+    row: Mapping[str, Any],
+    *,
+    now: datetime,
+    definition: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Columns :meth:`ScheduleStore.update` writes: the definition, ``enabled``, and a
+    ``next_run_at`` recomputed when the definition changed or the schedule was re-enabled."""
+    wanted = definition if definition is not None else definition_of(schedule)
+    values = dict(wanted)
+    # An edit keeps the last run and the published fingerprint (that it differs now is how
+    # an edit is told from a publish).
+    values["last_run_at"] = None
+    values["published_fingerprint"] = None
+    values["enabled"] = bool(schedule.enabled)
+    quarantined = row["last_status"] == SCHEDULE_INVALID
+    values["last_status"] = None if quarantined else row["last_status"]
+    if not schedule.enabled:
+        values["next_run_at"] = None
+    elif wanted != row_definition(row) or not row["enabled"] or quarantined:
+        values["next_run_at"] = schedule.first_run_after(now)
+    else:
+        values["next_run_at"] = row["next_run_at"]
+    return values
+
+
+def enabled_values(
+    row: Mapping[str, Any], enabled: bool, *, now: datetime
+) -> dict[str, Any] | None:
+    """Columns :meth:`ScheduleStore.set_enabled` writes (``enabled``, ``next_run_at``,
+    ``last_status``), or None when there is nothing to change.
+
+    Disabling never needs to decode the row, so a damaged one can always be disabled. Enabling
+    does: a row that still cannot be decoded raises DamagedRow; one the scheduler quarantined
+    and somebody repaired by hand is scheduled again from ``now``."""
+    quarantined = row["last_status"] == SCHEDULE_INVALID
+    if not enabled:
+        if not row["enabled"]:
+            return None
+        return {"enabled": False, "next_run_at": None, "last_status": row["last_status"]}
+    schedule = schedule_from_row(row)
+    if row["enabled"] and not quarantined and row["next_run_at"] is not None:
+        # Already running. (An enabled row without next_run_at is recomputed: a quarantine
+        # whose mark a late submission outcome overwrote, or a trigger that has ended.)
+        return None
+    return {
+        "enabled": True,
+        "next_run_at": schedule.first_run_after(now),
+        "last_status": None if quarantined else row["last_status"],
+    }

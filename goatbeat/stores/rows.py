@@ -1,0 +1,742 @@
+"""Rows read back into values: a stored schedule row into a Schedule (checked as a
+declaration would be, or cheaply on the claim path, or cached by version), a damaged one into a
+DamagedSchedule naming the column, and execution rows into Executions and Occurrences.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from goatbeat.core.errors import DamagedRow, InvalidValue, short_repr
+from goatbeat.core.jitter import MAX_JITTER, jittered
+from goatbeat.core.model import (
+    ACTIVE_STATUSES,
+    MAX_PAUSE_ON_FAILURE,
+    DamagedSchedule,
+    Execution,
+    ExecutionKind,
+    ExecutionStatus,
+    MisfirePolicy,
+    Occurrence,
+    OverlapPolicy,
+    Routing,
+    Schedule,
+    Source,
+    StoredSchedule,
+)
+from goatbeat.core.timeutil import get_zone
+from goatbeat.core.triggers import Trigger
+from goatbeat.stores.definitions import (
+    DEFINITION_COLUMNS,
+    STATE_FIELDS,
+    trigger_from_text,
+    trigger_of,
+    utc,
+)
+
+
+def _json(value: Any, text: bool, want: type, what: str) -> Any:
+    """A JSON column's value, which must be a ``want``. With ``text`` the column came as JSON
+    text (the claim path's rows); otherwise it is decoded already, and a string is a JSON
+    string: never what an args, kwargs or headers column may hold."""
+    if text and isinstance(value, str):
+        # Most schedules have no args, kwargs or headers: skip the decoder for the empty ones.
+        if value == "[]":
+            value = []
+        elif value == "{}":
+            value = {}
+        else:
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise _Bad(f"{short_repr(value)} is not JSON") from None
+    if type(value) is not want:
+        raise _Bad(f"{short_repr(value)} is not {what}")
+    return value
+
+
+def schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False) -> Schedule:
+    """Rebuild a Schedule (definition and state) from a stored row, validating every field as a
+    declaration would. JSON columns come decoded, or as JSON text with ``json_text``.
+
+    A row that cannot be decoded raises :class:`~goatbeat.core.errors.DamagedRow` naming the
+    schedule and the column; :func:`read_schedule` returns a DamagedSchedule instead."""
+    trusted = trusted_schedule_from_row(row, json_text=json_text)
+    try:
+        # The constructors' own validation, on the decoded values.
+        Routing(**trusted.routing.to_dict())
+        return replace(trusted)
+    except InvalidValue as exc:
+        column = _COLUMN_OF_FIELD.get(exc.field, exc.field)
+        raise DamagedRow(row.get("name"), column, row.get(column, exc.value), exc.reason) from None
+
+
+def read_schedule(row: Mapping[str, Any]) -> StoredSchedule:
+    """:func:`schedule_from_row`, or a :class:`DamagedSchedule` for a row it cannot decode:
+    what ``get`` and ``list_schedules`` return, so one damaged row never hides the others."""
+    try:
+        return schedule_from_row(row)
+    except DamagedRow as exc:
+        return damaged_schedule(row, exc)
+
+
+# Schedule field -> the column that stores it, where the names differ.
+_COLUMN_OF_FIELD = {"misfire": "misfire_policy", "routing": "headers"}
+
+_TRUSTED_TIMES = (
+    "start_at",
+    "end_at",
+    "next_run_at",
+    "last_run_at",
+    "created_at",
+    "updated_at",
+    "paused_at",
+)
+_COUNTERS = ("total_run_count", "missed_count", "version", "skipped_count")
+_MAX_CATCH_UP = 100_000
+
+
+class _Bad(Exception):
+    """One column's problem, turned into DamagedRow by the caller that knows the column."""
+
+
+def _check_routing_text(value: Any) -> Any:
+    if value is not None and (type(value) is not str or not value):
+        raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
+    return value
+
+
+def _check_priority(value: Any) -> Any:
+    if value is None:
+        return None
+    if type(value) is not int or not -100 <= value <= 255:
+        raise _Bad(f"{short_repr(value)} is not an integer in -100..255")
+    return value
+
+
+def _check_expires(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (bool, str)):
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise _Bad(f"{short_repr(value)} must be a finite number of seconds > 0")
+    return seconds
+
+
+def _check_grace(value: Any) -> timedelta:
+    if isinstance(value, (bool, str)):
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _Bad(f"{short_repr(value)} must be a finite number of seconds >= 0")
+    return timedelta(seconds=seconds)
+
+
+def _check_seconds(value: Any, *, none: bool, positive: bool) -> timedelta | None:
+    if value is None and none:
+        return None
+    if isinstance(value, (bool, str)) or value is None:
+        raise _Bad(f"{short_repr(value)} is not a number of seconds")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise _Bad(
+            f"{short_repr(value)} must be a finite number of seconds {'>' if positive else '>='} 0"
+        )
+    return timedelta(seconds=seconds)
+
+
+def _check_pause_on_failure(value: Any) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 1 <= value <= MAX_PAUSE_ON_FAILURE:
+        raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_PAUSE_ON_FAILURE}")
+    return value
+
+
+def _check_catch_up(value: Any) -> int:
+    if type(value) is not int or not 1 <= value <= _MAX_CATCH_UP:
+        raise _Bad(f"{short_repr(value)} is not an integer in 1..{_MAX_CATCH_UP}")
+    return value
+
+
+_TASK_NAME = re.compile(r"\S+\Z")  # Schedule's rule: non-empty, no whitespace at all
+
+
+def _check_task(value: Any) -> str:
+    if type(value) is not str or _TASK_NAME.match(value) is None:
+        raise _Bad(f"{short_repr(value)} is not a task name")
+    return value
+
+
+def _check_zone(value: Any, trigger: Trigger) -> None:
+    # The column repeats the trigger's zone (for the admin and SQL users); a row where the two
+    # disagree does not say which one it means.
+    expected = str(getattr(trigger, "timezone", "UTC"))
+    if value != expected:
+        try:
+            get_zone(value)
+        except InvalidValue as exc:
+            raise _Bad(exc.reason) from None
+        raise _Bad(f"{short_repr(value)} is not the trigger's time zone {expected!r}")
+
+
+def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False) -> Schedule:
+    """:func:`schedule_from_row` for the claim path, without re-validating the JSON contents.
+
+    The row was validated when goatbeat wrote it, so only what a row damaged behind goatbeat's
+    back (a hand-edited column, a restored dump) could still get wrong is checked here, cheaply:
+    the trigger spec (parsed, and cached by spec) and the zone column, the shape of the JSON
+    columns, the task name, the routing options, the enums, the limits and the instants. A
+    damaged row raises :class:`~goatbeat.core.errors.DamagedRow` naming the schedule and the
+    column; the claim quarantines that row and goes on with the others."""
+    column = "trigger"
+    try:
+        spec = row["trigger"]
+        if not json_text and isinstance(spec, str):
+            raise _Bad(f"{short_repr(spec)} is not a JSON object")
+        trigger = trigger_of(spec)
+        column = "timezone"
+        _check_zone(row["timezone"], trigger)
+        task, args, kwargs, routing = _payload(row, row.get("name"), json_text=json_text)
+        column = "misfire_policy"
+        values: dict[str, Any] = {"misfire": MisfirePolicy(row["misfire_policy"])}
+        column = "source"
+        values["source"] = Source(row["source"])
+        column = "misfire_grace"
+        values["misfire_grace"] = _check_grace(row["misfire_grace"])
+        column = "catch_up_limit"
+        values["catch_up_limit"] = _check_catch_up(row["catch_up_limit"])
+        for column in _TRUSTED_TIMES:
+            value = row[column]
+            values[column] = None if value is None else value.astimezone(UTC)
+        column = "end_at"
+        if values["start_at"] and values["end_at"] and values["end_at"] < values["start_at"]:
+            raise _Bad(f"{values['end_at'].isoformat()} is before start_at")
+        for column in _COUNTERS:
+            values[column] = int(row[column])
+        column = "description"
+        if type(row["description"]) is not str:
+            raise _Bad(f"{short_repr(row['description'])} is not text")
+        column = "jitter"
+        jitter = _check_seconds(row["jitter"], none=False, positive=False)
+        assert jitter is not None
+        if jitter > MAX_JITTER:
+            raise _Bad(f"{short_repr(row['jitter'])} is longer than a day")
+        values["jitter"] = jitter
+        column = "overlap"
+        values["overlap"] = OverlapPolicy(row["overlap"])
+        column = "max_runtime"
+        values["max_runtime"] = _check_seconds(row["max_runtime"], none=True, positive=True)
+        if values["overlap"] is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
+            raise _Bad(f"NULL, but overlap {values['overlap'].value!r} needs it")
+        column = "pause_on_failure"
+        values["pause_on_failure"] = _check_pause_on_failure(row["pause_on_failure"])
+        column = "pause_note"
+        note = row["pause_note"]
+        if type(note) is not str:
+            raise _Bad(f"{short_repr(note)} is not text")
+    except DamagedRow:
+        raise
+    except InvalidValue as exc:
+        # A trigger's own error names the field inside the spec ("timezone: ..."): keep it.
+        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
+    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
+    values.update(
+        name=row["name"],
+        task=task,
+        trigger=trigger,
+        args=tuple(args),
+        kwargs=kwargs,
+        routing=routing,
+        one_off=bool(row["one_off"]),
+        description=row["description"],
+        enabled=bool(row["enabled"]),
+        id=int(row["id"]),
+        last_status=row["last_status"],
+        paused=bool(row["paused"]),
+        paused_by=row["paused_by"],
+        pause_note=note,
+    )
+    return Schedule._trusted(values)
+
+
+def _payload(
+    row: Mapping[str, Any], name: Any, *, json_text: bool = False
+) -> tuple[str, list[Any], dict[str, Any], Routing]:
+    """What a submission carries (task, args, kwargs, routing), checked column by column:
+    shared by the claim path and the pending (resubmission) path."""
+    column = "task"
+    try:
+        task = _check_task(row["task"])
+        column = "args"
+        args = _json(row["args"], json_text, list, "a JSON array")
+        column = "kwargs"
+        kwargs = _json(row["kwargs"], json_text, dict, "a JSON object")
+        column = "headers"
+        headers = row["headers"]
+        headers = {} if headers is None else _json(headers, json_text, dict, "a JSON object")
+        column = "queue"
+        queue = _check_routing_text(row["queue"])
+        column = "exchange"
+        exchange = _check_routing_text(row["exchange"])
+        column = "routing_key"
+        routing_key = _check_routing_text(row["routing_key"])
+        column = "priority"
+        priority = _check_priority(row["priority"])
+        column = "expires"
+        routing = Routing._trusted(
+            queue=queue,
+            exchange=exchange,
+            routing_key=routing_key,
+            priority=priority,
+            expires=_check_expires(row["expires"]),
+            headers=headers,
+        )
+    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    return task, args, kwargs, routing
+
+
+def damaged_schedule(row: Mapping[str, Any], exc: DamagedRow) -> DamagedSchedule:
+    """What a store shows for a row that ``exc`` says cannot be decoded: the state columns as
+    far as they can be read, and every definition column as stored."""
+
+    def read(column: str, convert: Callable[[Any], Any], default: Any) -> Any:
+        try:
+            value = row[column]
+            return default if value is None else convert(value)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+            return default
+
+    def instant(value: Any) -> datetime:
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+    columns = {name: _shown(row.get(name)) for name in DEFINITION_COLUMNS}
+    return DamagedSchedule(
+        name=str(row.get("name")),
+        column=exc.column,
+        value=exc.value,
+        detail=exc.detail,
+        id=read("id", int, None),
+        source=str(row.get("source")),
+        task=str(row.get("task")),
+        description=str(row.get("description") or ""),
+        enabled=read("enabled", bool, False),
+        next_run_at=read("next_run_at", instant, None),
+        last_run_at=read("last_run_at", instant, None),
+        last_status=read("last_status", str, None),
+        total_run_count=read("total_run_count", int, 0),
+        missed_count=read("missed_count", int, 0),
+        version=read("version", int, 0),
+        created_at=read("created_at", instant, None),
+        updated_at=read("updated_at", instant, None),
+        paused=read("paused", bool, False),
+        paused_at=read("paused_at", instant, None),
+        paused_by=read("paused_by", str, None),
+        pause_note=read("pause_note", str, ""),
+        skipped_count=read("skipped_count", int, 0),
+        columns=columns,
+    )
+
+
+def _shown(value: Any) -> Any:
+    """A stored column value as an operator should see it: JSON text decoded when it parses."""
+    if isinstance(value, str) and value[:1] in ("[", "{", '"'):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def execution_from_row(row: Mapping[str, Any]) -> Execution:
+    claimed_at = utc(row["claimed_at"])
+    assert claimed_at is not None
+    scheduled_at = utc(row["scheduled_at"])
+    assert scheduled_at is not None
+    return Execution(
+        id=int(row["id"]),
+        schedule_id=None if row["schedule_id"] is None else int(row["schedule_id"]),
+        schedule_name=row["schedule_name"],
+        scheduled_at=scheduled_at,
+        idempotency_key=row["idempotency_key"],
+        kind=ExecutionKind(row["kind"]),
+        status=ExecutionStatus(row["status"]),
+        fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
+        scheduler_id=row["scheduler_id"],
+        claimed_at=claimed_at,
+        submitted_at=utc(row["submitted_at"]),
+        finished_at=utc(row["finished_at"]),
+        attempts=int(row["attempts"]),
+        backend_task_id=row["backend_task_id"],
+        error=row["error"],
+        # Schema version 5: what the worker reported.
+        started_at=utc(row.get("started_at")),
+        runtime=None if row.get("runtime") is None else float(row["runtime"]),
+        worker=row.get("worker"),
+        retries=int(row.get("retries") or 0),
+    )
+
+
+def occurrence_from_row(row: Mapping[str, Any]) -> Occurrence:
+    """An occurrence from a pending-execution row joined with its schedule's columns. Raises
+    DamagedRow when those columns cannot be decoded (see :func:`decode_pending`)."""
+    scheduled_at = utc(row["scheduled_at"])
+    assert scheduled_at is not None
+    task, args, kwargs, routing = _payload(row, row["schedule_name"])
+    kind = ExecutionKind(row["kind"])
+    return Occurrence(
+        due_at=_due_at(row, kind, scheduled_at),
+        execution_id=int(row["execution_id"]),
+        schedule_id=int(row["schedule_id"]),
+        schedule_name=row["schedule_name"],
+        task=task,
+        args=tuple(args),
+        kwargs=kwargs,
+        routing=routing,
+        scheduled_at=scheduled_at,
+        idempotency_key=row["idempotency_key"],
+        kind=kind,
+        fencing_token=None if row["fencing_token"] is None else int(row["fencing_token"]),
+        attempts=int(row["attempts"]),
+        misfire_grace=_grace(row.get("misfire_grace")),
+    )
+
+
+def _due_at(row: Mapping[str, Any], kind: ExecutionKind, scheduled_at: datetime) -> datetime | None:
+    """When a pending row is due: a backfill at its request (its instant is long past, and
+    its retry grace counts from the request), a scheduled occurrence at its jittered instant
+    (recomputed: the offset is a pure function), anything else at its instant (None)."""
+    if kind is ExecutionKind.BACKFILL:
+        return utc(row.get("claimed_at"))
+    if kind is ExecutionKind.SCHEDULED:
+        jitter = _check_seconds_or_none(row.get("jitter"))
+        if jitter:
+            return jittered(row["schedule_name"], scheduled_at, jitter)
+    return None
+
+
+def _check_seconds_or_none(value: Any) -> timedelta | None:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return min(timedelta(seconds=seconds), MAX_JITTER)
+
+
+def decode_pending(
+    rows: Sequence[Mapping[str, Any]],
+) -> tuple[list[Occurrence], list[tuple[int, str]]]:
+    """Pending rows as occurrences, and ``(execution id, error)`` for those whose schedule
+    cannot be decoded: nothing can submit them, so the store ends them as ``submit_failed``
+    instead of letting one damaged schedule stop every resubmission."""
+    out: list[Occurrence] = []
+    failed: list[tuple[int, str]] = []
+    for row in rows:
+        try:
+            out.append(occurrence_from_row(row))
+        except DamagedRow as exc:
+            failed.append((int(row["execution_id"]), str(exc)))
+    return out, failed
+
+
+def _grace(value: Any) -> timedelta | None:
+    """A pending row's schedule grace; None when absent or unreadable (retries by count)."""
+    try:
+        seconds = float(value)
+        return timedelta(seconds=seconds) if seconds >= 0 else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+_DEFINITION_SLOTS = tuple(n for n in Schedule.__slots__ if n not in STATE_FIELDS)
+_read_definition = operator.attrgetter(*_DEFINITION_SLOTS)
+
+
+def _with_state(schedule: Schedule, state: Mapping[str, Any]) -> Schedule:
+    """A copy of ``schedule`` with its store-owned state taken from ``state`` (a row), without
+    re-validating the definition: it is the one already validated."""
+    clone = object.__new__(Schedule)
+    setattr_ = object.__setattr__
+    for name, value in zip(_DEFINITION_SLOTS, _read_definition(schedule), strict=True):
+        setattr_(clone, name, value)
+    for name in _TIME_STATE:
+        value = state[name]
+        setattr_(clone, name, None if value is None else value.astimezone(UTC))
+    setattr_(clone, "enabled", bool(state["enabled"]))
+    setattr_(clone, "last_status", state["last_status"])
+    setattr_(clone, "total_run_count", int(state["total_run_count"]))
+    setattr_(clone, "missed_count", int(state["missed_count"]))
+    setattr_(clone, "version", int(state["version"]))
+    setattr_(clone, "paused", bool(state["paused"]))
+    setattr_(clone, "paused_by", state["paused_by"])
+    note = state["pause_note"]
+    if type(note) is not str:
+        raise TypeError("pause_note")
+    setattr_(clone, "pause_note", note)
+    setattr_(clone, "skipped_count", int(state["skipped_count"]))
+    return clone
+
+
+_TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at", "paused_at")
+
+
+_SHARED_COLUMNS = (
+    "source",
+    "task",
+    "trigger",
+    "timezone",
+    "headers",
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "expires",
+    "misfire_policy",
+    "misfire_grace",
+    "catch_up_limit",
+    "jitter",
+    "overlap",
+    "max_runtime",
+    "pause_on_failure",
+)
+"""Definition columns many schedules hold alike (one declaration site, one trigger spec, the
+default routing and policies): validated once per distinct combination, not once per row."""
+_read_shared = operator.itemgetter(*_SHARED_COLUMNS)
+# Their types join the key: SQLite's columns take any type, and 1, 1.0 and True are equal
+# keys that the checks tell apart (a priority must be an int, not a bool).
+_read_numbers = operator.itemgetter(
+    "priority", "expires", "misfire_grace", "catch_up_limit", "jitter", "max_runtime",
+    "pause_on_failure",
+)  # fmt: skip
+_read_signature = operator.itemgetter("source", *DEFINITION_COLUMNS)
+_read_times = operator.itemgetter(*_TRUSTED_TIMES)
+_EMPTY_JSON = frozenset({None, "{}"})
+
+
+def _shared_definition(
+    row: Mapping[str, Any],
+) -> tuple[dict[str, Any], tuple[Any, ...], str | None]:
+    """The checks of :func:`trusted_schedule_from_row` on the :data:`_SHARED_COLUMNS` of a
+    claim-path row (JSON as text): the values they give, the routing options but the headers,
+    and the headers' JSON text (None when empty; decoded afresh for each row, so no two
+    schedules share a mutable dict). Raises on any problem: the caller then decodes the row
+    the full way, which names the column."""
+    trigger = trigger_from_text(row["trigger"])
+    _check_zone(row["timezone"], trigger)
+    task = _check_task(row["task"])
+    headers = row["headers"]
+    if headers not in _EMPTY_JSON:
+        _json(headers, True, dict, "a JSON object")
+    else:
+        headers = None
+    routing = (
+        _check_routing_text(row["queue"]),
+        _check_routing_text(row["exchange"]),
+        _check_routing_text(row["routing_key"]),
+        _check_priority(row["priority"]),
+        _check_expires(row["expires"]),
+    )
+    overlap = OverlapPolicy(row["overlap"])
+    jitter = _check_seconds(row["jitter"], none=False, positive=False)
+    assert jitter is not None
+    max_runtime = _check_seconds(row["max_runtime"], none=True, positive=True)
+    if jitter > MAX_JITTER or (overlap is not OverlapPolicy.ALLOW and max_runtime is None):
+        raise _Bad("decoded the full way to name the column")
+    values = {
+        "task": task,
+        "trigger": trigger,
+        "misfire": MisfirePolicy(row["misfire_policy"]),
+        "source": Source(row["source"]),
+        "misfire_grace": _check_grace(row["misfire_grace"]),
+        "catch_up_limit": _check_catch_up(row["catch_up_limit"]),
+        "jitter": jitter,
+        "overlap": overlap,
+        "max_runtime": max_runtime,
+        "pause_on_failure": _check_pause_on_failure(row["pause_on_failure"]),
+    }
+    return values, routing, headers
+
+
+class ScheduleCache:
+    """Rows of the claim path -> Schedules, validating each definition once.
+
+    Keyed by ``(id, version)``: every change goatbeat makes to a definition bumps the version
+    (the compare-and-set depends on it), so a row at a version already seen has its definition
+    built already and only its state columns are read. The definition columns as read are kept
+    with the entry and compared on every hit, so a column edited by hand without a version bump
+    (a restored dump, an ``UPDATE`` in psql) is noticed at once: the row is decoded afresh, and
+    quarantined if it no longer decodes. After a committed claim advances a row the store
+    re-files the entry under the new version, so a schedule claimed again and again is built
+    once. Bounded: the least recently used entries go first.
+
+    A row it has not seen (the first claim of each schedule after a start, every schedule of
+    an hourly burst) is decoded with the checks of :func:`trusted_schedule_from_row`, those of
+    the columns schedules share (:data:`_SHARED_COLUMNS`) made once per distinct combination
+    of their values; a row any check refuses is decoded the full way, which raises
+    :class:`~goatbeat.core.errors.DamagedRow` naming the column, as before."""
+
+    def __init__(self, maxsize: int = 20_000, shared_maxsize: int = 1_024) -> None:
+        self.maxsize = maxsize
+        self.shared_maxsize = shared_maxsize
+        self._entries: OrderedDict[tuple[int, int], tuple[tuple[Any, ...] | None, Schedule]] = (
+            OrderedDict()
+        )
+        self._shared: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[Any, ...], str | None]] = {}
+        self._lock = threading.Lock()
+
+    def _put(
+        self, key: tuple[int, int], signature: tuple[Any, ...] | None, schedule: Schedule
+    ) -> None:
+        with self._lock:
+            self._entries[key] = (signature, schedule)
+            while len(self._entries) > self.maxsize:
+                self._entries.popitem(last=False)
+
+    def from_row(self, row: Mapping[str, Any]) -> Schedule:
+        key = (int(row["id"]), int(row["version"]))
+        signature = _read_signature(row)
+        with self._lock:
+            entry = self._entries.pop(key, None)
+        if entry is None or entry[0] != signature:
+            cached = self._decode(row)
+            schedule = cached
+        else:
+            cached = entry[1]
+            try:
+                schedule = _with_state(cached, row)
+            except (TypeError, ValueError, AttributeError, OverflowError):
+                # A state column damaged by hand (the version unchanged): decoding the whole
+                # row names it (DamagedRow), and the claim quarantines the row.
+                trusted_schedule_from_row(row, json_text=True)
+                raise
+        self._put(key, signature, cached)
+        return schedule
+
+    def _decode(self, row: Mapping[str, Any]) -> Schedule:
+        """:func:`trusted_schedule_from_row` (JSON as text), the same Schedule or the same
+        DamagedRow, with the shared columns' checks made once per combination."""
+        try:
+            return self._decode_fast(row)
+        except Exception:  # any refusal: the full decode says which column, or rebuilds it
+            return trusted_schedule_from_row(row, json_text=True)
+
+    def _decode_fast(self, row: Mapping[str, Any]) -> Schedule:
+        shared_key = (*_read_shared(row), *map(type, _read_numbers(row)))
+        shared = self._shared.get(shared_key)
+        if shared is None:
+            shared = _shared_definition(row)
+            with self._lock:
+                if len(self._shared) >= self.shared_maxsize:
+                    self._shared.clear()  # a crowd of one-of-a-kind definitions: start over
+                self._shared[shared_key] = shared
+        common_values, routing, headers_text = shared
+        args = _json(row["args"], True, list, "a JSON array")
+        kwargs = _json(row["kwargs"], True, dict, "a JSON object")
+        headers = {} if headers_text is None else _json(headers_text, True, dict, "")
+        queue, exchange, routing_key, priority, expires = routing
+        start_at, end_at, next_run_at, last_run_at, created_at, updated_at, paused_at = [
+            None if value is None else value.astimezone(UTC) for value in _read_times(row)
+        ]
+        if start_at and end_at and end_at < start_at:
+            raise _Bad("decoded the full way to name the column")
+        description = row["description"]
+        note = row["pause_note"]
+        if type(description) is not str or type(note) is not str:
+            raise _Bad("decoded the full way to name the column")
+        values = {
+            **common_values,
+            "start_at": start_at,
+            "end_at": end_at,
+            "next_run_at": next_run_at,
+            "last_run_at": last_run_at,
+            "created_at": created_at,
+            "updated_at": updated_at,
+            "paused_at": paused_at,
+            "total_run_count": int(row["total_run_count"]),
+            "missed_count": int(row["missed_count"]),
+            "version": int(row["version"]),
+            "skipped_count": int(row["skipped_count"]),
+            "name": row["name"],
+            "args": tuple(args),
+            "kwargs": kwargs,
+            "routing": Routing._trusted(
+                queue=queue,
+                exchange=exchange,
+                routing_key=routing_key,
+                priority=priority,
+                expires=expires,
+                headers=headers,
+            ),
+            "one_off": bool(row["one_off"]),
+            "description": description,
+            "enabled": bool(row["enabled"]),
+            "id": int(row["id"]),
+            "last_status": row["last_status"],
+            "paused": bool(row["paused"]),
+            "paused_by": row["paused_by"],
+            "pause_note": note,
+        }
+        return Schedule._trusted(values)
+
+    def advanced_all(self, schedules: Iterable[Schedule]) -> None:
+        """The claim that read ``schedules`` committed each one version further, with the
+        same definition: their entries move to the new versions (one acquisition of the
+        lock for the batch; an entry evicted meanwhile is built again on its next read)."""
+        entries = self._entries
+        with self._lock:
+            for schedule in schedules:
+                assert schedule.id is not None
+                entry = entries.pop((schedule.id, schedule.version), None)
+                if entry is not None:  # else evicted meanwhile: the next read builds it again
+                    entries[(schedule.id, schedule.version + 1)] = entry
+            while len(entries) > self.maxsize:
+                entries.popitem(last=False)
+
+
+def decode_due(
+    rows: Sequence[Mapping[str, Any]], from_row: Callable[[Mapping[str, Any]], Schedule]
+) -> tuple[list[Schedule], list[DamagedSchedule]]:
+    """The due rows of a claim as Schedules, and the rows that cannot be decoded (to be
+    quarantined by the claim: one damaged row must not stop the others)."""
+    good: list[Schedule] = []
+    damaged: list[DamagedSchedule] = []
+    for row in rows:
+        try:
+            good.append(from_row(row))
+        except DamagedRow as exc:
+            damaged.append(damaged_schedule(row, exc))
+    return good, damaged
+
+
+def buffer_ready_at(row: Mapping[str, Any]) -> datetime | None:
+    """When a buffered occurrence (a ``buffered_runs`` row: ``buffered_at``, ``max_runtime``,
+    the run's ``run_status``, ``run_submitted_at``, ``run_claimed_at``) may start: at once
+    (its own instant, past) when the run ended, when the run expires by ``max_runtime``, or
+    None while the run is claimed and not sent yet (its sending wakes the leader anyway)."""
+    status = row.get("run_status")
+    if status not in ACTIVE_STATUSES:
+        return utc(row["buffered_at"])
+    if status == ExecutionStatus.CLAIMED.value or row.get("max_runtime") is None:
+        return None
+    since = utc(row.get("run_submitted_at") or row.get("run_claimed_at"))
+    if since is None:
+        return None
+    try:
+        return since + timedelta(seconds=float(row["max_runtime"]))
+    except (TypeError, ValueError, OverflowError):
+        return utc(row["buffered_at"])
