@@ -116,6 +116,9 @@ class ChaosConfig:
     edit_gap: float = 0.25
     fail_rate: float = 0.01
     settle: float = 12.0
+    min_faults: int = 0
+    """Faults injected at least, however long they take: on a loaded machine a fault's own
+    pauses and restarts can eat a short run's duration (the sharded run once got 4 in 30 s)."""
     shards: int = 1
     """``--shards`` of every scheduler: each shard's lease is polled and its tokens checked
     apart, faults aimed at "the leader" hit a random shard's holder."""
@@ -226,7 +229,12 @@ class ChaosRun:
         deadline = time.monotonic() + cfg.duration
         self._sleep(min(3.0, cfg.duration / 4))
         bag: list[str] = []
-        while time.monotonic() < deadline:
+        # Past the duration only while fewer faults than min_faults were injected (an attempt
+        # may find no leader to hit), and never beyond three times the duration.
+        cap = deadline + 2 * cfg.duration
+        while time.monotonic() < deadline or (
+            sum(self.stats.faults.values()) < cfg.min_faults and time.monotonic() < cap
+        ):
             if not bag:
                 # Shuffled rounds rather than independent draws: a short run still gets every
                 # kind of fault, in an order the seed decides.

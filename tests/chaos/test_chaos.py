@@ -27,7 +27,8 @@ def test_no_guarantee_breaks_under_kills_pauses_lost_connections_and_restarts(
 ) -> None:
     seed = int(os.environ.get("GOATBEAT_CHAOS_SEED") or random.SystemRandom().randrange(1, 2**31))
     lines: list[str] = []
-    config = ChaosConfig(seed=seed, duration=80.0, log=lines.append)
+    # Every kind at least once (a shuffled round of them), however slow the machine.
+    config = ChaosConfig(seed=seed, duration=80.0, min_faults=len(FAULTS), log=lines.append)
     run, report = run_chaos(config, tmp_path)
     with capsys.disabled():
         print(f"\nchaos seed {seed} (replay: GOATBEAT_CHAOS_SEED={seed})")
@@ -51,7 +52,9 @@ def test_no_guarantee_breaks_with_four_shards_shared_by_three_schedulers(
     random shard's holder."""
     seed = int(os.environ.get("GOATBEAT_CHAOS_SEED") or random.SystemRandom().randrange(1, 2**31))
     lines: list[str] = []
-    config = ChaosConfig(seed=seed, duration=30.0, shards=4, settle=8.0, log=lines.append)
+    config = ChaosConfig(
+        seed=seed, duration=30.0, shards=4, settle=8.0, min_faults=5, log=lines.append
+    )
     run, report = run_chaos(config, tmp_path)
     with capsys.disabled():
         print(f"\nsharded chaos seed {seed} (replay: GOATBEAT_CHAOS_SEED={seed})")
