@@ -249,6 +249,31 @@ def alerter_for(settings: Settings) -> Alerter | None:
 
 def log_publication(result: PublishResult, *, origin: str) -> None:
     """The log events of one publication (see :meth:`Beat.publish`)."""
+    if result.superseded:
+        log_event(
+            "schedule.publication_superseded",
+            level=logging.WARNING,
+            origin=origin,
+            schedules=result.kept,
+            generation=result.generation,
+            release=result.release,
+            reason=result.reason,
+            hint="this code is older than the published schedules: nothing was written and "
+            "the stored definitions are the ones dispatched"
+            + (f" ({', '.join(result.kept)} kept as published)" if result.kept else "")
+            + "; publish from the newer release, or `publish --rollback` to go back on purpose",
+        )
+        return
+    for new, old in result.renamed.items():
+        log_event("schedule.renamed", schedule=new, renamed_from=old, origin=origin)
+    for old in result.retired:
+        log_event(
+            "schedule.retired",
+            level=logging.WARNING,
+            schedule=old,
+            origin=origin,
+            hint="renamed in code, and the new name already had a row: the old one is disabled",
+        )
     log_event(
         "schedule.published",
         origin=origin,
@@ -321,6 +346,8 @@ class Beat:
         self._triggers: dict[tuple[Any, ...], Trigger] = {}
         self._zones: set[str] = set()
         """The zone names declarations gave that :func:`get_zone` accepted."""
+        self._renames: dict[str, str] = {}
+        """``{new name: old name}`` of the declarations that say ``renamed_from=``."""
         self._released: tuple[str, frozenset[str]] | None = None
         """(names joined by newlines, tasks) of the declarations once
         :meth:`release_declarations` let go of them."""
@@ -460,6 +487,12 @@ class Beat:
         ``max_runtime="1h"`` (required unless allow), ``pause_on_failure=3`` (pause after that
         many consecutive failed runs, where the backend reports them).
 
+        Renames: ``renamed_from="ping"`` (the name it was declared under before) makes the
+        next publication rename the stored row in place instead of creating a second one:
+        history, last run and phase carry over, and the old name stops in the same step
+        (:meth:`goatbeat.core.store.ScheduleStore.publish`, ``renames``). Keep it while a
+        replica of the release before may still publish; it does nothing once renamed.
+
         ``at=`` must be in the future when declared: an instant already past raises
         ``InvalidSchedule`` naming the schedule (a one-off that has run can no longer be
         declared: remove the declaration; its stored row and history stay).
@@ -483,6 +516,9 @@ class Beat:
             raise InvalidSchedule("name", name, "declared after the declarations were released")
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
+        renamed_from = options.pop("renamed_from", None)
+        if renamed_from is not None:
+            self._check_rename(name, renamed_from)
         schedule = self._build(name=name, task=task, source=Source.CODE, **options)
         if callable(task) and not isinstance(task, str):
             path = schedule.task
@@ -492,7 +528,26 @@ class Beat:
                 register(path, task)
         self.submitter.validate(schedule)
         self._declared[schedule.name] = schedule
+        if renamed_from is not None:
+            self._renames[schedule.name] = renamed_from
         return schedule
+
+    def _check_rename(self, name: str, old: Any) -> None:
+        if not isinstance(old, str) or not old.strip():
+            raise InvalidSchedule(
+                "renamed_from", old, f"schedule {name!r}: {short_repr(old)} is not a name"
+            )
+        if old == name:
+            raise InvalidSchedule(
+                "renamed_from", old, f"schedule {name!r} cannot be renamed from itself"
+            )
+        for new, before in self._renames.items():
+            if before == old:
+                raise InvalidSchedule(
+                    "renamed_from",
+                    old,
+                    f"schedules {new!r} and {name!r} both say they were {old!r} before",
+                )
 
     def _build(
         self,
@@ -700,7 +755,9 @@ class Beat:
         """Create or upgrade the schema (idempotent)."""
         self.store.migrate()
 
-    def publish(self, *, dry_run: bool = False, origin: str = "publish") -> PublishResult:
+    def publish(
+        self, *, dry_run: bool = False, origin: str = "publish", rollback: bool = False
+    ) -> PublishResult:
         """Upsert the declared schedules (source ``code``) into the store, and say what it did.
 
         ``origin`` names what publishes (``"publish"``, ``"scheduler"``, ``"schedule list"``
@@ -709,7 +766,12 @@ class Beat:
         old and new; a WARNING unless the origin is one of :data:`PUBLISHING_ORIGINS`, since
         a stale checkout would revert what the deployed code declares) and one
         ``schedule.orphaned`` WARNING per enabled code schedule no longer declared. With
-        ``dry_run`` nothing is written and nothing logged: the result says what would happen."""
+        ``dry_run`` nothing is written and nothing logged: the result says what would happen.
+
+        Publications are ordered (the ``release`` setting, else the publications' own
+        order): code older than the release that published the stored definitions writes
+        nothing and logs ``schedule.publication_superseded`` at WARNING naming the schedules
+        kept; the result is ``superseded``. ``rollback=True`` publishes older code on purpose."""
         if self._released is not None:
             raise InvalidValue(
                 "schedules", None, "the declarations were released after the start-up publication"
@@ -717,7 +779,22 @@ class Beat:
         submitter = self.submitter
         for schedule in self._declared.values():
             submitter.validate(schedule)
-        result = self.store.publish(self.schedules, source=Source.CODE, dry_run=dry_run)
+        for new, old in self._renames.items():
+            if old in self._declared:
+                raise InvalidSchedule(
+                    "renamed_from",
+                    old,
+                    f"schedule {new!r} says it was {old!r} before, but {old!r} is still "
+                    "declared: remove one of the two",
+                )
+        result = self.store.publish(
+            self.schedules,
+            source=Source.CODE,
+            dry_run=dry_run,
+            release=self.settings.release,
+            rollback=rollback,
+            renames=self._renames,
+        )
         if not dry_run:
             log_publication(result, origin=origin)
         return result
@@ -726,6 +803,20 @@ class Beat:
         """Disable code schedules in the store that are no longer declared."""
         if self._released is None:
             keep = set(self._declared)
+            check = self.store.publish(
+                self.schedules,
+                source=Source.CODE,
+                dry_run=True,
+                release=self.settings.release,
+                renames=self._renames,
+            )
+            if check.superseded:
+                raise InvalidValue(
+                    "schedules",
+                    None,
+                    f"not pruning: this code is older than the published schedules "
+                    f"({check.reason}); prune from the newer release",
+                )
         else:
             keep = set(self._released[0].split("\n")) if self._released[0] else set()
         names = self.store.prune(keep, source=Source.CODE)
@@ -737,7 +828,7 @@ class Beat:
         """What a scheduler does when it starts: publish, then (``prune_on_publish``) disable
         the orphaned code schedules."""
         result = self.publish(origin="scheduler")
-        if self.settings.prune_on_publish and result.orphaned:
+        if self.settings.prune_on_publish and result.orphaned and not result.superseded:
             self.prune()
         return result
 

@@ -18,6 +18,8 @@ The report is for people: in text log format the CLI prints it and keeps the sam
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from goatbeat.beat import PUBLISHING_ORIGINS
@@ -29,20 +31,63 @@ from goatbeat.core.store import PublishResult
 
 __all__ = ["publish", "publish_and_report", "require_app", "report", "PUBLICATION_EVENTS"]
 
-PUBLICATION_EVENTS = frozenset({"schedule.published", "schedule.changed", "schedule.orphaned"})
+PUBLICATION_EVENTS = frozenset(
+    {
+        "schedule.published",
+        "schedule.changed",
+        "schedule.orphaned",
+        "schedule.renamed",
+        "schedule.retired",
+        "schedule.publication_superseded",
+    }
+)
 """The log events the printed report repeats."""
 
 _UNCHANGED_SHOWN = 10
 
 
+def release_option(func: Any) -> Any:
+    """``--release N`` (env ``GOATBEAT_RELEASE``): this deploy's release number, which orders
+    its publication against the others (the ``release`` setting)."""
+    return click.option(
+        "--release",
+        "release",
+        metavar="N",
+        envvar="GOATBEAT_RELEASE",
+        default=None,
+        help="This deploy's release number (a whole number that grows with each deploy; "
+        "env GOATBEAT_RELEASE; the `release` setting): code of a lower release never "
+        "overwrites what a higher one published.",
+    )(func)
+
+
+def use_release(app: BeatLike, release: str | None) -> None:
+    """Apply ``--release`` to the app's settings (validated like the setting)."""
+    if release is not None:
+        configure = getattr(app, "configure", None)
+        if callable(configure):
+            configure(release=release)
+
+
 @click.command()
 @click.option("--dry-run", is_flag=True, help="Say what publishing would do; write nothing.")
+@click.option(
+    "--rollback",
+    is_flag=True,
+    help="Publish this code even if it is older than the published schedules (going back "
+    "to an earlier release on purpose); it becomes the newest publication.",
+)
+@release_option
 @click.pass_context
-def publish(ctx: click.Context, dry_run: bool) -> None:
-    """Publish the app's code schedules: create, update; report orphans. Prints what it did."""
+def publish(ctx: click.Context, dry_run: bool, rollback: bool, release: str | None) -> None:
+    """Publish the app's code schedules: create, update; report orphans. Prints what it did.
+
+    Code older than the published schedules (a lower --release, or the schedules of an
+    earlier publication) writes nothing and says so, naming the schedules kept."""
     with open_app(ctx) as app:
         require_app(ctx, "publish")
-        publish_and_report(ctx, app, origin="publish", dry_run=dry_run)
+        use_release(app, release)
+        publish_and_report(ctx, app, origin="publish", dry_run=dry_run, rollback=rollback)
 
 
 def require_app(ctx: click.Context, command: str) -> None:
@@ -56,14 +101,22 @@ def require_app(ctx: click.Context, command: str) -> None:
 
 
 def publish_and_report(
-    ctx: click.Context, app: BeatLike, *, origin: str, dry_run: bool = False
+    ctx: click.Context,
+    app: BeatLike,
+    *,
+    origin: str,
+    dry_run: bool = False,
+    rollback: bool = False,
 ) -> PublishResult:
     """Publish (``dry_run``: pretend) and print the report on stderr (text log format)."""
     obj = cli_context(ctx)
     text = obj.log_format == "text"
     if text:
         hide_events(PUBLICATION_EVENTS)
-    result = app.publish(dry_run=dry_run, origin=origin)
+    if rollback:
+        result = app.publish(dry_run=dry_run, origin=origin, rollback=True)
+    else:
+        result = app.publish(dry_run=dry_run, origin=origin)
     if text:
         report(result, origin=origin, where=store_info(app.store))
     return result
@@ -72,6 +125,16 @@ def publish_and_report(
 def report(result: PublishResult, *, origin: str, where: str) -> None:
     """The human report of one publication, on stderr."""
     out = _err
+    if result.superseded:
+        kept = ", ".join(result.kept) or "none differ"
+        out(
+            f"goatbeat: warning: {'publish --dry-run: ' if result.dry_run else ''}this code is "
+            f"older than the schedules published on {where} ({result.reason}): nothing "
+            f"written, the stored definitions stay the ones dispatched (kept: {kept}); publish "
+            f"from the newer release, or `{command('publish --rollback')}` to go back to this "
+            "code on purpose"
+        )
+        return
     declared = len(result.created) + len(result.updated) + len(result.unchanged)
     counts = ", ".join(
         f"{n} {label}"
@@ -98,6 +161,10 @@ def report(result: PublishResult, *, origin: str, where: str) -> None:
         out(f"  {verb}change  {name}")
         for change in changes:
             out(f"      {change.describe()}")
+    for new, old in result.renamed.items():
+        out(f"  {verb}rename  {old} -> {new} (history, last run and phase kept)")
+    for old in result.retired:
+        out(f"  {verb}disable {old}: renamed in code, and its new name already had a row")
     for name in result.orphaned:
         out(
             f"  orphaned  {name}: enabled, no longer declared in this code "

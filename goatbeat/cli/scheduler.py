@@ -29,6 +29,7 @@ import click
 from goatbeat.cli.context import BeatLike, CliContext, cli_context, open_app
 from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.output import store_info
+from goatbeat.cli.publish import release_option, use_release
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.observability import log_event
@@ -79,6 +80,7 @@ def _duration_option(name: str, help_text: str) -> Callable[[Callable[..., Any]]
     help="Do not publish code schedules at start (publish them as a release step instead, "
     "so a replica of an older release can never revert a definition).",
 )
+@release_option
 @click.option(
     "--max-submit-retries",
     type=int,
@@ -136,6 +138,7 @@ def scheduler(
     batch_size: int | None,
     shards: int | None,
     no_publish: bool,
+    release: str | None,
     max_submit_retries: int | None,
     metrics_port: int | None,
     metrics_address: str,
@@ -160,6 +163,7 @@ def scheduler(
     }
     collector = _CollectorPause()
     with collector, open_app(ctx) as app:
+        use_release(app, release)
         loop = app.scheduler(**overrides)  # validates the options before anything is written
         obj = cli_context(ctx)
         require_schema(app, obj)

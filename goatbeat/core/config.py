@@ -79,6 +79,12 @@ class Settings:
     the code no longer declares (as ``schedule prune``). Off by default: during a rolling
     deploy an old replica that restarts would disable the schedules only the new code
     declares."""
+    release: int | None = None
+    """This deploy's release number: an integer that grows with each deploy (a CI build
+    number, ``202612021530``). Code publications are ordered by it: a scheduler or command of
+    a lower release never overwrites what a higher one published (docs/django.md,
+    Deploying). Without it the order is the publications' own: code whose schedules were
+    published before the current ones is older."""
     allowed_tasks: tuple[str, ...] = ()
     """Glob patterns of task names that admin, API and imported schedules may name besides
     the known tasks (:mod:`goatbeat.core.allowlist`)."""
@@ -113,6 +119,7 @@ KEYS = (
     "max_submit_retries",
     "scheduler_id",
     "prune_on_publish",
+    "release",
     "allowed_tasks",
     "alert_hook",
     "alert_webhook",
@@ -243,6 +250,22 @@ def _timezone(key: str, value: Any) -> str:
     return str(value)
 
 
+def _release(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else value
+    if isinstance(text, str) and text.isdigit():
+        text = int(text)
+    if isinstance(text, bool) or not isinstance(text, int) or text < 0:
+        raise InvalidValue(
+            key,
+            value,
+            f"{short_repr(value)} is not a release number (a whole number that grows with "
+            "each deploy, such as a CI build number)",
+        )
+    return text
+
+
 _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "database": _text(1000),
     "listen_database": _listen_database,
@@ -260,6 +283,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     # (core.lease.new_instance: "#" and 8 hex digits).
     "scheduler_id": _text(246),
     "prune_on_publish": _flag,
+    "release": _release,
     "allowed_tasks": parse_patterns,
     "alert_hook": _dotted,
     "alert_webhook": _http_url,

@@ -73,7 +73,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,11 +134,33 @@ class PublishResult:
     (removed from the code, or declared by another checkout), by name. They keep running
     until pruned (``prune``) or deleted."""
     dry_run: bool = False
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Code publications: ``{new name: old name}`` of each declaration whose old name's row it
+    took over (same row: history, last run and phase kept; the old name stops in the same
+    step)."""
+    retired: list[str] = field(default_factory=list)
+    """Old names of renamed declarations whose new name already had a row: disabled in the
+    same step (the new row keeps its own history)."""
+    superseded: bool = False
+    """Code publications: this code is older than the release the store's definitions come
+    from (see :meth:`ScheduleStore.publish`), so nothing was written: the schedulers keep
+    dispatching the stored definitions. ``created``, ``updated`` and ``orphaned`` are then
+    empty and ``kept`` names what this code would have changed."""
+    kept: list[str] = field(default_factory=list)
+    """With ``superseded``: the schedules this code declares otherwise (or not at all) whose
+    stored definitions were kept, by name."""
+    generation: int | None = None
+    """Code publications: the publication generation the stored definitions are at afterwards
+    (1, 2, ...: one more each time a code set is published; None before schema 8's first)."""
+    release: int | None = None
+    """The release number of that generation, as its deploy gave it (None: none given)."""
+    reason: str = ""
+    """With ``superseded``: why this code was found older, in words."""
 
     @property
     def changed(self) -> bool:
         """Whether the publication wrote (or would write) anything."""
-        return bool(self.created or self.updated or self.refreshed)
+        return bool(self.created or self.updated or self.refreshed or self.renamed or self.retired)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,8 +223,33 @@ class ScheduleStore(Protocol):
         source: Source = Source.CODE,
         follow_last_run: bool = False,
         dry_run: bool = False,
+        release: int | None = None,
+        rollback: bool = False,
+        renames: Mapping[str, str] | None = None,
     ) -> PublishResult:
         """Upsert declared schedules by name, all in one transaction.
+
+        Code publications are ordered (schema 8, ``goatbeat_publication``). The whole declared
+        set has a fingerprint; each publication of a new set is recorded as the next
+        *generation*, with the ``release`` number its deploy gave (None: none). Before writing
+        anything, a code publication is compared with the latest generation:
+
+        - a ``release`` lower than the latest's, both given: older code;
+        - otherwise (no release, or the same one) the set published before the latest (its
+          fingerprint is an earlier generation's): older code;
+        - no release while the latest has one: older code too (the deploy numbers its
+          releases; a command without the number cannot say it is newer);
+        - the latest's own set: the same release (recorded again only for a higher release);
+        - anything else is newer: published, recorded as the next generation.
+
+        Older code writes nothing: the result is ``superseded``, ``kept`` naming what it would
+        have changed. ``rollback`` publishes older code on purpose (a new generation).
+
+        ``renames``: ``{new name: old name}`` of code declarations renamed. When the old name
+        has a row of this source and the new one none, that row is renamed in place (its id,
+        executions, misses, last run and phase kept: ``next_run_at`` stays unless the trigger
+        or its zone changed) before the publication compares it; when both have rows, the old
+        one is disabled in the same transaction (``retired``).
 
         - New name: inserted with ``next_run_at = schedule.first_run_after(anchor)`` where anchor
           is ``schedule.last_run_at`` when given (importers carry celery's last run so the first

@@ -87,6 +87,11 @@ _REVERSE = {
         "ALTER TABLE goatbeat_schedule RESET (fillfactor);"
         "DELETE FROM goatbeat_schema_version WHERE version = 7;"
     ),
+    # The record of publications goes; the schedules keep what the last one wrote.
+    8: (
+        "DROP TABLE IF EXISTS goatbeat_publication;"
+        "DELETE FROM goatbeat_schema_version WHERE version = 8;"
+    ),
 }
 
 

@@ -175,9 +175,11 @@ class DjangoRegistry(Beat):
         if self.problems:
             raise DeclarationError(self.problems)
 
-    def publish(self, *, dry_run: bool = False, origin: str = "publish") -> PublishResult:
+    def publish(
+        self, *, dry_run: bool = False, origin: str = "publish", rollback: bool = False
+    ) -> PublishResult:
         self.check()  # a partial set of declarations would orphan the missing ones
-        return super().publish(dry_run=dry_run, origin=origin)
+        return super().publish(dry_run=dry_run, origin=origin, rollback=rollback)
 
     def publish_at_start(self) -> PublishResult:
         self.check()

@@ -317,6 +317,38 @@ class Comparison:
         return [*own, len(self.shared) - 1], definition
 
 
+class SetFingerprint:
+    """The fingerprint of a whole code publication: every declaration's name and definition,
+    in name order, so the same code gives the same fingerprint in every process, whichever
+    path validated it (a :class:`Comparison` part or a full definition). What
+    ``goatbeat_publication`` records to tell an older code set from a newer one."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[str, str]] = []
+        self._shared: dict[int, str] = {}
+
+    def add_definition(self, name: str, definition: Mapping[str, Any]) -> None:
+        own = [name, definition["args"], definition["kwargs"], definition["headers"]]
+        shared = [definition[c] for c in SHARED_COLUMNS]
+        self._entries.append((name, definition_json(own) + "\n" + definition_json(shared)))
+
+    def add_part(self, part: Sequence[Any], comparison: Comparison) -> None:
+        """A :meth:`Comparison.add` part, before its combination index is renumbered."""
+        k = int(part[4])
+        text = self._shared.get(k)
+        if text is None:
+            text = self._shared[k] = definition_json(comparison.shared[k])
+        self._entries.append((str(part[0]), definition_json(list(part[:4])) + "\n" + text))
+
+    def digest(self) -> str:
+        self._entries.sort()
+        digest = hashlib.sha256()
+        for _, text in self._entries:
+            digest.update(text.encode("utf-8"))
+            digest.update(b"\x1e")
+        return digest.hexdigest()
+
+
 def validate_batch(schedules: Sequence[Schedule]) -> list[dict[str, Any]]:
     """Validate a whole publish batch before anything is written (names must be unique);
     returns the definitions, in order."""

@@ -187,6 +187,25 @@ class Tx(Protocol):
         """Serialise concurrent publications (a no-op where the transaction already does)."""
         ...
 
+    def current_publication(self) -> dict[str, Any] | None:
+        """The latest code publication (``generation``, ``fingerprint``, ``release``,
+        ``schedules``, ``published_at``), or None before the first. Under
+        :meth:`lock_publication`."""
+        ...
+
+    def publication_generation(self, fingerprint: str) -> int | None:
+        """The latest generation that published the set ``fingerprint``, or None."""
+        ...
+
+    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
+        """Record a code publication as the next generation; returns it."""
+        ...
+
+    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
+        """Give row ``id`` (compare-and-set on ``version``, bumped) the name ``new_name``,
+        and its executions and misses too: the rows written (0 or 1)."""
+        ...
+
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new schedule rows (version 1, created and updated now)."""
         ...

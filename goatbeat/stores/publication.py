@@ -71,6 +71,7 @@ def plan_publish(
     definitions: Sequence[dict[str, Any] | None] | None = None,
     follow_last_run: bool = False,
     unchanged: Collection[str] = (),
+    keep_phase: Collection[str] = (),
 ) -> PublishActions:
     """Decide what publishing ``schedules`` writes, given the stored rows with those names
     (rows carry ``published_fingerprint``).
@@ -82,7 +83,9 @@ def plan_publish(
 
     Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
     anything is written. The stored ``enabled`` flag always wins over the declared one.
-    ``follow_last_run``: see :meth:`goatbeat.core.store.ScheduleStore.publish`."""
+    ``follow_last_run``: see :meth:`goatbeat.core.store.ScheduleStore.publish`.
+    ``keep_phase``: names of rows a rename just took over: a changed definition whose trigger
+    and zone are the same keeps the row's ``next_run_at`` (the phase goes on)."""
     source = Source(source)
     actions = PublishActions()
     if definitions is None:
@@ -158,6 +161,13 @@ def plan_publish(
         # A changed definition, or a quarantined row (repaired by this publish).
         anchor = now if later is None else later
         values["next_run_at"] = schedule.first_run_after(anchor) if enabled else None
+        if (
+            schedule.name in keep_phase
+            and not quarantined
+            and wanted["trigger"] == stored["trigger"]
+            and wanted["timezone"] == stored["timezone"]
+        ):
+            values["next_run_at"] = utc(row["next_run_at"])
         values["last_status"] = None if quarantined else row["last_status"]
         values["last_run_at"] = later
         values["published_fingerprint"] = printed
@@ -229,3 +239,58 @@ def enabled_values(
         "next_run_at": schedule.first_run_after(now),
         "last_status": None if quarantined else row["last_status"],
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """Where a code publication stands against the latest recorded one."""
+
+    verdict: str
+    """``"first"``, ``"same"``, ``"newer"`` or ``"older"``."""
+    reason: str = ""
+    record: bool = False
+    """Whether a publication that goes ahead records a new generation."""
+
+
+def publication_order(
+    current: Mapping[str, Any] | None,
+    printed: str,
+    release: int | None,
+    *,
+    earlier: int | None,
+    rollback: bool = False,
+) -> Order:
+    """The rule of :meth:`goatbeat.core.store.ScheduleStore.publish`: ``current`` is the
+    latest ``goatbeat_publication`` row (None: none yet), ``printed`` this code's set
+    fingerprint, ``earlier`` the latest generation that published it (None: never)."""
+    if current is None:
+        return Order("first", record=True)
+    theirs = current["release"]
+    generation = int(current["generation"])
+    if rollback:
+        return Order("newer", record=True)
+    if release is not None and theirs is not None and release != theirs:
+        if release > theirs:
+            return Order("newer", record=True)
+        return Order(
+            "older",
+            f"release {release} is older than release {theirs}, which published "
+            f"generation {generation}",
+        )
+    if printed == current["fingerprint"]:
+        bump = release is not None and (theirs is None or release > theirs)
+        return Order("same", record=bump)
+    if earlier is not None and earlier < generation:
+        return Order(
+            "older",
+            f"this code's schedules are those of generation {earlier}, "
+            f"replaced by generation {generation}"
+            + ("" if theirs is None else f" (release {theirs})"),
+        )
+    if release is None and theirs is not None:
+        return Order(
+            "older",
+            f"generation {generation} was published by release {theirs} and this code "
+            "gives no release number, so it cannot be told newer",
+        )
+    return Order("newer", record=True)

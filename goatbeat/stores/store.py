@@ -10,8 +10,9 @@ how a primitive runs there, never what an operation means.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,6 +61,7 @@ from goatbeat.stores.control import (
 )
 from goatbeat.stores.definitions import (
     Comparison,
+    SetFingerprint,
     edited,
     first_run,
     schedule_to_row,
@@ -76,7 +78,12 @@ from goatbeat.stores.dialect import (
     check_payload,
     lease_payload,
 )
-from goatbeat.stores.publication import enabled_values, plan_publish, update_values
+from goatbeat.stores.publication import (
+    enabled_values,
+    plan_publish,
+    publication_order,
+    update_values,
+)
 from goatbeat.stores.rows import (
     ScheduleCache,
     buffer_ready_at,
@@ -132,18 +139,40 @@ class DialectStore:
         source: Source = Source.CODE,
         follow_last_run: bool = False,
         dry_run: bool = False,
+        release: int | None = None,
+        rollback: bool = False,
+        renames: Mapping[str, str] | None = None,
     ) -> PublishResult:
         schedules = list(schedules)
         source = Source(source)
+        code = source is Source.CODE
+        renames = dict(renames or {}) if code else {}
         with self.dialect.transaction() as tx:
             tx.lock_publication()
             now = tx.now()
+            setprint = SetFingerprint() if code else None
             # Validated before anything is written (a refusal rolls the whole publication back).
             definitions, unchanged = self._validate_and_compare(
-                tx, schedules, source, follow_last_run
+                tx, schedules, source, follow_last_run, setprint
+            )
+            order = None
+            current = None
+            if setprint is not None:
+                printed = setprint.digest()
+                current = tx.current_publication()
+                earlier = None
+                if current is not None and current["fingerprint"] != printed:
+                    earlier = tx.publication_generation(printed)
+                order = publication_order(
+                    current, printed, release, earlier=earlier, rollback=rollback
+                )
+            superseded = order is not None and order.verdict == "older"
+            renamed, retired, taken_over = self._renames(
+                tx, renames, source, write=not (dry_run or superseded)
             )
             rest = [s.name for s in schedules if s.name not in unchanged]
             existing = {r["name"]: r for r in tx.schedules_named(rest)} if rest else {}
+            existing.update({k: v for k, v in taken_over.items() if k not in existing})
             actions = plan_publish(
                 schedules,
                 existing,
@@ -152,24 +181,99 @@ class DialectStore:
                 definitions=definitions,
                 follow_last_run=follow_last_run,
                 unchanged=unchanged,
+                keep_phase=renamed,
             )
             orphaned: list[str] = []
-            if source is Source.CODE:
-                orphaned = tx.orphans(source.value, [s.name for s in schedules])
+            if code:
+                gone = set(renamed.values()) | set(retired)
+                orphaned = [
+                    n
+                    for n in tx.orphans(source.value, [s.name for s in schedules])
+                    if n not in gone
+                ]
+            if superseded:
+                assert order is not None and current is not None
+                return PublishResult(
+                    unchanged=actions.unchanged,
+                    kept=sorted({*actions.created, *actions.updated, *orphaned, *renamed}),
+                    superseded=True,
+                    reason=order.reason,
+                    generation=int(current["generation"]),
+                    release=current["release"],
+                    dry_run=dry_run,
+                )
+            generation = None if current is None else int(current["generation"])
+            published_release = None if current is None else current["release"]
+            if order is not None and order.record:
+                assert setprint is not None
+                published_release = release
+                if not dry_run:
+                    generation = tx.record_publication(printed, release, len(schedules))
+            result = replace(
+                actions.result(orphaned=orphaned, dry_run=dry_run),
+                renamed=renamed,
+                retired=retired,
+                generation=generation,
+                release=published_release,
+            )
             if dry_run:
-                return actions.result(orphaned=orphaned, dry_run=True)
+                return result
             if actions.inserts:
                 tx.insert_schedules(actions.inserts)
             if actions.replaces and tx.replace_schedules(actions.replaces) != len(actions.replaces):
                 raise ConflictError("a schedule changed while it was being published")
             if actions.fingerprints:
                 tx.set_fingerprints(actions.fingerprints)
-            if actions.changed:
+            if actions.changed or renamed or retired:
                 tx.notify("schedule:0")
-        return actions.result(orphaned=orphaned)
+        return result
+
+    @staticmethod
+    def _renames(
+        tx: Any, renames: Mapping[str, str], source: Source, *, write: bool
+    ) -> tuple[dict[str, str], list[str], dict[str, dict[str, Any]]]:
+        """Carry out (``write``) or only plan the renames of a code publication: ``{new:
+        old}`` of the rows taken over, the old names disabled because the new one had a row,
+        and (planning only) each taken-over row as it will read under its new name."""
+        if not renames:
+            return {}, [], {}
+        names = sorted(set(renames) | set(renames.values()))
+        rows = {r["name"]: r for r in tx.schedules_named(names)}
+        renamed: dict[str, str] = {}
+        retired: list[str] = []
+        taken_over: dict[str, dict[str, Any]] = {}
+        for new, old in sorted(renames.items()):
+            before = rows.get(old)
+            if before is None or before["source"] != source.value or new == old:
+                continue
+            if new not in rows:
+                if (
+                    write
+                    and tx.rename_schedule(int(before["id"]), int(before["version"]), new) != 1
+                ):
+                    raise ConflictError(f"schedule {old!r} changed while it was being renamed")
+                rows[new] = {**before, "name": new}
+                taken_over[new] = {**before, "name": new, "version": int(before["version"]) + 1}
+                renamed[new] = old
+            elif before["enabled"]:
+                if write:
+                    values = {
+                        "enabled": False,
+                        "next_run_at": None,
+                        "last_status": before["last_status"],
+                    }
+                    if tx.set_enabled(int(before["id"]), int(before["version"]), values) != 1:
+                        raise ConflictError(f"schedule {old!r} changed while it was being retired")
+                retired.append(old)
+        return renamed, retired, ({} if write else taken_over)
 
     def _validate_and_compare(
-        self, tx: Any, schedules: Sequence[Schedule], source: Source, follow_last_run: bool
+        self,
+        tx: Any,
+        schedules: Sequence[Schedule],
+        source: Source,
+        follow_last_run: bool,
+        setprint: SetFingerprint | None = None,
     ) -> tuple[list[dict[str, Any] | None], set[str]]:
         """Each declaration validated (:func:`~goatbeat.stores.definitions.validate_batch`'s
         checks, in its order) and its definition, and the names the dialect finds stored
@@ -181,7 +285,11 @@ class DialectStore:
         the dialect compares nothing. The definition of a declaration found unchanged may be
         None: it is not needed."""
         if not self.dialect.compares_publications or not tx.source_has_rows(source.value):
-            return list(validate_batch(schedules)), set()
+            validated = validate_batch(schedules)
+            if setprint is not None:
+                for declared, columns in zip(schedules, validated, strict=True):
+                    setprint.add_definition(declared.name, columns)
+            return list(validated), set()
         found: list[dict[str, Any] | None] = []
         seen: set[str] = set()
         answers: list[Collection[str]] = []
@@ -215,6 +323,12 @@ class DialectStore:
                     )
                 seen.add(schedule.name)
                 found.append(definition)
+                if setprint is not None:
+                    if part is not None:
+                        setprint.add_part(part, comparison)
+                    else:
+                        assert definition is not None
+                        setprint.add_definition(schedule.name, definition)
                 if part is None:
                     continue
                 # The chunk carries the combinations its declarations use, renumbered.

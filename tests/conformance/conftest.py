@@ -81,7 +81,7 @@ def _empty_pg(dsn: str) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "TRUNCATE goatbeat_execution, goatbeat_schedule, goatbeat_lease, goatbeat_scheduler, "
-            "goatbeat_miss RESTART IDENTITY"
+            "goatbeat_miss, goatbeat_publication RESTART IDENTITY"
         )
     return dsn
 

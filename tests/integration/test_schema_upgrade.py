@@ -18,6 +18,9 @@ before it still matches (the new columns are hashed only when set), so no public
 an edit that never happened.
 Version 7 sets ``fillfactor = 50`` on ``goatbeat_schedule`` (PostgreSQL; SQLite records the
 version and changes nothing): no row is touched, the table's ``reloptions`` say it.
+Version 8 adds ``goatbeat_publication``, the order of code publications: a database from
+before it has none recorded, so the first code publication after the upgrade is generation 1
+(whatever it declares), and from then on older code writes nothing.
 """
 
 from __future__ import annotations
@@ -91,6 +94,13 @@ _EXECUTION_COLUMNS = (
     "backend_task_id, error, retry_at"
 )
 _REVERSE: dict[int, dict[str, list[str]]] = {
+    8: {
+        dialect: [
+            "DROP TABLE goatbeat_publication",
+            "DELETE FROM goatbeat_schema_version WHERE version = 8",
+        ]
+        for dialect in ("postgres", "sqlite")
+    },
     7: {
         "postgres": [
             "ALTER TABLE goatbeat_schedule RESET (fillfactor)",
@@ -229,7 +239,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6, 7])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -262,7 +272,7 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     assert ("published_fingerprint" in _columns(database)) == (previous >= 3)
     postgres = not database.startswith("sqlite:")
     if postgres:
-        assert _reloptions(database) is None
+        assert _reloptions(database) == (["fillfactor=50"] if previous >= 7 else None)
 
     store = open_store(database)
     try:
@@ -280,6 +290,7 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
             "goatbeat_task_key",
             "goatbeat_scheduler",
             "goatbeat_miss",
+            "goatbeat_publication",
         }
         assert {"published_fingerprint", "consecutive_failures"} <= _columns(database)
         assert set(_CONTROL_COLUMNS) <= _columns(database)
@@ -313,6 +324,18 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         )
         assert sorted(result.unchanged) == ["every-7m", "hourly", "quarter"]
         assert store.list_schedules() == untouched
+        # Version 8: the first code publication since is generation 1; the code of before
+        # (here, the same schedules less one) is older from now on and writes nothing.
+        assert (result.generation, result.superseded) == (1, False)
+        assert store.publish([hourly("hourly")]).generation == 2
+        stale = store.publish(
+            [
+                hourly("hourly"),
+                hourly("every-7m", trigger=IntervalTrigger("7m")),
+                hourly("quarter", trigger=CronTrigger("*/15 * * * *")),
+            ]
+        )
+        assert stale.superseded and store.list_schedules() == untouched
         store.update(hourly("quarter", trigger=CronTrigger("*/20 * * * *")))
         assert store.edited_since_publish(["hourly", "every-7m", "quarter"]) == {"quarter"}
         # An execution submitted before the upgrade takes its worker's report.

@@ -537,6 +537,30 @@ class _Tx:
     def lock_publication(self) -> None:
         self.conn.execute(self.q["publish_lock"])
 
+    def current_publication(self) -> dict[str, Any] | None:
+        found = self._one("publication_current")
+        if found is not None:
+            found["published_at"] = found["published_at"].astimezone(UTC)
+        return found
+
+    def publication_generation(self, fingerprint: str) -> int | None:
+        row = self._one("publication_generation_of", {"fingerprint": fingerprint})
+        return None if row is None or row["generation"] is None else int(row["generation"])
+
+    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
+        params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
+        row = self._one("publication_record", params)
+        assert row is not None
+        return int(row["generation"])
+
+    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
+        params = {"id": id, "version": version, "new_name": new_name}
+        written = self._count("schedule_rename", params)
+        if written:
+            self._count("schedule_rename_history", {"id": id, "new_name": new_name})
+            self._count("schedule_rename_misses", {"id": id, "new_name": new_name})
+        return written
+
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
         texts: dict[int, tuple[Any, str]] = {}

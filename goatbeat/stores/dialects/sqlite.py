@@ -390,6 +390,37 @@ class _Tx:
     def lock_publication(self) -> None:
         return None  # BEGIN IMMEDIATE serialises every writer already
 
+    def current_publication(self) -> dict[str, Any] | None:
+        row = self._run("publication_current").fetchone()
+        if row is None:
+            return None
+        found = dict(row)
+        found["published_at"] = decode_time(found["published_at"])
+        return found
+
+    def publication_generation(self, fingerprint: str) -> int | None:
+        row = self._run("publication_generation_of", {"fingerprint": fingerprint}).fetchone()
+        return None if row is None or row["generation"] is None else int(row["generation"])
+
+    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
+        with self._atomic():
+            params = {
+                "fingerprint": fingerprint,
+                "release": release,
+                "schedules": schedules,
+                "now": self._now_text(),
+            }
+            return int(self._run("publication_record", params).fetchone()["generation"])
+
+    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
+        with self._atomic():
+            params = {"id": id, "version": version, "new_name": new_name, "now": self._now_text()}
+            written = self._run("schedule_rename", params).rowcount
+            if written:
+                self._run("schedule_rename_history", {"id": id, "new_name": new_name})
+                self._run("schedule_rename_misses", {"id": id, "new_name": new_name})
+            return written
+
     def _insert(self, row: Mapping[str, Any], now: str) -> int:
         params = _encode(row)
         params["now"] = now

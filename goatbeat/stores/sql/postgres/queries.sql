@@ -879,3 +879,32 @@ WHERE last_success_at IS NOT NULL OR last_failure_at IS NOT NULL OR missed_count
    OR (enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= %(late)s)
 ORDER BY overdue DESC, consecutive_failures DESC, name
 LIMIT %(limit)s::bigint;
+
+-- name: publication_current
+-- The latest code publication (schema version 8): its generation, set fingerprint, release.
+-- Read under publish_lock, so no other publication records one in between.
+SELECT generation, fingerprint, release, schedules, published_at
+FROM goatbeat_publication ORDER BY generation DESC LIMIT 1;
+
+-- name: publication_generation_of
+-- The latest generation that published this set fingerprint (NULL when never published).
+SELECT max(generation) AS generation FROM goatbeat_publication
+WHERE fingerprint = %(fingerprint)s;
+
+-- name: publication_record
+INSERT INTO goatbeat_publication (generation, fingerprint, release, schedules)
+SELECT coalesce(max(generation), 0) + 1, %(fingerprint)s, %(release)s, %(schedules)s
+FROM goatbeat_publication
+RETURNING generation;
+
+-- name: schedule_rename
+-- A renamed declaration takes the row of its old name over: same id, phase and last run.
+UPDATE goatbeat_schedule SET name = %(new_name)s, version = version + 1, updated_at = now()
+WHERE id = %(id)s AND version = %(version)s;
+
+-- name: schedule_rename_history
+-- The runs and misses of a renamed schedule carry its new name (their keys stay as issued).
+UPDATE goatbeat_execution SET schedule_name = %(new_name)s WHERE schedule_id = %(id)s;
+
+-- name: schedule_rename_misses
+UPDATE goatbeat_miss SET schedule_name = %(new_name)s WHERE schedule_id = %(id)s;
