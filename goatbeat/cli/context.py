@@ -265,6 +265,12 @@ def open_app(
     """The command's app, closed when the command ends."""
     obj = cli_context(ctx)
     try:
-        yield obj.app(fallback=fallback, allow_django=allow_django)
+        app = obj.app(fallback=fallback, allow_django=allow_django)
+        release = os.environ.get("GOATBEAT_RELEASE")
+        configure = getattr(app, "configure", None)
+        if release and callable(configure):
+            # Every command publishes in this deploy's order, not only publish and scheduler.
+            configure(release=release)
+        yield app
     finally:
         obj.close()

@@ -330,7 +330,13 @@ def schedule_prune(ctx: click.Context, dry_run: bool) -> None:
     with open_app(ctx) as app:
         require_app(ctx, "schedule prune")
         if dry_run:
-            names = app.publish(dry_run=True).orphaned
+            check = app.publish(dry_run=True)
+            if check.superseded:
+                raise UserError(
+                    "not pruning: this code is older than the published schedules "
+                    f"({check.reason}); prune from the newer release"
+                )
+            names = check.orphaned
             click.echo(("would disable: " + ", ".join(names)) if names else "nothing to prune")
             return
         names = app.prune()

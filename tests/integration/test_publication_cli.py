@@ -352,3 +352,49 @@ def test_a_scheduler_started_with_no_publish_never_reverts_a_definition(app_dir,
     assert "schedule.changed" not in old.stderr and "schedule.published" not in old.stderr
     assert expression(database, "daily-report") == "30 8 * * *"
     assert set(stored(database)) == set(before)
+
+
+def test_older_code_publishing_again_writes_nothing_and_names_what_it_kept(app_dir, database):
+    """#31 item 1: the old replica's publication after the new release's writes nothing."""
+    migrate(database)
+    old, new = write_app(app_dir, OLD), write_app(app_dir, NEW)
+    assert invoke("--app", old, "--database", database, "publish").exit_code == 0
+    assert invoke("--app", new, "--database", database, "publish").exit_code == 0
+    before = stored(database)
+
+    again = invoke("--app", old, "--database", database, "publish")
+
+    assert again.exit_code == 0, again.output
+    [line] = [line for line in again.stderr.splitlines() if line.strip()]
+    assert line.startswith("goatbeat: warning: this code is older than the schedules published")
+    assert "generation 1, replaced by generation 2" in line and "(kept: daily-report);" in line
+    assert stored(database) == before
+    for args in (("schedule", "list"), ("schedule", "prune"), ("schedule", "prune", "--dry-run")):
+        result = invoke("--app", old, "--database", database, *args)
+        assert stored(database) == before, args
+        if args[1] == "prune":
+            assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+            assert "not pruning: this code is older" in result.stderr
+
+    back = invoke("--app", old, "--database", database, "publish", "--rollback")
+    assert back.exit_code == 0, back.output
+    assert expression(database, "daily-report") == "0 9 * * *"
+
+
+def test_release_numbers_order_every_command(app_dir, database, monkeypatch):
+    """A stale checkout never published here: GOATBEAT_RELEASE tells it is older, for
+    `schedule list` as for `publish` (and --release says the same)."""
+    migrate(database)
+    old, new = write_app(app_dir, OLD), write_app(app_dir, NEW)
+    done = invoke("--app", new, "--database", database, "publish", "--release", "12")
+    assert done.exit_code == 0, done.output
+    monkeypatch.setenv("GOATBEAT_RELEASE", "11")
+
+    listed = invoke("--app", old, "--database", database, "schedule", "list")
+
+    assert listed.exit_code == 0, listed.output
+    assert "release 11 is older than release 12" in listed.stderr
+    assert expression(database, "daily-report") == "30 8 * * *"
+    assert "legacy" not in stored(database)
+    bad = invoke("--app", new, "--database", database, "publish", "--release", "v2")
+    assert bad.exit_code == 2 and "release: 'v2' is not a release number" in bad.stderr
