@@ -7,7 +7,8 @@ except with ``--check``, the overdue and failing schedules
 (:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`). A table by default, ``--json`` for scripts (the field names are a contract, as in
 :mod:`goatbeat.cli.output`). ``--check`` is for probes: ONE line, exit 0 when a scheduler holds
 the lease and nothing due waited longer than ``--max-lag``, 1 otherwise
-(:func:`goatbeat.core.health.check`). Whatever the mode, exit 2 when the question cannot be
+(:func:`goatbeat.core.health.check`); with ``--scheduler-id ID``, exit 0 while that replica's
+heartbeat row is live, 1 when it expired or is gone (:func:`goatbeat.core.health.check_scheduler`). Whatever the mode, exit 2 when the question cannot be
 answered: a bad option, an app that cannot load, a database that cannot be read.
 """
 
@@ -24,7 +25,13 @@ from goatbeat.cli.output import iso, store_info, table
 from goatbeat.cli.scheduler import require_schema
 from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import GoatbeatError, InvalidValue
-from goatbeat.core.health import STATUS_WINDOW, ScheduleHealth, StatusSnapshot, check
+from goatbeat.core.health import (
+    STATUS_WINDOW,
+    ScheduleHealth,
+    StatusSnapshot,
+    check,
+    check_scheduler,
+)
 
 __all__ = ["status"]
 
@@ -44,15 +51,34 @@ __all__ = ["status"]
     metavar="DURATION",
     help="Unhealthy when something due has waited longer than this.",
 )
+@click.option(
+    "--scheduler-id",
+    "scheduler_id",
+    default=None,
+    metavar="ID",
+    help="With --check: judge this one replica instead, by its heartbeat row (alive while "
+    "its loop beats; a per-replica liveness probe).",
+)
 @click.option("--lease", "lease_name", default="scheduler", show_default=True, hidden=True)
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_name: str) -> None:
+def status(
+    ctx: click.Context,
+    as_json: bool,
+    probe: bool,
+    max_lag: str,
+    scheduler_id: str | None,
+    lease_name: str,
+) -> None:
     """The lease, the scheduler processes, the backlog and the last hour's misses and
     failures (never publishes)."""
     try:
         limit = parse_duration(max_lag, field="--max-lag")
     except InvalidValue as exc:
         raise UserError(str(exc)) from None
+    if scheduler_id is not None and not probe:
+        raise UserError("--scheduler-id goes with --check (status --check --scheduler-id ID)")
+    if scheduler_id is not None and not scheduler_id.strip():
+        raise UserError("--scheduler-id: '' is not a scheduler id")
     with open_app(ctx) as app:
         try:
             snapshot = app.store.status(lease_name=lease_name, window=STATUS_WINDOW)
@@ -63,7 +89,10 @@ def status(ctx: click.Context, as_json: bool, probe: bool, max_lag: str, lease_n
             # Missing (or older) tables say which migrate command to run.
             require_schema(app, cli_context(ctx))
             raise UserError(f"cannot read the status: {exc}") from None
-        verdict = check(snapshot, max_lag=limit)
+        if scheduler_id is not None:
+            verdict = check_scheduler(snapshot, scheduler_id)
+        else:
+            verdict = check(snapshot, max_lag=limit)
         if probe:
             click.echo(f"goatbeat: {'ok' if verdict.ok else 'unhealthy'}: {verdict.reason}")
             ctx.exit(0 if verdict.ok else 1)

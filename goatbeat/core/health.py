@@ -373,3 +373,37 @@ def _seconds(delta: timedelta) -> float:
 
 def _iso_or_none(value: datetime | None) -> str | None:
     return None if value is None else iso_z(value)
+
+
+def check_scheduler(snapshot: StatusSnapshot, scheduler_id: str) -> HealthCheck:
+    """One replica's liveness, from its heartbeat row (``status --check --scheduler-id``):
+    healthy while the newest row of that scheduler id (or instance) has not expired by the
+    database clock. The loop writes the row as it iterates, so a replica whose loop is wedged,
+    SIGSTOPped or cut off from the database fails within its heartbeat's TTL (``lease_ttl +
+    lease_renew_interval``); a healthy standby passes. A replica that stopped cleanly removed
+    its row: unhealthy too (nothing says it runs)."""
+    rows = [p for p in snapshot.schedulers if scheduler_id in (p.name, p.scheduler_id)]
+    if not rows:
+        reason = (
+            f"no heartbeat from scheduler {scheduler_id!r}: not started, stopped, or its "
+            "row expired and was removed"
+        )
+        return HealthCheck(ok=False, reason=reason, problems=[reason])
+    newest = max(rows, key=lambda p: p.heartbeat_at)
+    where = f"{newest.hostname or '?'} pid {newest.pid if newest.pid is not None else '?'}"
+    age = _seconds(snapshot.now - newest.heartbeat_at)
+    if newest.stale:
+        expired = _seconds(snapshot.now - newest.expires_at)
+        reason = (
+            f"scheduler {scheduler_id!r} ({where}) last beat {age:g}s ago; its heartbeat "
+            f"expired {expired:g}s ago (wedged, stopped or cut off from the database)"
+        )
+        return HealthCheck(ok=False, reason=reason, problems=[reason])
+    left = _seconds(newest.expires_at - snapshot.now)
+    return HealthCheck(
+        ok=True,
+        reason=(
+            f"scheduler {scheduler_id!r} ({where}) is alive: {newest.role.value}, last beat "
+            f"{age:g}s ago ({left:g}s left)"
+        ),
+    )

@@ -54,9 +54,9 @@ def probe_both(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]
         assert "Traceback" not in lines[0]
         outputs.append(lines[0])
     assert via_manage.returncode == via_goatbeat.returncode, outputs
-    # The lease's time left ticks between the two runs.
-    assert re.sub(r"[\d.]+s left", "...s left", outputs[0]) == re.sub(
-        r"[\d.]+s left", "...s left", outputs[1]
+    # The lease's time left (and a heartbeat's age) ticks between the two runs.
+    assert re.sub(r"[\d.]+s (left|ago)", r"...s \1", outputs[0]) == re.sub(
+        r"[\d.]+s (left|ago)", r"...s \1", outputs[1]
     )
     return via_manage.returncode, outputs[0]
 
@@ -108,3 +108,24 @@ def test_broken_schedules_py_is_cannot_tell_in_one_line(store: Any) -> None:
     )
     assert code == 2
     assert line.startswith("goatbeat: error: schedules.py: 4 problems to fix first: ")
+
+
+def test_one_replica_is_judged_by_its_heartbeat_alike_under_both_commands(store: Any) -> None:
+    """``status --check --scheduler-id ID`` (#31 item 3): a per-replica liveness probe."""
+    from goatbeat.core.health import Role, SchedulerBeat
+
+    store.heartbeat(
+        SchedulerBeat(
+            scheduler_id="web-2#0a1b2c3d", role=Role.STANDBY, hostname="web-2", pid=42,
+            ttl=timedelta(hours=1),
+        )
+    )  # fmt: skip
+    code, line = probe_both("--scheduler-id", "web-2")
+    assert code == 0
+    assert line.startswith("goatbeat: ok: scheduler 'web-2' (web-2 pid 42) is alive: standby")
+    code, line = probe_both("--scheduler-id", "web-3")
+    assert code == 1
+    assert line.startswith("goatbeat: unhealthy: no heartbeat from scheduler 'web-3'")
+    closed = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
+    code, line = probe_both("--scheduler-id", "web-2", env={"GOATBEAT_TEST_PG_DSN": closed})
+    assert code == 2 and line.startswith("goatbeat: error: cannot read the status: ")
