@@ -234,12 +234,13 @@ class ScheduleStore(Protocol):
         *generation*, with the ``release`` number its deploy gave (None: none). Before writing
         anything, a code publication is compared with the latest generation:
 
+        - the latest's own set: the same release, published as usual (recorded as a new
+          generation only for a higher release number);
         - a ``release`` lower than the latest's, both given: older code;
         - otherwise (no release, or the same one) the set published before the latest (its
           fingerprint is an earlier generation's): older code;
         - no release while the latest has one: older code too (the deploy numbers its
           releases; a command without the number cannot say it is newer);
-        - the latest's own set: the same release (recorded again only for a higher release);
         - anything else is newer: published, recorded as the next generation.
 
         Older code writes nothing: the result is ``superseded``, ``kept`` naming what it would

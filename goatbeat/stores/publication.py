@@ -269,6 +269,10 @@ def publication_order(
     generation = int(current["generation"])
     if rollback:
         return Order("newer", record=True)
+    if printed == current["fingerprint"]:
+        # The very schedules published last: nothing to revert, whatever the number says.
+        bump = release is not None and (theirs is None or release > theirs)
+        return Order("same", record=bump)
     if release is not None and theirs is not None and release != theirs:
         if release > theirs:
             return Order("newer", record=True)
@@ -277,9 +281,6 @@ def publication_order(
             f"release {release} is older than release {theirs}, which published "
             f"generation {generation}",
         )
-    if printed == current["fingerprint"]:
-        bump = release is not None and (theirs is None or release > theirs)
-        return Order("same", record=bump)
     if earlier is not None and earlier < generation:
         return Order(
             "older",

@@ -81,6 +81,10 @@ def test_release_numbers_order_publications_whatever_was_published_before(
     assert store.get("daily-report").trigger == CronTrigger("30 8 * * *")
     # A publication without a number after numbered ones cannot say it is newer.
     assert store.publish(release_a()).superseded
+    # The very schedules published last, under a lower number (or none): nothing to revert.
+    for lower in (3, None):
+        same = store.publish(release_b(), release=lower)
+        assert not same.superseded and not same.changed and same.release == 9
     # The same code under a higher number is the same set: no write, the number recorded.
     same = store.publish(release_b(), release=10)
     assert (same.superseded, same.release, same.generation, same.changed) == (False, 10, 2, False)
