@@ -76,9 +76,9 @@ class Settings:
     scheduler_id: str = field(default_factory=default_scheduler_id)
     prune_on_publish: bool = False
     """Whether a scheduler, when it starts and publishes, also disables the code schedules
-    the code no longer declares (as ``schedule prune``). Off by default: during a rolling
-    deploy an old replica that restarts would disable the schedules only the new code
-    declares."""
+    the code no longer declares (as ``schedule prune``). Off by default. A replica of an
+    older release prunes nothing (its publication is superseded: see ``release``), but code
+    never published before and without a release number is taken for newer."""
     release: int | None = None
     """This deploy's release number: an integer that grows with each deploy (a CI build
     number, ``202612021530``). Code publications are ordered by it: a scheduler or command of
