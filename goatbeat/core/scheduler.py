@@ -84,6 +84,7 @@ from typing import Any, Protocol, cast
 
 from goatbeat.core.alerts import Alert, Alerter, AlertTracker
 from goatbeat.core.allowlist import TaskAllowList
+from goatbeat.core.bounded import bound_calls, io_timeout
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError, short_repr
@@ -312,6 +313,12 @@ class Scheduler:
         # Whether the store's claims write the outcomes of the batch before (``record``): a
         # store written before that parameter gets its outcomes recorded separately.
         self._claims_record = _takes_keyword(store.claim_due, "record")
+        # Connections are bounded from the start (the CLI's first store call included); the
+        # statements once run() begins (see bound_calls).
+        self.io_timeout = io_timeout(self.lease.valid_for)
+        connects = getattr(store, "bound_connects", None)
+        if callable(connects):
+            connects(self.io_timeout)
         self.submission = Submission(
             store,
             submitter,
@@ -438,6 +445,7 @@ class Scheduler:
             batch_size=self.settings.batch_size,
             claim_ahead=self.settings.claim_ahead,
         )
+        self.bound_calls()
         try:
             # Start listening for wake-ups before the first iteration (stores that LISTEN do so
             # from their first wait), so a change made during that iteration is not missed.
@@ -466,6 +474,21 @@ class Scheduler:
             self.close()
             self._restore_signal_handlers(previous)
             log_event("scheduler.stopped", scheduler_id=self.scheduler_id, released=released)
+
+    def bound_calls(self) -> float:
+        """Bound every call this loop makes to a server it does not control (the database,
+        the broker, their DNS lookups) at :func:`~goatbeat.core.bounded.io_timeout` of the
+        lease, below its local deadline (docs/failover.md, "Bounded waits"). :meth:`run`
+        calls it once the start-up publication is done (which may legitimately take longer);
+        returns the bound."""
+        seconds = self.io_timeout
+        bound_calls(self.store, seconds)
+        bound_calls(self.submitter, seconds)
+        self.submission.bound_calls(seconds, self._lease_remaining)
+        return seconds
+
+    def _lease_remaining(self) -> float:
+        return self.lease.remaining()
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
