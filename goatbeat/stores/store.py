@@ -124,6 +124,15 @@ class DialectStore:
         statements and connections. SQLite's waits are its ``busy_timeout``."""
         bound_calls(self.dialect, seconds)
 
+    def database_identity(self) -> tuple[str, int] | None:
+        """(system identifier, timeline) of the database, where the dialect can tell
+        (PostgreSQL); None otherwise. See ``ScheduleStore``'s optional capabilities."""
+        identity = getattr(self.dialect, "identity", None)
+        if not callable(identity):
+            return None
+        found: tuple[str, int] | None = identity()
+        return found
+
     def bound_connects(self, seconds: float) -> None:
         """Bound only the wait for a new connection (PostgreSQL), from the scheduler's start."""
         method = getattr(self.dialect, "bound_connects", None)

@@ -258,6 +258,7 @@ class PostgresDialect:
         self.io_timeout: float | None = None
         """The bound of every wait for the server (:meth:`bound_calls`); None: unbounded."""
         self._watchdog = Watchdog("postgres")
+        self._identity_unknown_logged = False
         self._depth = 0
 
     # -- plumbing --------------------------------------------------------------------------
@@ -404,6 +405,29 @@ class PostgresDialect:
     def now(self) -> datetime:
         with self.session() as tx:
             return tx.now()
+
+    def identity(self) -> tuple[str, int] | None:
+        """(system identifier, timeline) of the server, or None when it cannot say (a
+        standby, a role without access to ``pg_control_system()``: logged once)."""
+        with self.connection() as conn:
+            try:
+                with conn.transaction():
+                    rows = self.fetch(conn, "database_identity")
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                if not self._identity_unknown_logged:
+                    self._identity_unknown_logged = True
+                    log_event(
+                        "store.identity_unknown",
+                        level=logging.WARNING,
+                        error=str(exc).strip(),
+                        detail="a promotion or a restored database cannot be detected",
+                    )
+                return None
+        if not rows:
+            return None
+        return str(rows[0]["system_identifier"]), int(rows[0]["timeline"])
 
     def info(self) -> dict[str, Any]:
         with self.connection() as conn:
