@@ -118,6 +118,8 @@ ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_CAP = 30.0
 RECENT_CLAIMS = 20_000
 """This process's latest claims kept in memory, to name those a promotion lost."""
+LOST_KEYS_LOGGED = 1000
+"""The lost claims' keys named in ``store.database_changed`` (all of them up to this many)."""
 LOST_CHECK_SCHEDULES = 500
 """At most this many schedules are read back to find them (one query each, once)."""
 MIN_IDLE_SLEEP = 0.01
@@ -317,7 +319,7 @@ class Scheduler:
         self._identity: tuple[str, int] | None = None
         self._identity_seen_at: datetime | None = None
         self._identity_checked_at: float | None = None
-        self._recent_claims: deque[tuple[str, str, datetime]] = deque(maxlen=RECENT_CLAIMS)
+        self._recent_claims: deque[tuple[str, str, datetime, int]] = deque(maxlen=RECENT_CLAIMS)
         # Whether a claimed row may be backing off, so the sleep must ask for the next retry.
         self._retries_possible = True
         # Whether the store's claims write the outcomes of the batch before (``record``): a
@@ -606,6 +608,9 @@ class Scheduler:
     def _drop_lease(self) -> None:
         self.lease.drop()
         self._leader_token = None
+        # After a store error the connection may lead to another server (a promoted standby):
+        # look at the database's identity before anything is claimed there.
+        self._identity_checked_at = None
 
     # -- the database itself: a promotion, a restore ---------------------------------------------
 
@@ -643,7 +648,7 @@ class Scheduler:
                 "lost_claims": len(lost),
                 "may_repeat_from": min(at for _, at in lost),
                 "may_repeat_to": max(at for _, at in lost),
-                "lost_keys": [key for key, _ in lost[:20]],
+                "lost_keys": [key for key, _ in lost[:LOST_KEYS_LOGGED]],
             }
         same_cluster = previous[0] == identity[0]
         log_event(
@@ -669,20 +674,23 @@ class Scheduler:
         )
 
     def _lost_claims(self) -> list[tuple[str, datetime]]:
-        """(key, scheduled_at) of this process's recent claims the database no longer has."""
-        by_name: dict[str, list[tuple[str, datetime]]] = {}
-        for name, key, at in self._recent_claims:
-            by_name.setdefault(name, []).append((key, at))
+        """(key, scheduled_at) of this process's recent claims the database no longer has as
+        this process claimed them: gone, or claimed again since (another fencing token)."""
+        by_name: dict[str, list[tuple[str, datetime, int]]] = {}
+        for name, key, at, token in self._recent_claims:
+            by_name.setdefault(name, []).append((key, at, token))
         lost: list[tuple[str, datetime]] = []
         for name, claims in list(by_name.items())[:LOST_CHECK_SCHEDULES]:
             try:
-                known = {
-                    e.idempotency_key
-                    for e in self.store.executions(name=name, limit=len(claims) + 50)
-                }
+                found = self.store.executions(name=name, limit=len(claims) + 500)
             except StoreError:
                 continue
-            lost.extend(c for c in claims if c[0] not in known)
+            kept = {(e.idempotency_key, e.fencing_token, e.scheduler_id) for e in found}
+            lost.extend(
+                (key, at)
+                for key, at, token in claims
+                if (key, token, self.scheduler_id) not in kept
+            )
         return sorted(lost, key=lambda c: c[1])
 
     # -- shards ---------------------------------------------------------------------------------
@@ -766,6 +774,7 @@ class Scheduler:
             for lease in self._shard_leases.values():
                 lease.drop()
             self._shard_tokens.clear()
+            self._identity_checked_at = None  # as _drop_lease
             return total.result(
                 leader=False, became_leader=became_leader, error=str(exc), sleep=backoff
             )
@@ -822,6 +831,9 @@ class Scheduler:
         if result.deferred:
             self._retries_possible = True
         occurrences = self._screen(result.occurrences, grant, tally)
+        self._recent_claims.extend(
+            (o.schedule_name, o.idempotency_key, o.scheduled_at, grant.token) for o in occurrences
+        )
         more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
         if occurrences:
             self._submit_batch(occurrences, grant, tally, pending=False)
@@ -1033,7 +1045,8 @@ class Scheduler:
                     self._retries_possible = True
                 occurrences = self._screen(result.occurrences, grant, tally)
                 self._recent_claims.extend(
-                    (o.schedule_name, o.idempotency_key, o.scheduled_at) for o in occurrences
+                    (o.schedule_name, o.idempotency_key, o.scheduled_at, grant.token)
+                    for o in occurrences
                 )
                 more = (
                     max(result.schedules_seen, len(occurrences)) >= limit

@@ -54,5 +54,5 @@ if _broker:
     beat = Beat("memory://", submitter="celery", submitter_options={"app": _broker})
 else:
     beat = Beat("memory://", submitter=RecordingSubmitter())
-for _i in range(3):
+for _i in range(int(os.environ.get("GB_SCHEDULES", "3"))):
     beat.schedule(name=f"tick-{_i}", task="bounded.tick", every="1s", args=[_i])
