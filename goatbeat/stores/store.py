@@ -15,6 +15,7 @@ from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from goatbeat.core.bounded import bound_calls
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
 from goatbeat.core.health import (
@@ -116,6 +117,27 @@ class DialectStore:
 
     def close(self) -> None:
         self.dialect.close()
+
+    def bound_calls(self, seconds: float) -> None:
+        """Bound every wait for the database at ``seconds`` (the scheduler calls it with its
+        :func:`~goatbeat.core.bounded.io_timeout`), where the dialect can: PostgreSQL's
+        statements and connections. SQLite's waits are its ``busy_timeout``."""
+        bound_calls(self.dialect, seconds)
+
+    def database_identity(self) -> tuple[str, int] | None:
+        """(system identifier, timeline) of the database, where the dialect can tell
+        (PostgreSQL); None otherwise. See ``ScheduleStore``'s optional capabilities."""
+        identity = getattr(self.dialect, "identity", None)
+        if not callable(identity):
+            return None
+        found: tuple[str, int] | None = identity()
+        return found
+
+    def bound_connects(self, seconds: float) -> None:
+        """Bound only the wait for a new connection (PostgreSQL), from the scheduler's start."""
+        method = getattr(self.dialect, "bound_connects", None)
+        if callable(method):
+            method(seconds)
 
     def now(self) -> datetime:
         return self.dialect.now()

@@ -385,6 +385,31 @@ class CelerySubmitter:
             return
         self._check_in(producer)
 
+    def bound_calls(self, seconds: float) -> None:
+        """The scheduler's bound of outside calls. Every ``submit``/``submit_many`` is already
+        bounded by the scheduler (a worker thread waited for at most ``seconds``, since this
+        submitter declares ``concurrent_submits``); on a Redis broker the socket waits get
+        the same bound too (kombu's ``socket_timeout`` and ``socket_connect_timeout``
+        transport options, unless the app sets shorter ones), so a call abandoned on a frozen
+        Redis also ends, and frees its producer (connections kombu opens from now on), instead of
+        hanging until Redis wakes. The
+        AMQP publish path is left as kombu configures it."""
+        conf = self.app.conf
+        url = str(getattr(conf, "broker_url", None) or "")
+        if not url.split("://", 1)[0].startswith(("redis", "rediss", "sentinel")):
+            return
+        options = conf.broker_transport_options
+        options = dict(options) if options else {}
+        for key in ("socket_timeout", "socket_connect_timeout"):
+            current = options.get(key)
+            if current is None or current > seconds:
+                options[key] = seconds
+        conf.broker_transport_options = options
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for producer in idle:  # made before: a fresh one picks the options up
+            _release(producer)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:

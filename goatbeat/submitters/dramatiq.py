@@ -63,6 +63,7 @@ from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
+from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
 __all__ = ["DramatiqSubmitter", "BACKEND_OPTIONS"]
@@ -375,6 +376,11 @@ class DramatiqSubmitter:
                 _declared_by_goatbeat.setdefault(self.broker, set()).add(queue)
         self.broker.declare_queue(queue)
         self._declared.add(queue)
+
+    def bound_calls(self, seconds: float) -> None:
+        """Socket timeouts of at most ``seconds`` on a Redis broker's client (the
+        scheduler's bound of outside calls; :mod:`goatbeat.submitters._redis_bound`)."""
+        bound_redis_client(getattr(self.broker, "client", None), seconds)
 
     def close(self) -> None:
         with self._lock:

@@ -54,6 +54,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.submit import check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
+from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.dotted import import_dotted
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
@@ -254,6 +255,11 @@ class RQSubmitter:
             else:
                 out[option] = value
         return out
+
+    def bound_calls(self, seconds: float) -> None:
+        """Socket timeouts of at most ``seconds`` on the Redis client (the scheduler's bound
+        of outside calls; :mod:`goatbeat.submitters._redis_bound`)."""
+        bound_redis_client(self.connection, seconds)
 
     def close(self) -> None:
         with self._lock:
