@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
+from goatbeat.core.errors import InvalidValue
 from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
@@ -81,16 +82,22 @@ class FireDifference:
 @dataclass(slots=True, kw_only=True)
 class ScheduleDiff:
     name: str
-    status: str  # "equal", "different", "only_old", "only_new", "damaged"
+    status: str  # "equal", "different", "only_old", "only_new", "damaged", "refused"
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     fire_times: list[FireDifference] = field(default_factory=list)
     fire_difference_count: int = 0
     notes: list[str] = field(default_factory=list)
     solar_max_deviation: timedelta | None = None
     """Solar schedules: the largest gap between matched celery and goatbeat instants."""
+    refused: str | None = None
+    """Why the importer refuses the entry (celery runs it, goatbeat cannot as celery does)."""
+    accepted: bool = False
+    """The operator accepted the refusal (``--accept-refused NAME``): no difference."""
 
     def differs(self, *, accept_known: bool = False) -> bool:
-        if self.status in ("only_old", "only_new", "damaged") or self.fields:
+        if self.refused is not None:
+            return not self.accepted
+        if self.status in ("only_old", "only_new", "damaged", "refused") or self.fields:
             return True
         if accept_known:
             return any(not f.known for f in self.fire_times)
@@ -111,6 +118,8 @@ class ScheduleDiff:
                 if self.solar_max_deviation is None
                 else self.solar_max_deviation.total_seconds()
             ),
+            "refused": self.refused,
+            "accepted": self.accepted,
         }
 
 
@@ -125,12 +134,18 @@ class DiffReport:
     def equal(self) -> bool:
         return not any(s.differs(accept_known=self.accept_known) for s in self.schedules)
 
+    @property
+    def accepted_refused(self) -> list[str]:
+        """The refused entries the operator accepted (``--accept-refused``), by name."""
+        return [s.name for s in self.schedules if s.refused is not None and s.accepted]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "equal": self.equal,
             "start": iso_z(self.start),
             "horizon": format_duration(self.horizon),
             "schedules": [s.to_dict() for s in self.schedules],
+            "accepted_refused": self.accepted_refused,
         }
 
 
@@ -477,6 +492,37 @@ def _compare_one(
     return result
 
 
+def _refused(entry: SourceEntry, target: StoredSchedule | None, *, accepted: bool) -> ScheduleDiff:
+    d = ScheduleDiff(
+        name=entry.name,
+        status="only_old" if target is None else "refused",
+        refused=entry.problem,
+        accepted=accepted,
+    )
+    d.notes.append(f"the importer refuses it: {entry.problem}")
+    if target is None:
+        d.notes.append("celery runs it; goatbeat has no schedule of that name")
+    else:
+        if isinstance(target, Schedule):
+            what = target.trigger.describe() + ("" if target.enabled else ", disabled")
+        else:
+            what = f"damaged: {target.describe()}"
+        d.notes.append(
+            f"goatbeat has a schedule of that name ({what}), whose fire times cannot be "
+            "compared with celery's: celery follows the entry's own rules"
+        )
+    if accepted:
+        d.notes.append("accepted with --accept-refused: counted as no difference")
+        if isinstance(target, Schedule) and target.enabled:
+            d.notes.append(
+                "goatbeat's schedule of that name is enabled: it runs after the cutover as "
+                "goatbeat has it, not as celery ran the entry"
+            )
+    else:
+        d.notes.append(f"to accept it (it stays on celery beat): --accept-refused {entry.name}")
+    return d
+
+
 def _keeps_start_time_phase(entry: SourceEntry, new: Schedule) -> bool:
     """A django-celery-beat interval that runs on its start_time's grid in goatbeat, while
     celery counts from a last run off that grid (importers.django_celery_beat)."""
@@ -513,21 +559,38 @@ def compute_diff(
     horizon: timedelta = timedelta(days=30),
     max_instants: int = 5,
     accept_known: bool = False,
+    accept_refused: Collection[str] = (),
 ) -> DiffReport:
     """Compare celery's entries (``old``) with goatbeat's schedules (``new``) over
-    ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``."""
+    ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``.
+
+    An entry the importer refuses (``problem``: a custom schedule class, an option goatbeat
+    has no equivalent for...) is a difference: celery runs it, and goatbeat cannot run it as
+    celery does, so its fire times are not compared. ``accept_refused`` names the ones the
+    operator accepts (the entry stays on celery beat, or a goatbeat schedule of theirs
+    replaces it): listed, no difference. A name there that is not refused raises
+    ``InvalidValue``."""
     end = start + horizon
     by_name = {s.name: s for s in new}
+    refused = {e.name for e in old if e.problem is not None}
+    unknown = sorted(set(accept_refused) - refused)
+    if unknown:
+        raise InvalidValue(
+            "accept_refused",
+            unknown,
+            f"--accept-refused {', '.join(unknown)}: no entry of that name is refused by the "
+            f"importer (refused: {', '.join(sorted(refused)) or 'none'})",
+        )
     seen: set[str] = set()
     diffs: list[ScheduleDiff] = []
     for entry in old:
         seen.add(entry.name)
         target = by_name.get(entry.name)
+        if entry.problem is not None:
+            diffs.append(_refused(entry, target, accepted=entry.name in accept_refused))
+            continue
         if target is None:
-            d = ScheduleDiff(name=entry.name, status="only_old")
-            if entry.problem:
-                d.notes.append(f"the importer cannot convert it: {entry.problem}")
-            diffs.append(d)
+            diffs.append(ScheduleDiff(name=entry.name, status="only_old"))
             continue
         if isinstance(target, DamagedSchedule):
             d = ScheduleDiff(name=entry.name, status="damaged")

@@ -9,7 +9,8 @@
                                                 default database when run under Django)
         [--last-runs JSON_FILE] [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
-        [--json] [--max-instants N] [--accept-known-bugs] [--all-sources]
+        [--json] [--max-instants N] [--accept-known-bugs] [--accept-refused NAME]...
+        [--all-sources]
 
     goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
         [--dry-run]                             goatbeat's last runs back to celery beat, before
@@ -543,6 +544,14 @@ def export_last_runs(
     help="Count differences explained by a known celery bug (DST, day_of_week=7) as equal.",
 )
 @click.option(
+    "--accept-refused",
+    "accept_refused",
+    metavar="NAME",
+    multiple=True,
+    help="An entry the importer refuses (FAILED) that you accept: it stays on celery beat, "
+    "or a goatbeat schedule of yours replaces it. Listed, and no difference. Repeatable.",
+)
+@click.option(
     "--all-sources",
     is_flag=True,
     help="Compare every goatbeat schedule, not only those imported from the given sources.",
@@ -558,6 +567,7 @@ def diff(
     as_json: bool,
     max_instants: int,
     accept_known_bugs: bool,
+    accept_refused: tuple[str, ...],
     all_sources: bool,
     last_runs_file: str | None,
 ) -> None:
@@ -602,6 +612,7 @@ def diff(
             horizon=span,
             max_instants=max_instants,
             accept_known=accept_known_bugs,
+            accept_refused=accept_refused,
         )
     except click.ClickException as exc:
         if exc.exit_code != 2:
@@ -629,6 +640,8 @@ def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
         status = s.status if s.differs(accept_known=report.accept_known) else "equal"
         if s.status == "different" and status == "equal":
             status = "equal*"  # only known celery bugs differ, and they were accepted
+        if s.refused is not None:
+            status = "refused (accepted)" if s.accepted else "refused"
         echo(f"{s.name:<{width}}  {status}")
         for name, (o, n) in s.fields.items():
             echo(f"{'':<{width}}    {name}: celery {o!r} -> goatbeat {n!r}")
@@ -643,5 +656,9 @@ def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
     counts: dict[str, int] = {}
     for s in report.schedules:
         key = s.status if s.differs(accept_known=report.accept_known) else "equal"
+        if s.refused is not None:
+            key = "refused (accepted)" if s.accepted else "refused"
         counts[key] = counts.get(key, 0) + 1
+    if report.accepted_refused:
+        echo(f"accepted refused: {', '.join(report.accepted_refused)}")
     echo(f"{verdict}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))

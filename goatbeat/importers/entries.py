@@ -228,7 +228,15 @@ def plan_import(
             continue
         seen.add(entry.name)
         if entry.schedule is None:
-            plan.failed.append((entry.name, entry.problem or "could not be converted"))
+            reason = entry.problem or "could not be converted"
+            row = existing.get(entry.name)
+            if isinstance(row, Schedule) and row.source == entry.source and row.enabled:
+                reason += (
+                    f"; the schedule imported earlier under this name is left as it was "
+                    f"({row.trigger.describe()}) and still runs: disable it (goatbeat schedule "
+                    f"disable {entry.name}) unless that is what you want"
+                )
+            plan.failed.append((entry.name, reason))
             continue
         if check_task is not None:
             try:
