@@ -406,12 +406,18 @@ def _compare_one(
                 "celery's last run is unknown (beat keeps it in its schedule file): the "
                 "interval is compared from goatbeat's phase"
             )
+    # A disabled side fires nothing (celery skips a disabled row, goatbeat never claims one):
+    # the enabled difference, when there is one, is reported as a field.
     try:
-        old_times = celery_fire_times(entry, start, end, phase=phase, last_run_at=new.last_run_at)
+        old_times = (
+            celery_fire_times(entry, start, end, phase=phase, last_run_at=new.last_run_at)
+            if entry.enabled
+            else []
+        )
     except Exception as exc:  # celery itself fails on this entry: that is the finding
         result.notes.append(f"celery cannot compute this schedule: {describe_exception(exc)}")
         old_times = []
-    new_times = goatbeat_fire_times(new, start, end)
+    new_times = goatbeat_fire_times(new, start, end) if new.enabled else []
     capped = [times[-1] for times in (old_times, new_times) if len(times) >= MAX_FIRES]
     if capped:
         # Past the last instant of a capped side the other side would look different.

@@ -411,8 +411,16 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     prefix = "would " if report.dry_run else ""
     for name in report.created:
         click.echo(f"{prefix}create  {name}")
+    toggled = dict(report.toggled)
     for name in report.updated:
-        click.echo(f"{prefix}update  {name}")
+        if name in toggled:
+            flag = "enabled" if toggled[name] else "disabled"
+            click.echo(
+                f"{prefix}update  {name}  (the source {flag} it since the last import: "
+                f"{flag} in goatbeat too)"
+            )
+        else:
+            click.echo(f"{prefix}update  {name}")
     for name in report.refreshed:
         click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
     for name in report.unchanged:
