@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,8 +53,9 @@ __all__ = [
     "goatbeat_fire_times",
 ]
 
-MAX_FIRES = 100_000
-"""Fire times computed per schedule and side; beyond, the comparison stops (and says so)."""
+MAX_FIRES = 1_100_000
+"""Fire times computed per schedule and side; beyond, the comparison stops (and says so). A
+year of every-30-seconds instants fits (1,054,080)."""
 
 SOLAR_TOLERANCE = timedelta(seconds=60)
 """Solar instants of the two sides closer than this are the same occurrence: celery (ephem)
@@ -160,12 +161,16 @@ def _jsonable(value: Any) -> Any:
 # -- fire times -----------------------------------------------------------------------------
 
 
-def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+def goatbeat_fire_times(
+    schedule: Schedule, start: datetime, end: datetime, *, at_once: bool = True
+) -> list[datetime]:
     """Fire instants of ``schedule`` in ``(start, end]``, honouring start/end and one_off;
     first ``start`` itself when the stored ``next_run_at`` is already due then (a run the
-    scheduler makes at once: the occurrence owed since the last run)."""
+    scheduler makes at once: the occurrence owed since the last run). ``at_once`` False (a
+    window that starts in the future, with both schedulers running until then): no such run,
+    only the instants after ``start``."""
     out: list[datetime] = []
-    if schedule.next_run_at is not None and schedule.next_run_at <= start:
+    if at_once and schedule.next_run_at is not None and schedule.next_run_at <= start:
         out.append(start)
         if schedule.one_off:
             return out
@@ -174,14 +179,22 @@ def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> l
         # A running scheduler claimed an instant ahead of time (claim-ahead): that one has run,
         # as celery's side counts it (its last run is goatbeat's), and is no fire to come.
         t = schedule.last_run_at
+    every = schedule.trigger.every if isinstance(schedule.trigger, IntervalTrigger) else None
+    nxt = schedule.first_run_after(t)
     while len(out) < MAX_FIRES:
-        nxt = schedule.first_run_after(t)
         if nxt is None or nxt > end:
             break
         out.append(nxt)
         if schedule.one_off:
             break
-        t = nxt
+        if every is not None and nxt >= (schedule.start_at or nxt):
+            # On the grid past start_at, an interval's next instant is the sum.
+            t, nxt = nxt, nxt + every
+            if schedule.end_at is not None and nxt > schedule.end_at:
+                nxt = None
+        else:
+            t = nxt
+            nxt = schedule.first_run_after(t)
     return out
 
 
@@ -200,9 +213,11 @@ def celery_fire_times(
     *,
     phase: datetime | None = None,
     last_run_at: datetime | None = None,
+    at_once: bool = True,
 ) -> list[datetime]:
     """Fire instants in ``(start, end]`` as celery beat computes them for ``entry``, first
-    ``start`` itself when celery would run it at once (due since its last run).
+    ``start`` itself when celery would run it at once (due since its last run; never with
+    ``at_once`` False: a window in the future, celery running until then).
 
     Steps the entry's own celery schedule object: ``next = now + remaining_estimate(last)``
     with ``last = now = the previous run``, which is what beat does after each run.
@@ -230,7 +245,14 @@ def celery_fire_times(
     start_at = entry.schedule.start_at if entry.schedule is not None else None
     end_at = entry.schedule.end_at if entry.schedule is not None else None
 
+    plain_every = _plain_interval(sched)
+
     def step(t: datetime) -> datetime:
+        if plain_every is not None:
+            # celery's schedule(timedelta): remaining_estimate(last) with now == last is the
+            # interval itself (same instant, same offset: no DST adjustment), so stepping is
+            # the sum; computed directly, a year of every-30-s instants takes a second.
+            return t + plain_every
         local = t.astimezone(zone)  # beat stamps last_run_at with app.now(), in the app zone
         clock[0] = local
         # remaining_estimate is elapsed time: add it in UTC, never to a local wall time.
@@ -245,7 +267,9 @@ def celery_fire_times(
         if start_at is not None and t < start_at and isinstance(every, timedelta):
             # Not before start_time: the first check at or after it finds it due.
             t = start_at - every
-    if last is not None and (start_at is None or start_at <= start):
+    if not at_once:
+        pass  # running until ``start``, celery is never behind then
+    elif last is not None and (start_at is None or start_at <= start):
         first = step(last)
         if first <= start and (end_at is None or first <= end_at):
             out.append(start)  # due since its last run: beat runs it at once
@@ -280,6 +304,18 @@ def celery_fire_times(
         if one_off:
             break
     return out
+
+
+def _plain_interval(sched: Any) -> timedelta | None:
+    """The interval of celery's own ``schedule(timedelta)`` (not relative, not a subclass);
+    None for anything else."""
+    cls = type(sched)
+    if (cls.__module__, cls.__name__) != ("celery.schedules", "schedule"):
+        return None
+    every = getattr(sched, "run_every", None)
+    if getattr(sched, "relative", False) or not isinstance(every, timedelta):
+        return None
+    return every if every > timedelta(0) else None
 
 
 # -- comparison -----------------------------------------------------------------------------
@@ -386,16 +422,37 @@ def _compare_fields(entry: SourceEntry, new: Schedule) -> dict[str, tuple[Any, A
     return out
 
 
+def _as_reimported(entry: SourceEntry, new: Schedule) -> Schedule | None:
+    """``new`` as the next import leaves it when celery ran the entry after goatbeat's last
+    run (the rehearsal: celery keeps running, and a slot passed since the import): its
+    ``next_run_at`` follows celery's run, as :meth:`ScheduleStore.publish` with
+    ``follow_last_run`` moves it (never backwards). None when celery did not run it since."""
+    theirs, ours = entry.last_run_at, new.last_run_at
+    if theirs is None or (ours is not None and theirs <= ours) or not new.enabled:
+        return None
+    nxt = new.first_run_after(theirs)
+    if nxt is not None and new.next_run_at is not None and new.next_run_at > nxt:
+        nxt = new.next_run_at
+    return replace(new, next_run_at=nxt, last_run_at=theirs)
+
+
 def _compare_one(
     entry: SourceEntry,
     new: Schedule,
     start: datetime,
     end: datetime,
     max_instants: int,
+    at_once: bool = True,
 ) -> ScheduleDiff:
     result = ScheduleDiff(name=entry.name, status="equal", fields=_compare_fields(entry, new))
-    if entry.problem is not None:
-        result.notes.append(f"the importer cannot convert it: {entry.problem}")
+    followed = _as_reimported(entry, new)
+    if followed is not None:
+        result.notes.append(
+            "celery ran it after goatbeat's last run (the old scheduler still runs): compared "
+            "as the cutover import leaves it, its next run after celery's; re-run "
+            "import_celery_beat after stopping the old scheduler"
+        )
+        new = followed
     phase = None
     if isinstance(new.trigger, IntervalTrigger):
         # The grid point just before ``start``: celery stepping from it lands on goatbeat's grid.
@@ -410,14 +467,16 @@ def _compare_one(
     # the enabled difference, when there is one, is reported as a field.
     try:
         old_times = (
-            celery_fire_times(entry, start, end, phase=phase, last_run_at=new.last_run_at)
+            celery_fire_times(
+                entry, start, end, phase=phase, last_run_at=new.last_run_at, at_once=at_once
+            )
             if entry.enabled
             else []
         )
     except Exception as exc:  # celery itself fails on this entry: that is the finding
         result.notes.append(f"celery cannot compute this schedule: {describe_exception(exc)}")
         old_times = []
-    new_times = goatbeat_fire_times(new, start, end) if new.enabled else []
+    new_times = goatbeat_fire_times(new, start, end, at_once=at_once) if new.enabled else []
     capped = [times[-1] for times in (old_times, new_times) if len(times) >= MAX_FIRES]
     if capped:
         # Past the last instant of a capped side the other side would look different.
@@ -452,9 +511,15 @@ def _compare_one(
             "instant of goatbeat's grid (celery's lateness); goatbeat keeps its grid, so each "
             "run comes that much earlier than celery would send it"
         )
+    elif old_times == new_times:
+        old_set, new_set = set(), set()  # the common case, without hashing a million instants
     else:
         old_set, new_set = set(old_times), set(new_times)
     differing = sorted(old_set ^ new_set)
+    if capped:
+        # The cut may split a pair matched within a tolerance (solar, celery's lateness):
+        # an instant that close to it proves nothing.
+        differing = [t for t in differing if t <= cutoff - SOLAR_TOLERANCE]
     result.fire_difference_count = len(differing)
     zone = entry.celery_tz if entry.celery_tz != "UTC" else new.timezone
     for at in differing:
@@ -566,6 +631,7 @@ def compute_diff(
     max_instants: int = 5,
     accept_known: bool = False,
     accept_refused: Collection[str] = (),
+    now: datetime | None = None,
 ) -> DiffReport:
     """Compare celery's entries (``old``) with goatbeat's schedules (``new``) over
     ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``.
@@ -575,8 +641,13 @@ def compute_diff(
     celery does, so its fire times are not compared. ``accept_refused`` names the ones the
     operator accepts (the entry stays on celery beat, or a goatbeat schedule of theirs
     replaces it): listed, no difference. A name there that is not refused raises
-    ``InvalidValue``."""
+    ``InvalidValue``.
+
+    ``now``: when the comparison is made (default: ``start``). A ``start`` after it is a
+    window in the future, with both schedulers assumed running until then: neither side runs
+    anything *at once* at ``start``, only the instants after it."""
     end = start + horizon
+    at_once = now is None or start <= now
     by_name = {s.name: s for s in new}
     refused = {e.name for e in old if e.problem is not None}
     unknown = sorted(set(accept_refused) - refused)
@@ -603,7 +674,7 @@ def compute_diff(
             d.notes.append(f"goatbeat's stored row is damaged: {target.describe()}")
             diffs.append(d)
             continue
-        diffs.append(_compare_one(entry, target, start, end, max_instants))
+        diffs.append(_compare_one(entry, target, start, end, max_instants, at_once))
     for sched in new:
         if sched.name not in seen:
             diffs.append(ScheduleDiff(name=sched.name, status="only_new"))

@@ -587,11 +587,8 @@ def diff(
         if not from_app and from_dcb is None and not beat_sources.in_django_project():
             raise UserError("nothing to compare: pass --from-app and/or --from-django-celery-beat")
         span = parse_duration(horizon, field="horizon")
-        start = (
-            parse_instant(start_text, "start")
-            if start_text
-            else datetime.now(UTC).replace(microsecond=0)
-        )
+        now = datetime.now(UTC)
+        start = parse_instant(start_text, "start") if start_text else now.replace(microsecond=0)
         old, _ = collect_entries(
             from_app=from_app,
             from_dcb=from_dcb,
@@ -621,6 +618,7 @@ def diff(
             max_instants=max_instants,
             accept_known=accept_known_bugs,
             accept_refused=accept_refused,
+            now=now,
         )
     except click.ClickException as exc:
         if exc.exit_code != 2:
