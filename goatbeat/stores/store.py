@@ -226,7 +226,9 @@ class DialectStore:
 
         with tx.comparing():
             for schedule in schedules:
-                if not compares or (follow_last_run and schedule.last_run_at is not None):
+                # An import (follow_last_run) compares each row in Python: its last run may
+                # move forward, and the source's enabled flag is read from the fingerprint.
+                if not compares or follow_last_run:
                     definition: dict[str, Any] | None = validate_schedule(schedule)
                     part = None
                 else:
