@@ -46,11 +46,15 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import check_supported
-from goatbeat.submitters._celery_publish import Publisher
+from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
 
-__all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
+__all__ = ["BEAT_HEADER", "CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
+
+BEAT_HEADER = "celery_beat_task"
+"""The header celery beat (5.7) sets to True on every message it sends; goatbeat sends it too,
+so code and monitoring that tell scheduled runs by it see goatbeat's."""
 
 DEFAULT_CONCURRENCY = 1
 """Submissions in flight at once. Declaring any lets the scheduler send a batch from a thread
@@ -184,6 +188,9 @@ class CelerySubmitter:
         self.app, self._owns_app = _load_app(app)
         self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
         self._retryable, self._permanent = _error_classes()
+        from celery.exceptions import QueueNotFound
+
+        self._missing_queue: type[BaseException] = QueueNotFound
         self.concurrent_submits = concurrency
         self._batch_publish = bool(batch_publish)
         # Producers not in use right now; one per thread submitting at the same moment.
@@ -320,8 +327,9 @@ class CelerySubmitter:
             expires = occurrence.scheduled_at + timedelta(seconds=routing.expires or 0)
         elif left is not None:
             expires = left
-        # goatbeat's headers last: a user header must not forge the key.
-        headers = {**routing.headers, **key_headers(occurrence)}
+        # As celery beat 5.7 marks every message it sends (set over the schedule's own
+        # headers), then goatbeat's last: a user header must not forge the key.
+        headers = {**routing.headers, BEAT_HEADER: True, **key_headers(occurrence)}
         try:
             if direct:
                 return self._publisher.publish(
@@ -337,6 +345,7 @@ class CelerySubmitter:
                 )
             if expires is not None:
                 options["expires"] = expires
+            options = beat_options(self.app, occurrence.task, options)
             result = self.app.send_task(
                 occurrence.task,
                 args=list(occurrence.args),
@@ -348,6 +357,11 @@ class CelerySubmitter:
                 retry_policy=self._retry_policy,
                 **options,
             )
+        except self._missing_queue as exc:
+            raise PermanentSubmitError(
+                f"schedule {occurrence.schedule_name!r}: queue {routing.queue!r} is not in the "
+                "Celery app's task_queues and task_create_missing_queues is off"
+            ) from exc
         except self._permanent as exc:
             raise PermanentSubmitError(
                 f"celery refused task {occurrence.task!r} "
