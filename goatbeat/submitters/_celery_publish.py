@@ -70,6 +70,7 @@ class Publisher:
         options: Mapping[str, Any],
         expires: float | datetime | None,
         retry_policy: Mapping[str, Any],
+        timeouts: Mapping[str, float] | None = None,
     ) -> str:
         """Publish one message through ``producer``; returns the task id. ``options`` are the
         schedule's routing (queue, exchange, routing_key, priority), ``expires`` seconds from
@@ -123,6 +124,7 @@ class Publisher:
                 headers=headers,  # read, never kept: kombu copies it into the message
                 retry=True,
                 retry_policy=retry_policy,
+                **(timeouts or {}),
                 **sending,
             )
         return task_id
