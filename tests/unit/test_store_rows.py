@@ -354,7 +354,12 @@ def test_every_door_holds_a_field_to_its_one_rule(
         accepted = rule.check(field_value)
         try:
             built = Schedule(
-                **{"name": base.name, "task": base.task, "trigger": base.trigger, field: field_value},
+                **{
+                    "name": base.name,
+                    "task": base.task,
+                    "trigger": base.trigger,
+                    field: field_value,
+                },
                 **extra,
             )
         except InvalidValue as exc:
