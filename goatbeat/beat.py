@@ -831,6 +831,49 @@ class Beat:
             )
         return result, changed
 
+    def create_schedule(self, schedule: Schedule, *, origin: str = "create") -> Schedule:
+        """Store ``schedule``, already built and checked (the admin's form builds it with the
+        core's types, its task through :meth:`check_task`); logs ``schedule.created``, as
+        :meth:`create` does. ``InvalidSchedule`` (field ``name``) when the name exists."""
+        stored = self.store.create(schedule)
+        log_event(
+            "schedule.created",
+            schedule=stored.name,
+            task=stored.task,
+            source=stored.source,
+            origin=origin,
+        )
+        return stored
+
+    def update_schedule(
+        self, schedule: Schedule, *, origin: str = "update"
+    ) -> tuple[Schedule, list[FieldChange]]:
+        """Replace the stored definition of ``schedule.name`` by ``schedule`` (built and
+        checked as for :meth:`create_schedule`). Returns the stored schedule and the fields
+        changed, old -> new; logs ``schedule.changed`` when any did, as :meth:`edit` does."""
+        from goatbeat.stores import schedule_changes
+
+        before = self.store.get(schedule.name)
+        result = self.store.update(schedule)
+        changed = [] if isinstance(before, DamagedSchedule) else schedule_changes(before, result)
+        if changed or isinstance(before, DamagedSchedule):
+            log_event(
+                "schedule.changed",
+                schedule=schedule.name,
+                fields=[c.field for c in changed],
+                old={c.field: c.old for c in changed},
+                new={c.field: c.new for c in changed},
+                origin=origin,
+            )
+        return result, changed
+
+    def delete(self, name: str, *, origin: str = "delete") -> None:
+        """Delete ``name`` (its executions stay as history); logs ``schedule.deleted`` with
+        its source. ``ScheduleNotFound`` if absent."""
+        source = self.store.get(name).source
+        self.store.delete(name)
+        log_event("schedule.deleted", schedule=name, source=str(source), origin=origin)
+
     def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         """Enable or disable a stored schedule (any source); logs ``schedule.enabled`` /
         ``schedule.disabled``."""
