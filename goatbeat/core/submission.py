@@ -55,6 +55,7 @@ from goatbeat.core.submit import (
     SUBMIT_MANY_CHUNK,
     TaskSubmitter,
     awaits_bookkeeping,
+    capability,
     many_submitter,
     submit_all,
     submit_concurrency,
@@ -143,8 +144,8 @@ class Submission:
         self._submissions_lock = threading.Lock()
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
-        self._after_bookkeeping: Callable[[], None] | None = getattr(
-            submitter, "after_bookkeeping", None
+        self._after_bookkeeping: Callable[[], None] | None = capability(
+            submitter, "after_bookkeeping"
         )
         self.on_submitted: Callable[[float], None] | None = None
         """Called with the lateness (seconds, by the store's clock) of each occurrence the
