@@ -56,6 +56,7 @@ from goatbeat.core.submit import (
     SUBMIT_MANY_CHUNK,
     TaskSubmitter,
     awaits_bookkeeping,
+    capability,
     many_submitter,
     submit_all,
     submit_concurrency,
@@ -146,8 +147,8 @@ class Submission:
         self._submissions_lock = threading.Lock()
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
-        self._after_bookkeeping: Callable[[], None] | None = getattr(
-            submitter, "after_bookkeeping", None
+        self._after_bookkeeping: Callable[[], None] | None = capability(
+            submitter, "after_bookkeeping"
         )
         self._bounded: BoundedCall | None = None
         self._bound = 0.0

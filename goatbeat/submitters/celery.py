@@ -45,7 +45,7 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
@@ -161,7 +161,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(retryable), tuple(permanent)
 
 
-class CelerySubmitter:
+class CelerySubmitter(BaseSubmitter):
     """Send each occurrence as a Celery task message.
 
     ``app`` is a ``celery.Celery``, ``None`` (Celery's current app), a broker URL (``"redis://..."``; a JSON-serialising app is
@@ -185,7 +185,7 @@ class CelerySubmitter:
     supports_exchange: ClassVar[bool] = True
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = frozenset()
+    backend_options: frozenset[str] | None = frozenset()
     """None: Celery's routing options are the schedule's own fields."""
 
     def __init__(

@@ -61,7 +61,7 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
@@ -188,7 +188,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(retryable), tuple(permanent)
 
 
-class DramatiqSubmitter:
+class DramatiqSubmitter(BaseSubmitter):
     """Enqueue each occurrence as a Dramatiq message.
 
     ``broker``: a ``dramatiq.Broker``, a Redis URL (a ``RedisBroker`` is created and closed with
@@ -205,7 +205,7 @@ class DramatiqSubmitter:
     supports_exchange: ClassVar[bool] = False
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = BACKEND_OPTIONS
+    backend_options: frozenset[str] | None = BACKEND_OPTIONS
     """Per-message options Dramatiq's default middleware reads (``Beat.schedule(options=)``)."""
 
     def __init__(

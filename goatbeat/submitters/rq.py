@@ -52,7 +52,7 @@ from goatbeat.core.errors import (
     short_repr,
 )
 from goatbeat.core.model import Occurrence, Schedule
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.dotted import import_dotted
@@ -85,7 +85,7 @@ def _load_connection(connection: Any) -> tuple[Any, bool]:
     return redis.Redis.from_url(connection), True
 
 
-class RQSubmitter:
+class RQSubmitter(BaseSubmitter):
     """Enqueue each occurrence as an RQ job.
 
     ``connection`` is a ``redis.Redis`` or a Redis URL (a client is created and closed with the
@@ -101,7 +101,7 @@ class RQSubmitter:
     supports_exchange: ClassVar[bool] = False
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = BACKEND_OPTIONS
+    backend_options: frozenset[str] | None = BACKEND_OPTIONS
     """Job options RQ users pass to ``enqueue`` (``Beat.schedule(options=)``)."""
 
     def __init__(
