@@ -29,6 +29,7 @@ from bench import (
     bench_dispatch,
     bench_failover,
     bench_lateness,
+    bench_rabbitmq,
     bench_scale,
     bench_shards,
     bench_startup,
@@ -44,7 +45,17 @@ from bench._common import (
     machine,
 )
 
-NAMES = ("dispatch", "startup", "claim", "scale", "lateness", "failover", "cron", "shards")
+NAMES = (
+    "dispatch",
+    "startup",
+    "claim",
+    "scale",
+    "lateness",
+    "failover",
+    "cron",
+    "shards",
+    "rabbitmq",
+)
 DOCS = ROOT / "docs"
 
 
@@ -433,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             "claim": lambda: bench_claim.run(servers, quick=args.quick, profile=args.profile),
             "scale": lambda: bench_scale.run(servers, quick=args.quick),
             "startup": lambda: bench_startup.run(servers, quick=args.quick),
+            "rabbitmq": lambda: bench_rabbitmq.run(servers, quick=args.quick),
             "lateness": lambda: bench_lateness.run(servers, quick=args.quick),
             "failover": lambda: bench_failover.run(servers, quick=args.quick),
             "cron": lambda: run_cron(args.quick),

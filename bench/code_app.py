@@ -2,7 +2,8 @@
 
 ``goatbeat --app bench.code_app:make_beat scheduler`` with ``GOATBEAT_BENCH_DB`` (the
 database), ``GOATBEAT_BENCH_SCHEDULES`` (how many, default 100,000), ``GOATBEAT_BENCH_BROKER``
-(Celery over that broker; else the no-op submitter), ``GOATBEAT_BENCH_DUE`` (how many of them
+(Celery over that broker; else the no-op submitter; ``GOATBEAT_BENCH_CONFIRM=1``: with
+publisher confirms, ``confirm_publish``), ``GOATBEAT_BENCH_DUE`` (how many of them
 are due at once: every-minute interval schedules anchored in the past, the rest hourly and
 daily crons and intervals spread over the day) and ``GOATBEAT_BENCH_VARIANT`` (changes one
 argument of every schedule: a publication that rewrites them all).
@@ -33,7 +34,12 @@ def _due() -> int:
 def make_beat() -> Any:
     from goatbeat.beat import Beat
 
-    broker = os.environ.get("GOATBEAT_BENCH_BROKER")
+    broker: Any = os.environ.get("GOATBEAT_BENCH_BROKER")
+    if broker and os.environ.get("GOATBEAT_BENCH_CONFIRM"):
+        from bench._common import celery_app as bench_celery_app
+
+        broker = bench_celery_app(broker)
+        broker.conf.broker_transport_options = {"confirm_publish": True}
     beat = (
         Beat(os.environ["GOATBEAT_BENCH_DB"], submitter="celery", submitter_options={"app": broker})
         if broker

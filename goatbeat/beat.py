@@ -57,7 +57,7 @@ from goatbeat.core.store import (
     ResumeResult,
     ScheduleStore,
 )
-from goatbeat.core.submit import TaskSubmitter, known_tasks, task_definition
+from goatbeat.core.submit import TaskSubmitter, capability, known_tasks, task_definition
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
     CronTrigger,
@@ -140,9 +140,6 @@ def _backend_options(submitter: TaskSubmitter, task: str) -> tuple[str, frozense
     ``backend_options``; None: any). A routing submitter (``backend_for`` + ``submitter_for``,
     as the Django one) answers for the backend of ``task``. A submitter that declares nothing
     takes none."""
-    if hasattr(submitter, "backend_options"):
-        names: frozenset[str] | None = submitter.backend_options
-        return submitter.name, names
     backend_for = getattr(submitter, "backend_for", None)
     submitter_for = getattr(submitter, "submitter_for", None)
     if callable(backend_for) and callable(submitter_for):
@@ -151,7 +148,8 @@ def _backend_options(submitter: TaskSubmitter, task: str) -> tuple[str, frozense
         except LookupError:
             return submitter.name, frozenset()  # validate() reports the unknown task
         return _backend_options(inner, task)
-    return submitter.name, frozenset()
+    names: frozenset[str] | None = capability(submitter, "backend_options")
+    return submitter.name, names
 
 
 def build_trigger(
@@ -392,10 +390,9 @@ class Beat:
             from goatbeat.submitters import load_submitter
 
             submitter = load_submitter(self._submitter_spec, **self._submitter_options)
-            register = getattr(submitter, "register", None)
-            if callable(register):
-                for path, func in self._callables.items():
-                    register(path, func)
+            register = capability(submitter, "register")
+            for path, func in self._callables.items():
+                register(path, func)
             self._submitter = submitter
             if self._store is not None:
                 self._bind(submitter, self._store)
@@ -428,9 +425,7 @@ class Beat:
 
     @staticmethod
     def _bind(submitter: TaskSubmitter, store: ScheduleStore) -> None:
-        bind = getattr(submitter, "bind", None)
-        if callable(bind):
-            bind(store)
+        capability(submitter, "bind")(store)
 
     # -- declaring -------------------------------------------------------------------------------
 
@@ -523,9 +518,8 @@ class Beat:
         if callable(task) and not isinstance(task, str):
             path = schedule.task
             self._callables[path] = task
-            register = getattr(self._submitter, "register", None)
-            if callable(register):
-                register(path, task)
+            if self._submitter is not None:
+                capability(self._submitter, "register")(path, task)
         self.submitter.validate(schedule)
         self._declared[schedule.name] = schedule
         if renamed_from is not None:
@@ -921,6 +915,49 @@ class Beat:
                 origin="edit",
             )
         return result, changed
+
+    def create_schedule(self, schedule: Schedule, *, origin: str = "create") -> Schedule:
+        """Store ``schedule``, already built and checked (the admin's form builds it with the
+        core's types, its task through :meth:`check_task`); logs ``schedule.created``, as
+        :meth:`create` does. ``InvalidSchedule`` (field ``name``) when the name exists."""
+        stored = self.store.create(schedule)
+        log_event(
+            "schedule.created",
+            schedule=stored.name,
+            task=stored.task,
+            source=stored.source,
+            origin=origin,
+        )
+        return stored
+
+    def update_schedule(
+        self, schedule: Schedule, *, origin: str = "update"
+    ) -> tuple[Schedule, list[FieldChange]]:
+        """Replace the stored definition of ``schedule.name`` by ``schedule`` (built and
+        checked as for :meth:`create_schedule`). Returns the stored schedule and the fields
+        changed, old -> new; logs ``schedule.changed`` when any did, as :meth:`edit` does."""
+        from goatbeat.stores import schedule_changes
+
+        before = self.store.get(schedule.name)
+        result = self.store.update(schedule)
+        changed = [] if isinstance(before, DamagedSchedule) else schedule_changes(before, result)
+        if changed or isinstance(before, DamagedSchedule):
+            log_event(
+                "schedule.changed",
+                schedule=schedule.name,
+                fields=[c.field for c in changed],
+                old={c.field: c.old for c in changed},
+                new={c.field: c.new for c in changed},
+                origin=origin,
+            )
+        return result, changed
+
+    def delete(self, name: str, *, origin: str = "delete") -> None:
+        """Delete ``name`` (its executions stay as history); logs ``schedule.deleted`` with
+        its source. ``ScheduleNotFound`` if absent."""
+        source = self.store.get(name).source
+        self.store.delete(name)
+        log_event("schedule.deleted", schedule=name, source=str(source), origin=origin)
 
     def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
         """Enable or disable a stored schedule (any source); logs ``schedule.enabled`` /

@@ -17,9 +17,12 @@ This module owns the translation rules:
 * ``solar`` -> :class:`~goatbeat.core.triggers.SolarTrigger`.
 * django-celery-beat's ``clocked`` -> :class:`~goatbeat.core.triggers.OnceTrigger`.
 
-Anything else raises :class:`UnsupportedSchedule` saying why. Only celery's schedule classes
-are inspected (duck-typed by class name and attributes), so importing this module does not
-need celery.
+Anything else raises :class:`UnsupportedSchedule` saying why, and so does a *custom* schedule
+class: a subclass of celery's that redefines a method deciding when it fires (``is_due``,
+``remaining_estimate``, ``remaining_delta``...; :func:`timing_overrides`) is refused naming
+the class and the methods, never converted as its parent. Only celery's (and
+django-celery-beat's) schedule classes are recognised, by module and class name in the MRO,
+so importing this module does not need celery.
 
 Where celery's behaviour is a bug, goatbeat keeps its own semantics (see ``CELERY_BUGS``);
 ``goatbeat diff`` names the rule whenever the two disagree.
@@ -51,6 +54,7 @@ __all__ = [
     "describe_exception",
     "plain_repr",
     "timezone_name",
+    "timing_overrides",
     "to_trigger",
 ]
 
@@ -317,7 +321,10 @@ def to_trigger(
         )
     if isinstance(sched, timedelta):
         return _interval_trigger(sched, sched, bool(relative), _zone_or_utc(timezone), last_run_at)
-    names = {cls.__name__ for cls in type(sched).__mro__}
+    overrides = timing_overrides(sched)
+    if overrides:
+        raise UnsupportedSchedule(sched, _overrides_reason(type(sched), overrides))
+    names = {cls.__name__ for cls in type(sched).__mro__ if _is_celerys(cls)}
     module = type(sched).__module__
     if "crontab" in names and hasattr(sched, "day_of_week"):
         return _crontab_trigger(sched, _crontab_zone(sched, timezone))
@@ -357,6 +364,76 @@ def to_trigger(
         )
     raise UnsupportedSchedule(
         sched, "not a celery schedule (crontab, schedule, solar), timedelta or number of seconds"
+    )
+
+
+# -- custom schedule classes --------------------------------------------------------------
+
+_CELERY_MODULES = ("celery.", "django_celery_beat.")
+"""Modules whose schedule classes goatbeat knows: celery's own, and django-celery-beat's
+``TzAwareCrontab`` and ``clocked`` (which it converts with their meaning)."""
+
+_HARMLESS = frozenset(
+    {
+        # How an object is built, shown, compared or pickled: never when it fires (the
+        # fields the conversion reads are read from the instance, after __init__).
+        "__init__",
+        "__repr__",
+        "__str__",
+        "__eq__",
+        "__ne__",
+        "__hash__",
+        "__reduce__",
+        "__reduce_ex__",
+        "__getstate__",
+        "__setstate__",
+        "__copy__",
+        "__deepcopy__",
+        "human_seconds",
+    }
+)
+
+
+def _is_celerys(cls: type) -> bool:
+    return cls is object or cls.__module__.startswith(_CELERY_MODULES)
+
+
+def timing_overrides(value: object) -> list[tuple[str, str]]:
+    """The methods of celery's schedule classes that ``value``'s own class (or a mixin of
+    it) redefines, as ``(class name, attribute)``: an empty list for celery's classes and
+    anything not derived from them.
+
+    Celery beat asks a schedule only ``is_due(last_run_at)``; celery's classes answer it
+    from their fields, which goatbeat converts. A subclass that redefines ``is_due``,
+    ``remaining_estimate``, ``remaining_delta``, ``now``, the zone methods (anything celery's
+    classes define, except how the object is built, shown, compared and pickled) answers
+    otherwise ("every 10 minutes, weekdays only", "a crontab but not on 25 December"), and
+    converting its fields would run it as its parent."""
+    mro = type(value).__mro__
+    celery_attrs: set[str] = set()
+    for cls in mro:
+        if _is_celerys(cls) and cls is not object:
+            celery_attrs.update(vars(cls))
+    if not celery_attrs:
+        return []
+    found: list[tuple[str, str]] = []
+    for name in sorted(celery_attrs - _HARMLESS):
+        if name.startswith("__") and name.endswith("__") and name != "__call__":
+            continue
+        owner = next((cls for cls in mro if name in vars(cls)), None)
+        if owner is not None and not _is_celerys(owner):
+            found.append((owner.__qualname__, name))
+    return found
+
+
+def _overrides_reason(cls: type, overrides: list[tuple[str, str]]) -> str:
+    base = next((c for c in cls.__mro__ if _is_celerys(c) and c is not object), object)
+    where = ", ".join(f"{owner}.{attr}" for owner, attr in overrides)
+    return (
+        f"the custom schedule class {cls.__qualname__} (a subclass of celery's "
+        f"{base.__name__}) redefines {where}, which decides when it fires; goatbeat would run "
+        f"it as a plain {base.__name__} and cannot know its own fire times: express it as a "
+        "crontab, an interval or a solar event (or several), or keep it on celery beat"
     )
 
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
+from goatbeat.core.errors import InvalidValue
 from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
@@ -52,8 +53,9 @@ __all__ = [
     "goatbeat_fire_times",
 ]
 
-MAX_FIRES = 100_000
-"""Fire times computed per schedule and side; beyond, the comparison stops (and says so)."""
+MAX_FIRES = 1_100_000
+"""Fire times computed per schedule and side; beyond, the comparison stops (and says so). A
+year of every-30-seconds instants fits (1,054,080)."""
 
 SOLAR_TOLERANCE = timedelta(seconds=60)
 """Solar instants of the two sides closer than this are the same occurrence: celery (ephem)
@@ -81,16 +83,22 @@ class FireDifference:
 @dataclass(slots=True, kw_only=True)
 class ScheduleDiff:
     name: str
-    status: str  # "equal", "different", "only_old", "only_new", "damaged"
+    status: str  # "equal", "different", "only_old", "only_new", "damaged", "refused"
     fields: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     fire_times: list[FireDifference] = field(default_factory=list)
     fire_difference_count: int = 0
     notes: list[str] = field(default_factory=list)
     solar_max_deviation: timedelta | None = None
     """Solar schedules: the largest gap between matched celery and goatbeat instants."""
+    refused: str | None = None
+    """Why the importer refuses the entry (celery runs it, goatbeat cannot as celery does)."""
+    accepted: bool = False
+    """The operator accepted the refusal (``--accept-refused NAME``): no difference."""
 
     def differs(self, *, accept_known: bool = False) -> bool:
-        if self.status in ("only_old", "only_new", "damaged") or self.fields:
+        if self.refused is not None:
+            return not self.accepted
+        if self.status in ("only_old", "only_new", "damaged", "refused") or self.fields:
             return True
         if accept_known:
             return any(not f.known for f in self.fire_times)
@@ -111,6 +119,8 @@ class ScheduleDiff:
                 if self.solar_max_deviation is None
                 else self.solar_max_deviation.total_seconds()
             ),
+            "refused": self.refused,
+            "accepted": self.accepted,
         }
 
 
@@ -125,12 +135,18 @@ class DiffReport:
     def equal(self) -> bool:
         return not any(s.differs(accept_known=self.accept_known) for s in self.schedules)
 
+    @property
+    def accepted_refused(self) -> list[str]:
+        """The refused entries the operator accepted (``--accept-refused``), by name."""
+        return [s.name for s in self.schedules if s.refused is not None and s.accepted]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "equal": self.equal,
             "start": iso_z(self.start),
             "horizon": format_duration(self.horizon),
             "schedules": [s.to_dict() for s in self.schedules],
+            "accepted_refused": self.accepted_refused,
         }
 
 
@@ -145,12 +161,16 @@ def _jsonable(value: Any) -> Any:
 # -- fire times -----------------------------------------------------------------------------
 
 
-def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+def goatbeat_fire_times(
+    schedule: Schedule, start: datetime, end: datetime, *, at_once: bool = True
+) -> list[datetime]:
     """Fire instants of ``schedule`` in ``(start, end]``, honouring start/end and one_off;
     first ``start`` itself when the stored ``next_run_at`` is already due then (a run the
-    scheduler makes at once: the occurrence owed since the last run)."""
+    scheduler makes at once: the occurrence owed since the last run). ``at_once`` False (a
+    window that starts in the future, with both schedulers running until then): no such run,
+    only the instants after ``start``."""
     out: list[datetime] = []
-    if schedule.next_run_at is not None and schedule.next_run_at <= start:
+    if at_once and schedule.next_run_at is not None and schedule.next_run_at <= start:
         out.append(start)
         if schedule.one_off:
             return out
@@ -159,14 +179,22 @@ def goatbeat_fire_times(schedule: Schedule, start: datetime, end: datetime) -> l
         # A running scheduler claimed an instant ahead of time (claim-ahead): that one has run,
         # as celery's side counts it (its last run is goatbeat's), and is no fire to come.
         t = schedule.last_run_at
+    every = schedule.trigger.every if isinstance(schedule.trigger, IntervalTrigger) else None
+    nxt = schedule.first_run_after(t)
     while len(out) < MAX_FIRES:
-        nxt = schedule.first_run_after(t)
         if nxt is None or nxt > end:
             break
         out.append(nxt)
         if schedule.one_off:
             break
-        t = nxt
+        if every is not None and nxt >= (schedule.start_at or nxt):
+            # On the grid past start_at, an interval's next instant is the sum.
+            t, nxt = nxt, nxt + every
+            if schedule.end_at is not None and nxt > schedule.end_at:
+                nxt = None
+        else:
+            t = nxt
+            nxt = schedule.first_run_after(t)
     return out
 
 
@@ -185,9 +213,11 @@ def celery_fire_times(
     *,
     phase: datetime | None = None,
     last_run_at: datetime | None = None,
+    at_once: bool = True,
 ) -> list[datetime]:
     """Fire instants in ``(start, end]`` as celery beat computes them for ``entry``, first
-    ``start`` itself when celery would run it at once (due since its last run).
+    ``start`` itself when celery would run it at once (due since its last run; never with
+    ``at_once`` False: a window in the future, celery running until then).
 
     Steps the entry's own celery schedule object: ``next = now + remaining_estimate(last)``
     with ``last = now = the previous run``, which is what beat does after each run.
@@ -215,7 +245,14 @@ def celery_fire_times(
     start_at = entry.schedule.start_at if entry.schedule is not None else None
     end_at = entry.schedule.end_at if entry.schedule is not None else None
 
+    plain_every = _plain_interval(sched)
+
     def step(t: datetime) -> datetime:
+        if plain_every is not None:
+            # celery's schedule(timedelta): remaining_estimate(last) with now == last is the
+            # interval itself (same instant, same offset: no DST adjustment), so stepping is
+            # the sum; computed directly, a year of every-30-s instants takes a second.
+            return t + plain_every
         local = t.astimezone(zone)  # beat stamps last_run_at with app.now(), in the app zone
         clock[0] = local
         # remaining_estimate is elapsed time: add it in UTC, never to a local wall time.
@@ -230,7 +267,9 @@ def celery_fire_times(
         if start_at is not None and t < start_at and isinstance(every, timedelta):
             # Not before start_time: the first check at or after it finds it due.
             t = start_at - every
-    if last is not None and (start_at is None or start_at <= start):
+    if not at_once:
+        pass  # running until ``start``, celery is never behind then
+    elif last is not None and (start_at is None or start_at <= start):
         first = step(last)
         if first <= start and (end_at is None or first <= end_at):
             out.append(start)  # due since its last run: beat runs it at once
@@ -265,6 +304,18 @@ def celery_fire_times(
         if one_off:
             break
     return out
+
+
+def _plain_interval(sched: Any) -> timedelta | None:
+    """The interval of celery's own ``schedule(timedelta)`` (not relative, not a subclass);
+    None for anything else."""
+    cls = type(sched)
+    if (cls.__module__, cls.__name__) != ("celery.schedules", "schedule"):
+        return None
+    every = getattr(sched, "run_every", None)
+    if getattr(sched, "relative", False) or not isinstance(every, timedelta):
+        return None
+    return every if every > timedelta(0) else None
 
 
 # -- comparison -----------------------------------------------------------------------------
@@ -371,16 +422,37 @@ def _compare_fields(entry: SourceEntry, new: Schedule) -> dict[str, tuple[Any, A
     return out
 
 
+def _as_reimported(entry: SourceEntry, new: Schedule) -> Schedule | None:
+    """``new`` as the next import leaves it when celery ran the entry after goatbeat's last
+    run (the rehearsal: celery keeps running, and a slot passed since the import): its
+    ``next_run_at`` follows celery's run, as :meth:`ScheduleStore.publish` with
+    ``follow_last_run`` moves it (never backwards). None when celery did not run it since."""
+    theirs, ours = entry.last_run_at, new.last_run_at
+    if theirs is None or (ours is not None and theirs <= ours) or not new.enabled:
+        return None
+    nxt = new.first_run_after(theirs)
+    if nxt is not None and new.next_run_at is not None and new.next_run_at > nxt:
+        nxt = new.next_run_at
+    return replace(new, next_run_at=nxt, last_run_at=theirs)
+
+
 def _compare_one(
     entry: SourceEntry,
     new: Schedule,
     start: datetime,
     end: datetime,
     max_instants: int,
+    at_once: bool = True,
 ) -> ScheduleDiff:
     result = ScheduleDiff(name=entry.name, status="equal", fields=_compare_fields(entry, new))
-    if entry.problem is not None:
-        result.notes.append(f"the importer cannot convert it: {entry.problem}")
+    followed = _as_reimported(entry, new)
+    if followed is not None:
+        result.notes.append(
+            "celery ran it after goatbeat's last run (the old scheduler still runs): compared "
+            "as the cutover import leaves it, its next run after celery's; re-run "
+            "import_celery_beat after stopping the old scheduler"
+        )
+        new = followed
     phase = None
     if isinstance(new.trigger, IntervalTrigger):
         # The grid point just before ``start``: celery stepping from it lands on goatbeat's grid.
@@ -391,12 +463,20 @@ def _compare_one(
                 "celery's last run is unknown (beat keeps it in its schedule file): the "
                 "interval is compared from goatbeat's phase"
             )
+    # A disabled side fires nothing (celery skips a disabled row, goatbeat never claims one):
+    # the enabled difference, when there is one, is reported as a field.
     try:
-        old_times = celery_fire_times(entry, start, end, phase=phase, last_run_at=new.last_run_at)
+        old_times = (
+            celery_fire_times(
+                entry, start, end, phase=phase, last_run_at=new.last_run_at, at_once=at_once
+            )
+            if entry.enabled
+            else []
+        )
     except Exception as exc:  # celery itself fails on this entry: that is the finding
         result.notes.append(f"celery cannot compute this schedule: {describe_exception(exc)}")
         old_times = []
-    new_times = goatbeat_fire_times(new, start, end)
+    new_times = goatbeat_fire_times(new, start, end, at_once=at_once) if new.enabled else []
     capped = [times[-1] for times in (old_times, new_times) if len(times) >= MAX_FIRES]
     if capped:
         # Past the last instant of a capped side the other side would look different.
@@ -431,9 +511,15 @@ def _compare_one(
             "instant of goatbeat's grid (celery's lateness); goatbeat keeps its grid, so each "
             "run comes that much earlier than celery would send it"
         )
+    elif old_times == new_times:
+        old_set, new_set = set(), set()  # the common case, without hashing a million instants
     else:
         old_set, new_set = set(old_times), set(new_times)
     differing = sorted(old_set ^ new_set)
+    if capped:
+        # The cut may split a pair matched within a tolerance (solar, celery's lateness):
+        # an instant that close to it proves nothing.
+        differing = [t for t in differing if t <= cutoff - SOLAR_TOLERANCE]
     result.fire_difference_count = len(differing)
     zone = entry.celery_tz if entry.celery_tz != "UTC" else new.timezone
     for at in differing:
@@ -477,6 +563,37 @@ def _compare_one(
     return result
 
 
+def _refused(entry: SourceEntry, target: StoredSchedule | None, *, accepted: bool) -> ScheduleDiff:
+    d = ScheduleDiff(
+        name=entry.name,
+        status="only_old" if target is None else "refused",
+        refused=entry.problem,
+        accepted=accepted,
+    )
+    d.notes.append(f"the importer refuses it: {entry.problem}")
+    if target is None:
+        d.notes.append("celery runs it; goatbeat has no schedule of that name")
+    else:
+        if isinstance(target, Schedule):
+            what = target.trigger.describe() + ("" if target.enabled else ", disabled")
+        else:
+            what = f"damaged: {target.describe()}"
+        d.notes.append(
+            f"goatbeat has a schedule of that name ({what}), whose fire times cannot be "
+            "compared with celery's: celery follows the entry's own rules"
+        )
+    if accepted:
+        d.notes.append("accepted with --accept-refused: counted as no difference")
+        if isinstance(target, Schedule) and target.enabled:
+            d.notes.append(
+                "goatbeat's schedule of that name is enabled: it runs after the cutover as "
+                "goatbeat has it, not as celery ran the entry"
+            )
+    else:
+        d.notes.append(f"to accept it (it stays on celery beat): --accept-refused {entry.name}")
+    return d
+
+
 def _keeps_start_time_phase(entry: SourceEntry, new: Schedule) -> bool:
     """A django-celery-beat interval that runs on its start_time's grid in goatbeat, while
     celery counts from a last run off that grid (importers.django_celery_beat)."""
@@ -513,28 +630,51 @@ def compute_diff(
     horizon: timedelta = timedelta(days=30),
     max_instants: int = 5,
     accept_known: bool = False,
+    accept_refused: Collection[str] = (),
+    now: datetime | None = None,
 ) -> DiffReport:
     """Compare celery's entries (``old``) with goatbeat's schedules (``new``) over
-    ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``."""
+    ``(start, start + horizon]``. A goatbeat row that cannot be decoded is ``damaged``.
+
+    An entry the importer refuses (``problem``: a custom schedule class, an option goatbeat
+    has no equivalent for...) is a difference: celery runs it, and goatbeat cannot run it as
+    celery does, so its fire times are not compared. ``accept_refused`` names the ones the
+    operator accepts (the entry stays on celery beat, or a goatbeat schedule of theirs
+    replaces it): listed, no difference. A name there that is not refused raises
+    ``InvalidValue``.
+
+    ``now``: when the comparison is made (default: ``start``). A ``start`` after it is a
+    window in the future, with both schedulers assumed running until then: neither side runs
+    anything *at once* at ``start``, only the instants after it."""
     end = start + horizon
+    at_once = now is None or start <= now
     by_name = {s.name: s for s in new}
+    refused = {e.name for e in old if e.problem is not None}
+    unknown = sorted(set(accept_refused) - refused)
+    if unknown:
+        raise InvalidValue(
+            "accept_refused",
+            unknown,
+            f"--accept-refused {', '.join(unknown)}: no entry of that name is refused by the "
+            f"importer (refused: {', '.join(sorted(refused)) or 'none'})",
+        )
     seen: set[str] = set()
     diffs: list[ScheduleDiff] = []
     for entry in old:
         seen.add(entry.name)
         target = by_name.get(entry.name)
+        if entry.problem is not None:
+            diffs.append(_refused(entry, target, accepted=entry.name in accept_refused))
+            continue
         if target is None:
-            d = ScheduleDiff(name=entry.name, status="only_old")
-            if entry.problem:
-                d.notes.append(f"the importer cannot convert it: {entry.problem}")
-            diffs.append(d)
+            diffs.append(ScheduleDiff(name=entry.name, status="only_old"))
             continue
         if isinstance(target, DamagedSchedule):
             d = ScheduleDiff(name=entry.name, status="damaged")
             d.notes.append(f"goatbeat's stored row is damaged: {target.describe()}")
             diffs.append(d)
             continue
-        diffs.append(_compare_one(entry, target, start, end, max_instants))
+        diffs.append(_compare_one(entry, target, start, end, max_instants, at_once))
     for sched in new:
         if sched.name not in seen:
             diffs.append(ScheduleDiff(name=sched.name, status="only_new"))

@@ -1,5 +1,5 @@
-"""Session-wide fixtures: throwaway PostgreSQL, PgBouncer and Redis servers, fresh databases per
-test."""
+"""Session-wide fixtures: throwaway PostgreSQL, PgBouncer, Redis and RabbitMQ servers, fresh
+databases per test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from tests.services import PgBouncerServer, PostgresServer, RedisServer
+from tests.services import PgBouncerServer, PostgresServer, RabbitMQServer, RedisServer
 
 # CI replays the same examples every run, so a red build is reproducible and never a roll of
 # the dice; developers' runs keep exploring (and Hypothesis's local database replays what
@@ -110,3 +110,41 @@ def redis_url(redis_server: RedisServer | str) -> Iterator[str]:
     client.flushall()
     client.close()
     yield url
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> Iterator[RabbitMQServer | str]:
+    """Debian's rabbitmq-server as a node of its own (tests/services.py), or the broker
+    GOATBEAT_TEST_AMQP_URL names."""
+    external = os.environ.get("GOATBEAT_TEST_AMQP_URL")
+    if external:
+        yield external
+        return
+    server = RabbitMQServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def amqp_url(rabbitmq_server: RabbitMQServer | str) -> Iterator[str]:
+    """URL of the test RabbitMQ. Its queues are not emptied (listing them takes a
+    ``rabbitmqctl`` run, a second or two): a test empties the queues it reads, or asks for
+    ``rabbitmq``."""
+    yield rabbitmq_server if isinstance(rabbitmq_server, str) else rabbitmq_server.url
+    # kombu keeps one connection pool per broker URL for the process, and with each pooled
+    # connection its record of the queues it declared: the next test's queues may be new.
+    import kombu
+
+    kombu.pools.reset()
+
+
+@pytest.fixture
+def rabbitmq(rabbitmq_server: RabbitMQServer | str, amqp_url: str) -> RabbitMQServer:
+    """The test RabbitMQ itself, every queue deleted, for tests that stop it or raise its
+    alarms (skipped on an external broker)."""
+    if isinstance(rabbitmq_server, str):
+        pytest.skip("GOATBEAT_TEST_AMQP_URL: the tests do not stop somebody else's broker")
+    rabbitmq_server.purge()
+    return rabbitmq_server

@@ -1,8 +1,10 @@
-"""Throwaway servers for the test suite: PostgreSQL, PgBouncer and Redis on free loopback ports.
+"""Throwaway servers for the test suite: PostgreSQL, PgBouncer, Redis and RabbitMQ on free
+loopback ports.
 
 Started once per test session (see conftest.py) and stopped at the end, even when tests fail
 (fixture finalizers plus an atexit hook). Set GOATBEAT_TEST_PG_DSN / GOATBEAT_TEST_REDIS_URL to
-reuse servers you already run.
+reuse servers you already run (GOATBEAT_TEST_AMQP_URL for RabbitMQ: the tests that stop it or
+raise its memory alarm then skip).
 
 PostgreSQL refuses to run as root, so as root the cluster belongs to the ``postgres`` system
 user and every server command runs through ``runuser``. PgBouncer refuses root too: it runs as
@@ -24,7 +26,14 @@ from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["free_port", "PgBouncerServer", "PostgresServer", "RedisServer", "pg_bin"]
+__all__ = [
+    "free_port",
+    "PgBouncerServer",
+    "PostgresServer",
+    "RabbitMQServer",
+    "RedisServer",
+    "pg_bin",
+]
 
 
 def free_port() -> int:
@@ -364,5 +373,184 @@ class PgBouncerServer:
                 self.proc.wait(10)
         self.proc = None
         if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+_RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+def _rabbitmq_bin(name: str) -> str:
+    # Debian's /usr/sbin/rabbitmq-server switches to the rabbitmq user (and its HOME, where
+    # the Erlang cookie lives); the scripts under /usr/lib/rabbitmq/bin run as the caller.
+    found = _RABBITMQ_BIN / name
+    if found.exists():
+        return str(found)
+    raise RuntimeError(f"RabbitMQ's {name} is not installed (apt-get install rabbitmq-server)")
+
+
+@dataclass
+class RabbitMQServer:
+    """Debian's ``rabbitmq-server`` as a node of its own: its node name, AMQP port, Erlang
+    distribution port and epmd port all free loopback ports, its database, logs, config,
+    plugins file and Erlang cookie (``$HOME/.erlang.cookie``, HOME being its temp dir) in one
+    temp dir. ``ctl()`` runs ``rabbitmqctl`` against it with the same node name, cookie and
+    epmd. Messages and durable queues survive ``stop_app``/``start_app`` (a broker outage)."""
+
+    port: int = field(default_factory=free_port)
+    dist_port: int = field(default_factory=free_port)
+    epmd_port: int = field(default_factory=free_port)
+    root: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def node(self) -> str:
+        return f"goatbeat{self.port}@localhost"
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def _env(self) -> dict[str, str]:
+        assert self.root is not None
+        root = self.root
+        return {
+            **os.environ,
+            "HOME": str(root),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(root / "log"),
+            "RABBITMQ_CONFIG_FILE": str(root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(root / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(root / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(root / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(root / "rabbitmq.pid"),
+            "RABBITMQ_ALLOW_INPUT": "",
+        }
+
+    def start(self) -> Self:
+        self.root = Path(tempfile.mkdtemp(prefix="goatbeat-rabbitmq-"))
+        root = self.root
+        (root / "rabbitmq.conf").write_text(
+            "\n".join(
+                [
+                    f"listeners.tcp.default = 127.0.0.1:{self.port}",
+                    # A broker on a test machine's busy disk: the free-disk alarm would block
+                    # publishers for reasons no test chose.
+                    "disk_free_limit.absolute = 1MB",
+                    "log.console = false",
+                    "log.file.level = warning",
+                    "",
+                ]
+            )
+        )
+        (root / "rabbitmq-env.conf").write_text("")
+        (root / "enabled_plugins").write_text("[].\n")
+        cookie = root / ".erlang.cookie"
+        cookie.write_text(os.urandom(16).hex().upper())
+        cookie.chmod(0o600)
+        self.proc = subprocess.Popen(
+            [_rabbitmq_bin("rabbitmq-server")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            cwd=root,
+            start_new_session=True,
+        )
+        atexit.register(self.stop)
+        try:
+            # The AMQP listener opens once the node has booted: 20-30 s on a loaded 2-core
+            # machine.
+            deadline = time.monotonic() + 180
+            while True:
+                with contextlib.suppress(RuntimeError):
+                    _wait_port(self.port, 1)
+                    break
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"rabbitmq-server did not start: {self.log()[-2000:]}")
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def log(self) -> str:
+        if self.root is None:
+            return ""
+        return "".join(
+            path.read_text(errors="replace") for path in sorted((self.root / "log").glob("*.log"))
+        )
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        """``rabbitmqctl -n NODE ARGS...``; its output. Raises if it fails."""
+        done = subprocess.run(
+            [_rabbitmq_bin("rabbitmqctl"), "-n", self.node, *args],
+            env=self._env(),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout
+
+    def stop_app(self) -> None:
+        """The broker goes away (connections closed, port closed); the node keeps its data."""
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
+        self.ctl("start_app", timeout=120)
+        _wait_port(self.port, 60)
+
+    def memory_alarm(self, on: bool) -> None:
+        """Raise (a watermark no node fits under) or clear RabbitMQ's memory alarm: while it
+        is on, the broker blocks every publishing connection."""
+        self.ctl("set_vm_memory_high_watermark", "0.0000001" if on else "0.4")
+
+    def queues(self) -> list[str]:
+        """The names of the queues of the default vhost."""
+        out = self.ctl("list_queues", "-s", "--no-table-headers", "name")
+        return [line.strip() for line in out.splitlines() if line.strip()]
+
+    def purge(self) -> None:
+        """Delete every queue of the default vhost (and so its messages)."""
+        import amqp
+
+        names = self.queues()
+        if not names:
+            return
+        with amqp.Connection(f"127.0.0.1:{self.port}", connect_timeout=10) as conn:
+            channel = conn.channel()
+            for name in names:
+                channel.queue_delete(name)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                self.ctl("shutdown", timeout=30)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, 9)
+                self.proc.wait(10)
+        self.proc = None
+        if self.root is not None:
+            # The node started an epmd of its own, on its own port: stop it too.
+            with contextlib.suppress(Exception):
+                subprocess.run(
+                    ["epmd", "-port", str(self.epmd_port), "-kill"],
+                    env=self._env(),
+                    capture_output=True,
+                    timeout=10,
+                    check=False,
+                )
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

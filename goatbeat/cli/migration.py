@@ -9,7 +9,8 @@
                                                 default database when run under Django)
         [--last-runs JSON_FILE] [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
-        [--json] [--max-instants N] [--accept-known-bugs] [--all-sources]
+        [--json] [--max-instants N] [--accept-known-bugs] [--accept-refused NAME]...
+        [--all-sources]
 
     goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
         [--dry-run]                             goatbeat's last runs back to celery beat, before
@@ -410,8 +411,16 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     prefix = "would " if report.dry_run else ""
     for name in report.created:
         click.echo(f"{prefix}create  {name}")
+    toggled = dict(report.toggled)
     for name in report.updated:
-        click.echo(f"{prefix}update  {name}")
+        if name in toggled:
+            flag = "enabled" if toggled[name] else "disabled"
+            click.echo(
+                f"{prefix}update  {name}  (the source {flag} it since the last import: "
+                f"{flag} in goatbeat too)"
+            )
+        else:
+            click.echo(f"{prefix}update  {name}")
     for name in report.refreshed:
         click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
     for name in report.unchanged:
@@ -543,6 +552,14 @@ def export_last_runs(
     help="Count differences explained by a known celery bug (DST, day_of_week=7) as equal.",
 )
 @click.option(
+    "--accept-refused",
+    "accept_refused",
+    metavar="NAME",
+    multiple=True,
+    help="An entry the importer refuses (FAILED) that you accept: it stays on celery beat, "
+    "or a goatbeat schedule of yours replaces it. Listed, and no difference. Repeatable.",
+)
+@click.option(
     "--all-sources",
     is_flag=True,
     help="Compare every goatbeat schedule, not only those imported from the given sources.",
@@ -558,6 +575,7 @@ def diff(
     as_json: bool,
     max_instants: int,
     accept_known_bugs: bool,
+    accept_refused: tuple[str, ...],
     all_sources: bool,
     last_runs_file: str | None,
 ) -> None:
@@ -569,11 +587,8 @@ def diff(
         if not from_app and from_dcb is None and not beat_sources.in_django_project():
             raise UserError("nothing to compare: pass --from-app and/or --from-django-celery-beat")
         span = parse_duration(horizon, field="horizon")
-        start = (
-            parse_instant(start_text, "start")
-            if start_text
-            else datetime.now(UTC).replace(microsecond=0)
-        )
+        now = datetime.now(UTC)
+        start = parse_instant(start_text, "start") if start_text else now.replace(microsecond=0)
         old, _ = collect_entries(
             from_app=from_app,
             from_dcb=from_dcb,
@@ -602,6 +617,8 @@ def diff(
             horizon=span,
             max_instants=max_instants,
             accept_known=accept_known_bugs,
+            accept_refused=accept_refused,
+            now=now,
         )
     except click.ClickException as exc:
         if exc.exit_code != 2:
@@ -629,6 +646,8 @@ def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
         status = s.status if s.differs(accept_known=report.accept_known) else "equal"
         if s.status == "different" and status == "equal":
             status = "equal*"  # only known celery bugs differ, and they were accepted
+        if s.refused is not None:
+            status = "refused (accepted)" if s.accepted else "refused"
         echo(f"{s.name:<{width}}  {status}")
         for name, (o, n) in s.fields.items():
             echo(f"{'':<{width}}    {name}: celery {o!r} -> goatbeat {n!r}")
@@ -643,5 +662,9 @@ def _print_report(report: DiffReport, echo: Callable[[str], None]) -> None:
     counts: dict[str, int] = {}
     for s in report.schedules:
         key = s.status if s.differs(accept_known=report.accept_known) else "equal"
+        if s.refused is not None:
+            key = "refused (accepted)" if s.accepted else "refused"
         counts[key] = counts.get(key, 0) + 1
+    if report.accepted_refused:
+        echo(f"accepted refused: {', '.join(report.accepted_refused)}")
     echo(f"{verdict}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))

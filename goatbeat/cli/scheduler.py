@@ -34,6 +34,7 @@ from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
+from goatbeat.core.submit import BaseSubmitter, capability
 from goatbeat.metrics.health import LoopHealth
 from goatbeat.stores import schema
 
@@ -269,8 +270,8 @@ def _prepare_submitter(submitter: object) -> None:
     while the schedules are published: the publication mostly waits for the database, and the
     first message then goes out without waiting for the transport's import and connection
     (~20-30 ms for Celery over Redis). Nothing waits for the thread."""
-    prepare = getattr(submitter, "prepare", None)
-    if callable(prepare):
+    prepare = capability(submitter, "prepare")
+    if getattr(prepare, "__func__", None) is not BaseSubmitter.prepare:  # one of its own
         threading.Thread(target=prepare, name="goatbeat-prepare", daemon=True).start()
 
 

@@ -188,12 +188,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         schedules = _keep_phase(store, [e.schedule for e in entries if e.schedule is not None])
         self._gb_problems = [(e.name, e.problem or "") for e in entries if e.schedule is None]
         for name, reason in self._gb_problems:
-            logger.error("goatbeat: beat_schedule entry %r not scheduled: %s", name, reason)
+            logger.error("goatbeat: FAILED  %s: %s (not scheduled)", name, reason)
         for entry in entries:
             for note in entry.notes:
                 logger.warning("goatbeat: beat_schedule entry %r: %s", entry.name, note)
         result = store.publish(schedules, source=Source.CELERY, follow_last_run=True)
-        pruned = store.prune({e.name for e in entries}, source=Source.CELERY)
+        # An entry that no longer converts (a custom schedule class goatbeat now refuses) is
+        # disabled like one no longer declared: a row an earlier publish left would otherwise
+        # run it as something else.
+        pruned = store.prune({e.name for e in entries if e.ok}, source=Source.CELERY)
+        for name in sorted(set(pruned) & {n for n, _ in self._gb_problems}):
+            logger.error("goatbeat: %s: its earlier published schedule is disabled", name)
         logger.info(
             "goatbeat: published %d schedule(s) (%d new, %d changed), disabled %d, %d failed",
             len(schedules),

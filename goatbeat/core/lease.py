@@ -10,6 +10,7 @@ grant goes with every claim, which the store refuses if the token is no longer c
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from goatbeat.core.clock import Clock, SystemClock
@@ -50,6 +51,7 @@ class LeaseManager:
         self.grant: LeaseGrant | None = None
         self._requested_at = 0.0  # monotonic instant of the last successful request
         self._deadline = 0.0
+        self._highest_token = 0
 
     @property
     def valid_for(self) -> timedelta:
@@ -99,6 +101,25 @@ class LeaseManager:
             self.grant = None
             self._deadline = 0.0
             return None
+        if grant.token < self._highest_token:
+            # Fencing tokens only grow: a lower one means the database forgot committed lease
+            # changes (an asynchronous standby promoted, a restore), so claims made under the
+            # higher ones may be gone and claimed again.
+            log_event(
+                "lease.token_went_back",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                instance=self.holder,
+                lease=self.name,
+                fencing_token=grant.token,
+                highest_token_seen=self._highest_token,
+                detail=(
+                    "the database lost committed lease changes (a promoted asynchronous "
+                    "standby, a restored backup): occurrences claimed under tokens above "
+                    f"{grant.token} may be claimed and sent again"
+                ),
+            )
+        self._highest_token = max(self._highest_token, grant.token)
         self.grant = grant
         self._requested_at = started
         self._deadline = started + self.valid_for.total_seconds()

@@ -10,13 +10,14 @@ from __future__ import annotations
 import enum
 import json
 import math
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from goatbeat.core.errors import DamagedRow, InvalidSchedule, short_repr
+from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.jitter import MAX_JITTER
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.core.triggers import Trigger
@@ -41,11 +42,15 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_JSON_DEPTH",
     "MAX_PAUSE_ON_FAILURE",
+    "MAX_CATCH_UP_LIMIT",
+    "FieldRule",
+    "FIELD_RULES",
     "ACTIVE_STATUSES",
 ]
 
 MAX_NAME_LENGTH = 200
 MAX_PAUSE_ON_FAILURE = 1000
+MAX_CATCH_UP_LIMIT = 100_000
 DEFAULT_MISFIRE_GRACE = timedelta(seconds=60)
 DEFAULT_CATCH_UP_LIMIT = 100
 SCHEDULE_INVALID = "invalid"
@@ -210,7 +215,6 @@ class Routing:
 MAX_JSON_DEPTH = 100
 
 _CONTROL = re.compile(r"[\x00-\x1f]")
-_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts (both use Py_UNICODE_ISSPACE)
 
 _TRIGGER_TYPES: set[type] = set()
 """goatbeat's trigger classes once one of their instances passed the protocol check (an
@@ -414,129 +418,14 @@ class Schedule:
     policy."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise InvalidSchedule(
-                "name", self.name, f"{short_repr(self.name)} must be a non-empty string"
-            )
-        if len(self.name) > MAX_NAME_LENGTH:
-            raise InvalidSchedule(
-                "name", self.name, f"{short_repr(self.name)} is longer than {MAX_NAME_LENGTH}"
-            )
-        if _CONTROL.search(self.name):
-            raise InvalidSchedule(
-                "name", self.name, f"{short_repr(self.name)} contains control characters"
-            )
-        if not isinstance(self.task, str) or not self.task.strip() or _SPACE.search(self.task):
-            raise InvalidSchedule("task", self.task, f"{short_repr(self.task)} is not a task name")
-        if type(self.trigger) not in _TRIGGER_TYPES and not _is_trigger(self.trigger):
-            raise InvalidSchedule(
-                "trigger", self.trigger, f"{short_repr(self.trigger)} is not a trigger"
-            )
-        if isinstance(self.args, (str, bytes)) or not isinstance(self.args, (list, tuple)):
-            raise InvalidSchedule("args", self.args, f"{short_repr(self.args)} must be a list")
-        # Stored and sent as JSON, so keep the JSON form: a nested tuple would come back as a
-        # list and the schedule would never equal its stored self. Also a deep copy.
-        args = _plain_copy(list(self.args), 0)
-        if args is _NOT_PLAIN:
-            _check_json("args", list(self.args))
-            args = _json_form(list(self.args))
-        object.__setattr__(self, "args", tuple(args))
-        kwargs = _plain_copy(self.kwargs, 0) if type(self.kwargs) is dict else _NOT_PLAIN
-        if kwargs is _NOT_PLAIN:
-            if not isinstance(self.kwargs, Mapping) or not all(
-                isinstance(k, str) for k in self.kwargs
-            ):
-                raise InvalidSchedule(
-                    "kwargs", self.kwargs, f"{short_repr(self.kwargs)} must be a JSON object"
-                )
-            _check_json("kwargs", dict(self.kwargs))
-            kwargs = _json_form(dict(self.kwargs))
-        object.__setattr__(self, "kwargs", kwargs)
-        if not isinstance(self.routing, Routing):
-            raise InvalidSchedule(
-                "routing", self.routing, f"{short_repr(self.routing)} is not a Routing"
-            )
-        if type(self.misfire) is not MisfirePolicy:
-            object.__setattr__(self, "misfire", _policy("misfire", self.misfire, MisfirePolicy))
-        if not isinstance(self.misfire_grace, timedelta) or self.misfire_grace < timedelta(0):
-            raise InvalidSchedule(
-                "misfire_grace",
-                self.misfire_grace,
-                f"{short_repr(self.misfire_grace)} must be >= 0",
-            )
-        if (
-            isinstance(self.catch_up_limit, bool)
-            or not isinstance(self.catch_up_limit, int)
-            or not 1 <= self.catch_up_limit <= 100_000
+        # Every field through its rule (FIELD_RULES, in this order), then the rules that join
+        # two fields: the same checks, values and messages as the declaration fast path
+        # (_declared) and, on the columns, the stores' row decoder.
+        for set_, normalise, value in zip(
+            _RULE_SETTERS, _NORMALISERS, _read_ruled(self), strict=True
         ):
-            raise InvalidSchedule(
-                "catch_up_limit",
-                self.catch_up_limit,
-                f"{short_repr(self.catch_up_limit)} is not in 1..100000",
-            )
-        for name in (
-            "start_at",
-            "end_at",
-            "next_run_at",
-            "last_run_at",
-            "created_at",
-            "updated_at",
-        ):
-            value = getattr(self, name)
-            if value is not None:
-                object.__setattr__(self, name, to_utc(ensure_aware(value, name), name))
-        if self.start_at and self.end_at and self.end_at < self.start_at:
-            raise InvalidSchedule("end_at", self.end_at, "end_at is before start_at")
-        if type(self.source) is not Source:
-            try:
-                object.__setattr__(self, "source", Source(self.source))
-            except ValueError:
-                raise InvalidSchedule(
-                    "source", self.source, f"{short_repr(self.source)} is not a source"
-                ) from None
-        if not isinstance(self.description, str):
-            raise InvalidSchedule("description", self.description, "must be a string")
-        self._check_control()
-
-    def _check_control(self) -> None:
-        """jitter, overlap, max_runtime, pause_on_failure and the pause state."""
-        if not isinstance(self.jitter, timedelta) or not (
-            timedelta(0) <= self.jitter <= MAX_JITTER
-        ):
-            raise InvalidSchedule(
-                "jitter", self.jitter, f"{short_repr(self.jitter)} is not between 0 and 1 day"
-            )
-        if type(self.overlap) is not OverlapPolicy:
-            object.__setattr__(self, "overlap", _policy("overlap", self.overlap, OverlapPolicy))
-        if self.max_runtime is not None and (
-            not isinstance(self.max_runtime, timedelta) or self.max_runtime <= timedelta(0)
-        ):
-            raise InvalidSchedule(
-                "max_runtime", self.max_runtime, f"{short_repr(self.max_runtime)} must be > 0"
-            )
-        if self.overlap is not OverlapPolicy.ALLOW and self.max_runtime is None:
-            raise InvalidSchedule(
-                "max_runtime",
-                None,
-                f"required when overlap is {self.overlap.value!r}: how long after its "
-                "submission a run still counts as running if its worker never reports its "
-                "end (e.g. '1h')",
-            )
-        if self.pause_on_failure is not None and (
-            isinstance(self.pause_on_failure, bool)
-            or not isinstance(self.pause_on_failure, int)
-            or not 1 <= self.pause_on_failure <= MAX_PAUSE_ON_FAILURE
-        ):
-            raise InvalidSchedule(
-                "pause_on_failure",
-                self.pause_on_failure,
-                f"{short_repr(self.pause_on_failure)} is not a number of failures in "
-                f"1..{MAX_PAUSE_ON_FAILURE}",
-            )
-        if self.paused_at is not None:
-            object.__setattr__(self, "paused_at", to_utc(ensure_aware(self.paused_at, "paused_at")))
-        if not isinstance(self.pause_note, str):
-            raise InvalidSchedule("pause_note", self.pause_note, "must be a string")
+            set_(self, normalise(value))
+        _check_joint(self.start_at, self.end_at, self.overlap, self.max_runtime)
 
     @property
     def timezone(self) -> str:
@@ -635,86 +524,26 @@ class Schedule:
         enabled: bool,
     ) -> Schedule:
         """``Schedule(...)`` of these fields (the state at its defaults), for declarations:
-        the same checks and the same value, several times quicker when every field has the
-        plain form a declaration usually gives (exact built-in types, goatbeat's triggers,
-        policies as members or their values, no instants). Anything else is handed to the
-        constructor, which raises what it raises: this path never refuses anything itself."""
-        plain_args = (
-            _plain_copy(args if type(args) is list else list(args), 0)
-            if type(args) is list or type(args) is tuple
-            else _NOT_PLAIN
-        )
-        plain_kwargs = _plain_copy(kwargs, 0) if type(kwargs) is dict else _NOT_PLAIN
-        policy = _MISFIRES.get(misfire) if type(misfire) is str else misfire
-        overlap_policy = _OVERLAPS.get(overlap) if type(overlap) is str else overlap
-        source_ = _SOURCES.get(source) if type(source) is str else source
-        if not (
-            type(name) is str
-            and len(name) <= MAX_NAME_LENGTH
-            and name.strip()
-            and _CONTROL.search(name) is None
-            and type(task) is str
-            and task.strip()
-            and _SPACE.search(task) is None
-            and (type(trigger) in _TRIGGER_TYPES or _is_trigger(trigger))
-            and plain_args is not _NOT_PLAIN
-            and plain_kwargs is not _NOT_PLAIN
-            and type(routing) is Routing
-            and type(policy) is MisfirePolicy
-            and type(misfire_grace) is timedelta
-            and misfire_grace >= _ZERO
-            and type(catch_up_limit) is int
-            and 1 <= catch_up_limit <= 100_000
-            and start_at is None
-            and end_at is None
-            and type(description) is str
-            and type(jitter) is timedelta
-            and _ZERO <= jitter <= MAX_JITTER
-            and type(overlap_policy) is OverlapPolicy
-            and (
-                max_runtime is None
-                if overlap_policy is OverlapPolicy.ALLOW
-                else type(max_runtime) is timedelta and max_runtime > _ZERO
-            )
-            and (
-                pause_on_failure is None
-                or (type(pause_on_failure) is int and 1 <= pause_on_failure <= MAX_PAUSE_ON_FAILURE)
-            )
-            and type(source_) is Source
-        ):
-            return cls(
-                name=name,
-                task=task,
-                trigger=trigger,
-                args=args,
-                kwargs=kwargs,
-                routing=routing,
-                misfire=misfire,
-                misfire_grace=misfire_grace,
-                catch_up_limit=catch_up_limit,
-                start_at=start_at,
-                end_at=end_at,
-                one_off=one_off,
-                description=description,
-                jitter=jitter,
-                overlap=overlap,
-                max_runtime=max_runtime,
-                pause_on_failure=pause_on_failure,
-                source=source,
-                enabled=enabled,
-            )
+        the same rules (:data:`FIELD_RULES`), the same value and the same errors, without the
+        dataclass machinery's cost (a declaration is made tens of thousands of times at a
+        large project's start)."""
         self = object.__new__(cls)
-        for set_, value in zip(
-            _SETTERS,
+        for set_, normalise, value in zip(
+            _DECLARED_RULE_SETTERS,
+            _DECLARED_NORMALISERS,
             (
-                name, task, trigger, tuple(plain_args), plain_kwargs, routing, policy,
-                misfire_grace, catch_up_limit, None, None, one_off, description, jitter,
-                overlap_policy, max_runtime, pause_on_failure, source_, enabled,
-                *_STATE_DEFAULTS,
+                name, task, trigger, args, kwargs, routing, misfire, misfire_grace,
+                catch_up_limit, start_at, end_at, source, description, jitter, overlap,
+                max_runtime, pause_on_failure,
             ),
             strict=True,
         ):  # fmt: skip
+            set_(self, normalise(value))
+        _set_one_off(self, one_off)
+        _set_enabled(self, enabled)
+        for set_, value in _STATE_SETTERS:
             set_(self, value)
+        _check_joint(self.start_at, self.end_at, self.overlap, self.max_runtime)
         return self
 
     @classmethod
@@ -735,6 +564,38 @@ class Schedule:
 _SCHEDULE_FIELDS = Schedule.__slots__
 
 
+# -- the field rules: each written once, for every door a value comes in by -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRule:
+    """One field's rule, written once for every door a value comes in by.
+
+    ``normalise(value)`` turns whatever the constructor accepts into the field's final form
+    (a tuple of JSON values, a member of the enum, a UTC instant...), or raises
+    :class:`~goatbeat.core.errors.InvalidSchedule` naming the field; ``check(value)`` says
+    whether ``value`` already is that final form and valid: what ``normalise`` keeps as it
+    is. The constructor and the declaration fast path run ``normalise`` on every field; the
+    stores' row decoder turns a column into the field's type and runs ``check`` on it
+    (``goatbeat.stores.rows``), with messages that name the column's form."""
+
+    name: str
+    normalise: Callable[[Any], Any]
+
+    def check(self, value: Any) -> bool:
+        try:
+            return self.normalise(value) is value
+        except InvalidValue:
+            return False
+
+
+_ZERO = timedelta(0)
+_TASK_NAME = re.compile(r"\S+\Z")  # non-empty, no whitespace at all
+_MISFIRES: dict[Any, MisfirePolicy] = {p.value: p for p in MisfirePolicy}
+_OVERLAPS: dict[Any, OverlapPolicy] = {p.value: p for p in OverlapPolicy}
+_SOURCES: dict[Any, Source] = {s.value: s for s in Source}
+
+
 def _policy[P: (MisfirePolicy, OverlapPolicy)](field: str, value: Any, kind: type[P]) -> P:
     """``value`` as a member of the policy enum ``kind``, or InvalidSchedule naming ``field``."""
     try:
@@ -743,6 +604,203 @@ def _policy[P: (MisfirePolicy, OverlapPolicy)](field: str, value: Any, kind: typ
         raise InvalidSchedule(
             field, value, f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}"
         ) from None
+
+
+# Each normaliser keeps a valid value of the final form as it is (the same object: that is
+# what FieldRule.check tests), and tests that case first, as cheaply as it can: the
+# declaration path runs these for every schedule a large project declares at its start.
+
+
+def _name(value: Any) -> Any:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidSchedule("name", value, f"{short_repr(value)} must be a non-empty string")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidSchedule(
+            "name", value, f"{short_repr(value)} is longer than {MAX_NAME_LENGTH}"
+        )
+    if _CONTROL.search(value):
+        raise InvalidSchedule("name", value, f"{short_repr(value)} contains control characters")
+    return value
+
+
+def _task(value: Any) -> Any:
+    if isinstance(value, str) and _TASK_NAME.match(value) is not None:
+        return value
+    raise InvalidSchedule("task", value, f"{short_repr(value)} is not a task name")
+
+
+def _trigger(value: Any) -> Any:
+    if type(value) in _TRIGGER_TYPES or _is_trigger(value):
+        return value
+    raise InvalidSchedule("trigger", value, f"{short_repr(value)} is not a trigger")
+
+
+def _args(value: Any) -> tuple[Any, ...]:
+    # Stored and sent as JSON, so keep the JSON form: a nested tuple would come back as a
+    # list and the schedule would never equal its stored self. Always a deep copy.
+    if type(value) is list or type(value) is tuple:
+        args = _plain_copy(value if type(value) is list else list(value), 0)
+        if args is not _NOT_PLAIN:
+            return tuple(args)
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise InvalidSchedule("args", value, f"{short_repr(value)} must be a list")
+    _check_json("args", list(value))
+    return tuple(_json_form(list(value)))
+
+
+def _kwargs(value: Any) -> Any:
+    if type(value) is dict:
+        kwargs = _plain_copy(value, 0)
+        if kwargs is not _NOT_PLAIN:
+            return kwargs
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidSchedule("kwargs", value, f"{short_repr(value)} must be a JSON object")
+    _check_json("kwargs", dict(value))
+    return _json_form(dict(value))
+
+
+def _routing(value: Any) -> Any:
+    if isinstance(value, Routing):
+        return value
+    raise InvalidSchedule("routing", value, f"{short_repr(value)} is not a Routing")
+
+
+def _misfire(value: Any) -> MisfirePolicy:
+    if type(value) is MisfirePolicy:
+        return value
+    policy = _MISFIRES.get(value) if type(value) is str else None
+    return policy if policy is not None else _policy("misfire", value, MisfirePolicy)
+
+
+def _grace(value: Any) -> Any:
+    if isinstance(value, timedelta) and value >= _ZERO:
+        return value
+    raise InvalidSchedule("misfire_grace", value, f"{short_repr(value)} must be >= 0")
+
+
+def _catch_up(value: Any) -> Any:
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        if 1 <= value <= MAX_CATCH_UP_LIMIT:
+            return value
+    raise InvalidSchedule(
+        "catch_up_limit", value, f"{short_repr(value)} is not in 1..{MAX_CATCH_UP_LIMIT}"
+    )
+
+
+def _instant(name: str, *, named: bool = True) -> Callable[[Any], Any]:
+    def normalise(value: Any) -> Any:
+        if value is None or (type(value) is datetime and value.tzinfo is UTC):
+            return value
+        aware = ensure_aware(value, name)
+        return to_utc(aware, name) if named else to_utc(aware)
+
+    return normalise
+
+
+def _source(value: Any) -> Source:
+    if type(value) is Source:
+        return value
+    source = _SOURCES.get(value) if type(value) is str else None
+    if source is not None:
+        return source
+    try:
+        return Source(value)
+    except ValueError:
+        raise InvalidSchedule("source", value, f"{short_repr(value)} is not a source") from None
+
+
+def _text(name: str) -> Callable[[Any], Any]:
+    def normalise(value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        raise InvalidSchedule(name, value, "must be a string")
+
+    return normalise
+
+
+def _jitter(value: Any) -> Any:
+    if isinstance(value, timedelta) and _ZERO <= value <= MAX_JITTER:
+        return value
+    raise InvalidSchedule("jitter", value, f"{short_repr(value)} is not between 0 and 1 day")
+
+
+def _overlap(value: Any) -> OverlapPolicy:
+    if type(value) is OverlapPolicy:
+        return value
+    policy = _OVERLAPS.get(value) if type(value) is str else None
+    return policy if policy is not None else _policy("overlap", value, OverlapPolicy)
+
+
+def _max_runtime(value: Any) -> Any:
+    if value is None or (isinstance(value, timedelta) and value > _ZERO):
+        return value
+    raise InvalidSchedule("max_runtime", value, f"{short_repr(value)} must be > 0")
+
+
+def _pause_on_failure(value: Any) -> Any:
+    if value is None:
+        return value
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        if 1 <= value <= MAX_PAUSE_ON_FAILURE:
+            return value
+    raise InvalidSchedule(
+        "pause_on_failure",
+        value,
+        f"{short_repr(value)} is not a number of failures in 1..{MAX_PAUSE_ON_FAILURE}",
+    )
+
+
+def _check_joint(
+    start_at: datetime | None,
+    end_at: datetime | None,
+    overlap: OverlapPolicy,
+    max_runtime: timedelta | None,
+) -> None:
+    """The rules that join two fields (the row decoder has them too, naming the column)."""
+    if start_at and end_at and end_at < start_at:
+        raise InvalidSchedule("end_at", end_at, "end_at is before start_at")
+    if overlap is not OverlapPolicy.ALLOW and max_runtime is None:
+        raise InvalidSchedule(
+            "max_runtime",
+            None,
+            f"required when overlap is {overlap.value!r}: how long after its "
+            "submission a run still counts as running if its worker never reports its "
+            "end (e.g. '1h')",
+        )
+
+
+FIELD_RULES: dict[str, FieldRule] = {
+    rule.name: rule
+    for rule in (
+        FieldRule("name", _name),
+        FieldRule("task", _task),
+        FieldRule("trigger", _trigger),
+        FieldRule("args", _args),
+        FieldRule("kwargs", _kwargs),
+        FieldRule("routing", _routing),
+        FieldRule("misfire", _misfire),
+        FieldRule("misfire_grace", _grace),
+        FieldRule("catch_up_limit", _catch_up),
+        FieldRule("start_at", _instant("start_at")),
+        FieldRule("end_at", _instant("end_at")),
+        FieldRule("next_run_at", _instant("next_run_at")),
+        FieldRule("last_run_at", _instant("last_run_at")),
+        FieldRule("created_at", _instant("created_at")),
+        FieldRule("updated_at", _instant("updated_at")),
+        FieldRule("source", _source),
+        FieldRule("description", _text("description")),
+        FieldRule("jitter", _jitter),
+        FieldRule("overlap", _overlap),
+        FieldRule("max_runtime", _max_runtime),
+        FieldRule("pause_on_failure", _pause_on_failure),
+        FieldRule("paused_at", _instant("paused_at", named=False)),
+        FieldRule("pause_note", _text("pause_note")),
+    )
+}
+"""Each checked field of :class:`Schedule` and its rule, in the order the constructor checks
+them (a schedule with two bad fields names the same one through every door; the rules that
+join two fields, :func:`_check_joint`, come after them all). The fields not listed
+(``one_off``, ``enabled``, ``id``, the counters...) take their value as given, as before."""
 
 
 _DECLARED_FIELDS = (
@@ -760,10 +818,19 @@ _SETTERS = tuple(getattr(Schedule, name).__set__ for name in _SCHEDULE_FIELDS)
 """Each slot's own setter, bypassing the frozen ``__setattr__`` (cheaper than
 ``object.__setattr__``, which looks the slot up by name)."""
 _NAMED_SETTERS = tuple(zip(_SETTERS, _SCHEDULE_FIELDS, strict=True))
-_ZERO = timedelta(0)
-_MISFIRES: dict[Any, MisfirePolicy] = {**{p.value: p for p in MisfirePolicy}}
-_OVERLAPS: dict[Any, OverlapPolicy] = {p.value: p for p in OverlapPolicy}
-_SOURCES: dict[Any, Source] = {s.value: s for s in Source}
+_RULE_SETTERS = tuple(getattr(Schedule, name).__set__ for name in FIELD_RULES)
+_NORMALISERS = tuple(rule.normalise for rule in FIELD_RULES.values())
+_read_ruled = operator.attrgetter(*FIELD_RULES)
+_DECLARED_RULES = tuple(name for name in FIELD_RULES if name in _DECLARED_FIELDS)
+"""The declared fields that have a rule, in the rules' order (:meth:`Schedule._declared`
+passes them in this order)."""
+_DECLARED_RULE_SETTERS = tuple(getattr(Schedule, name).__set__ for name in _DECLARED_RULES)
+_DECLARED_NORMALISERS = tuple(FIELD_RULES[name].normalise for name in _DECLARED_RULES)
+_set_one_off = _SETTERS[_SCHEDULE_FIELDS.index("one_off")]
+_set_enabled = _SETTERS[_SCHEDULE_FIELDS.index("enabled")]
+_STATE_SETTERS = tuple(zip(_SETTERS[len(_DECLARED_FIELDS) :], _STATE_DEFAULTS, strict=True))
+if set(_DECLARED_FIELDS) - set(_DECLARED_RULES) != {"one_off", "enabled"}:  # pragma: no cover
+    raise TypeError("Schedule._declared sets one_off and enabled unchecked, the rest by rule")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -51,6 +51,7 @@ EVENTS = frozenset(
         "schedule.run_requested",
         "schedule.refused",
         "submitter.unchecked",
+        "submitter.publish_timeout",
         "store.frozen",
         "delivery.skipped",
         "delivery.error",

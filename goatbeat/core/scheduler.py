@@ -84,6 +84,7 @@ from typing import Any, Protocol, cast
 
 from goatbeat.core.alerts import Alert, Alerter, AlertTracker
 from goatbeat.core.allowlist import TaskAllowList
+from goatbeat.core.bounded import bound_calls, io_timeout
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
 from goatbeat.core.errors import GoatbeatError, InvalidValue, StoreError, short_repr
@@ -115,6 +116,12 @@ __all__ = ["Scheduler", "IterationResult", "SchedulerObserver", "ALERT_CHECK_INT
 
 ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_CAP = 30.0
+RECENT_CLAIMS = 20_000
+"""This process's latest claims kept in memory, to name those a promotion lost."""
+LOST_KEYS_LOGGED = 1000
+"""The lost claims' keys named in ``store.database_changed`` (all of them up to this many)."""
+LOST_CHECK_SCHEDULES = 500
+"""At most this many schedules are read back to find them (one query each, once)."""
 MIN_IDLE_SLEEP = 0.01
 """Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
 (a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
@@ -307,11 +314,23 @@ class Scheduler:
         # This iteration's read of next_due_at(), once made (a 1-tuple: None is an answer).
         self._due_read: tuple[datetime | None] | None = None
         self._error_streak = 0
+        # The database's (system identifier, timeline), as last seen, and when (see
+        # _watch_database); this process's recent claims, to say what a promotion lost.
+        self._identity: tuple[str, int] | None = None
+        self._identity_seen_at: datetime | None = None
+        self._identity_checked_at: float | None = None
+        self._recent_claims: deque[tuple[str, str, datetime, int]] = deque(maxlen=RECENT_CLAIMS)
         # Whether a claimed row may be backing off, so the sleep must ask for the next retry.
         self._retries_possible = True
         # Whether the store's claims write the outcomes of the batch before (``record``): a
         # store written before that parameter gets its outcomes recorded separately.
         self._claims_record = _takes_keyword(store.claim_due, "record")
+        # Connections are bounded from the start (the CLI's first store call included); the
+        # statements once run() begins (see bound_calls).
+        self.io_timeout = io_timeout(self.lease.valid_for)
+        connects = getattr(store, "bound_connects", None)
+        if callable(connects):
+            connects(self.io_timeout)
         self.submission = Submission(
             store,
             submitter,
@@ -438,6 +457,7 @@ class Scheduler:
             batch_size=self.settings.batch_size,
             claim_ahead=self.settings.claim_ahead,
         )
+        self.bound_calls()
         try:
             # Start listening for wake-ups before the first iteration (stores that LISTEN do so
             # from their first wait), so a change made during that iteration is not missed.
@@ -466,6 +486,21 @@ class Scheduler:
             self.close()
             self._restore_signal_handlers(previous)
             log_event("scheduler.stopped", scheduler_id=self.scheduler_id, released=released)
+
+    def bound_calls(self) -> float:
+        """Bound every call this loop makes to a server it does not control (the database,
+        the broker, their DNS lookups) at :func:`~goatbeat.core.bounded.io_timeout` of the
+        lease, below its local deadline (docs/failover.md, "Bounded waits"). :meth:`run`
+        calls it once the start-up publication is done (which may legitimately take longer);
+        returns the bound."""
+        seconds = self.io_timeout
+        bound_calls(self.store, seconds)
+        bound_calls(self.submitter, seconds)
+        self.submission.bound_calls(seconds, self._lease_remaining)
+        return seconds
+
+    def _lease_remaining(self) -> float:
+        return self.lease.remaining()
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():
@@ -518,6 +553,7 @@ class Scheduler:
         try:
             # Past the local deadline we renew at once rather than wait for the renewal slot.
             if self.lease.due_for_renewal() or not self.lease.is_held():
+                self._watch_database()
                 grant = self.lease.acquire()
                 if grant is None:
                     self._on_standby()
@@ -572,6 +608,90 @@ class Scheduler:
     def _drop_lease(self) -> None:
         self.lease.drop()
         self._leader_token = None
+        # After a store error the connection may lead to another server (a promoted standby):
+        # look at the database's identity before anything is claimed there.
+        self._identity_checked_at = None
+
+    # -- the database itself: a promotion, a restore ---------------------------------------------
+
+    def _watch_database(self) -> None:
+        """Compare the database's identity (system identifier, timeline: the store's optional
+        ``database_identity()``) with the last one seen, once per renewal interval. A change
+        means a standby was promoted (new timeline) or another database is behind the URL (a
+        restore): what the old primary committed and had not shipped is gone, claims
+        included, and those occurrences are claimed and sent again (docs/failover.md,
+        "When PostgreSQL itself fails over"). Said loudly: :meth:`_database_changed`."""
+        identify = getattr(self.store, "database_identity", None)
+        if not callable(identify):
+            return
+        now = self.clock.monotonic()
+        every = self.settings.lease_renew_interval.total_seconds()
+        if self._identity_checked_at is not None and now - self._identity_checked_at < every:
+            return
+        identity = identify()
+        self._identity_checked_at = now
+        if identity is None:
+            return
+        previous, self._identity = self._identity, identity
+        if previous is not None and previous != identity:
+            self._database_changed(previous, identity)
+        self._identity_seen_at = self.clock.now()
+
+    def _database_changed(self, previous: tuple[str, int], identity: tuple[str, int]) -> None:
+        """ERROR ``store.database_changed``: what changed, since when the old database was
+        last seen, and the window of this process's own claims the new one does not have
+        (they will be claimed and sent again)."""
+        lost = self._lost_claims()
+        fields: dict[str, Any] = {}
+        if lost:
+            fields = {
+                "lost_claims": len(lost),
+                "may_repeat_from": min(at for _, at in lost),
+                "may_repeat_to": max(at for _, at in lost),
+                "lost_keys": [key for key, _ in lost[:LOST_KEYS_LOGGED]],
+            }
+        same_cluster = previous[0] == identity[0]
+        log_event(
+            "store.database_changed",
+            level=logging.ERROR,
+            scheduler_id=self.scheduler_id,
+            reason="promotion: the database is on a new timeline"
+            if same_cluster
+            else "another database: its system identifier changed (a restore, a new cluster)",
+            previous_system_identifier=previous[0],
+            system_identifier=identity[0],
+            previous_timeline=previous[1],
+            timeline=identity[1],
+            old_database_last_seen=self._identity_seen_at,
+            claimed_by_this_process_and_lost=len(lost),
+            **fields,
+            detail=(
+                "what the old primary committed and had not replicated is gone: occurrences "
+                "claimed there are claimed and sent again (their keys repeat). This process's "
+                "lost claims are listed; other schedulers' claims since old_database_last_seen "
+                "may repeat too. A synchronous standby prevents it (docs/failover.md)"
+            ),
+        )
+
+    def _lost_claims(self) -> list[tuple[str, datetime]]:
+        """(key, scheduled_at) of this process's recent claims the database no longer has as
+        this process claimed them: gone, or claimed again since (another fencing token)."""
+        by_name: dict[str, list[tuple[str, datetime, int]]] = {}
+        for name, key, at, token in self._recent_claims:
+            by_name.setdefault(name, []).append((key, at, token))
+        lost: list[tuple[str, datetime]] = []
+        for name, claims in list(by_name.items())[:LOST_CHECK_SCHEDULES]:
+            try:
+                found = self.store.executions(name=name, limit=len(claims) + 500)
+            except StoreError:
+                continue
+            kept = {(e.idempotency_key, e.fencing_token, e.scheduler_id) for e in found}
+            lost.extend(
+                (key, at)
+                for key, at, token in claims
+                if (key, token, self.scheduler_id) not in kept
+            )
+        return sorted(lost, key=lambda c: c[1])
 
     # -- shards ---------------------------------------------------------------------------------
 
@@ -594,6 +714,7 @@ class Scheduler:
         stage = "lease"
         sleeps: list[float] = [self.settings.lease_renew_interval.total_seconds()]
         try:
+            self._watch_database()
             became_leader, standby_sleep = self._balance(store)
             sleeps.append(standby_sleep)
             tallies: dict[int, _Tally] = {}
@@ -653,6 +774,7 @@ class Scheduler:
             for lease in self._shard_leases.values():
                 lease.drop()
             self._shard_tokens.clear()
+            self._identity_checked_at = None  # as _drop_lease
             return total.result(
                 leader=False, became_leader=became_leader, error=str(exc), sleep=backoff
             )
@@ -709,6 +831,9 @@ class Scheduler:
         if result.deferred:
             self._retries_possible = True
         occurrences = self._screen(result.occurrences, grant, tally)
+        self._recent_claims.extend(
+            (o.schedule_name, o.idempotency_key, o.scheduled_at, grant.token) for o in occurrences
+        )
         more = max(result.schedules_seen, len(occurrences)) >= limit and not self._stop.is_set()
         if occurrences:
             self._submit_batch(occurrences, grant, tally, pending=False)
@@ -919,6 +1044,10 @@ class Scheduler:
                     # Held in the store until their jittered instants: wake for the first.
                     self._retries_possible = True
                 occurrences = self._screen(result.occurrences, grant, tally)
+                self._recent_claims.extend(
+                    (o.schedule_name, o.idempotency_key, o.scheduled_at, grant.token)
+                    for o in occurrences
+                )
                 more = (
                     max(result.schedules_seen, len(occurrences)) >= limit
                     and not self._stop.is_set()

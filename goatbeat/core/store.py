@@ -268,10 +268,16 @@ class ScheduleStore(Protocol):
           the same definition with a later last run than the row's moves ``last_run_at`` to it
           and ``next_run_at`` forward to ``first_run_after(later)`` (never backwards), version
           bumped, reported in ``refreshed``. ``last_run_at`` never moves backwards.
-        - The row's ``enabled`` flag and its pause are NEVER changed by publish (an operator's
-          toggle survives redeploys); a new row takes ``schedule.enabled``, unpaused.
+        - The row's pause is NEVER changed by publish, nor its ``enabled`` flag (an operator's
+          toggle survives redeploys), with one exception for ``follow_last_run``: when the
+          source changed ``schedule.enabled`` since the last publication and the row still has
+          the flag that publication declared (nobody toggled it in goatbeat), the row follows
+          the source (``next_run_at`` from the later last run, else now; reported in
+          ``updated`` with an ``enabled`` change). A new row takes ``schedule.enabled``,
+          unpaused.
         - Every row publish writes (or finds unchanged) records a fingerprint of the definition
-          it published, so :meth:`edited_since_publish` can tell an edit made since.
+          it published, so :meth:`edited_since_publish` can tell an edit made since; with
+          ``follow_last_run`` the fingerprint also holds the declared ``enabled`` flag.
         - A name that exists with another source raises ``InvalidSchedule`` (field ``name``)
           and nothing is written.
         The result names each schedule created, updated (with its ``changes``, old -> new per

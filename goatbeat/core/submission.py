@@ -44,10 +44,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from goatbeat.core.bounded import BoundedCall, CallTimedOut
 from goatbeat.core.clock import Clock
-from goatbeat.core.errors import PermanentSubmitError, StoreError
+from goatbeat.core.errors import PermanentSubmitError, RetryableSubmitError, StoreError
 from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, SubmitOutcome
 from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
@@ -55,6 +56,7 @@ from goatbeat.core.submit import (
     SUBMIT_MANY_CHUNK,
     TaskSubmitter,
     awaits_bookkeeping,
+    capability,
     many_submitter,
     submit_all,
     submit_concurrency,
@@ -74,6 +76,8 @@ __all__ = [
 
 CRASH_ENV = "GOATBEAT_CRASH_AFTER_SUBMIT"
 """Test hook: exit with status 137 right after the n-th successful submission."""
+
+_T = TypeVar("_T")
 
 RETRY_BASE = 1.0
 RETRY_CAP = 60.0
@@ -143,12 +147,46 @@ class Submission:
         self._submissions_lock = threading.Lock()
         crash = os.environ.get(CRASH_ENV, "").strip()
         self._crash_after = int(crash) if crash.isdigit() and int(crash) > 0 else 0
-        self._after_bookkeeping: Callable[[], None] | None = getattr(
-            submitter, "after_bookkeeping", None
+        self._after_bookkeeping: Callable[[], None] | None = capability(
+            submitter, "after_bookkeeping"
         )
+        self._bounded: BoundedCall | None = None
+        self._bound = 0.0
+        self._lease_remaining: Callable[[], float] | None = None
         self.on_submitted: Callable[[float], None] | None = None
         """Called with the lateness (seconds, by the store's clock) of each occurrence the
         backend accepted: the scheduler's observers (metrics)."""
+
+    def bound_calls(self, seconds: float, lease_remaining: Callable[[], float]) -> None:
+        """Bound each broker call (one ``submit``, or one chunk's ``submit_many``) at
+        ``seconds``, and never past the local deadline (``lease_remaining()``), when the
+        submitter may be called from another thread (``concurrent_submits``): the call runs in
+        a worker thread (:class:`~goatbeat.core.bounded.BoundedCall`) and one with no answer in
+        time is logged ``io.timeout`` and counted as a retryable failure of each of its
+        occurrences, outcome unknown (README, guarantee case 4: the broker may have taken
+        them; they are retried with the same key). While such a call still hangs the next
+        ones fail at once rather than pile up behind it. A submitter called from the
+        scheduler's thread only is bounded by its own socket timeouts (its ``bound_calls``)."""
+        self._bound = seconds
+        self._lease_remaining = lease_remaining
+        if self._threads > 0 and self._bounded is None:
+            self._bounded = BoundedCall(
+                "broker publish",
+                workers=self._threads,
+                submitter=getattr(self.submitter, "name", type(self.submitter).__name__),
+            )
+
+    def _call(self, fn: Callable[[], _T], keys: Sequence[str]) -> _T:
+        """``fn()``, a broker call, within its bound (see :meth:`bound_calls`)."""
+        bounded = self._bounded
+        if bounded is None or self._lease_remaining is None:
+            return fn()
+        timeout = min(self._bound, self._lease_remaining())
+        try:
+            result: _T = bounded.call(fn, timeout, first_key=keys[0], count=len(keys))
+        except CallTimedOut as exc:
+            raise RetryableSubmitError(f"{exc}; delivery uncertain") from None
+        return result
 
     @property
     def threaded(self) -> bool:
@@ -420,7 +458,7 @@ class Submission:
         if not self._lease_held():
             return None
         try:
-            task_id = self.submitter.submit(occ)
+            task_id = self._call(lambda: self.submitter.submit(occ), (occ.idempotency_key,))
         except Exception as exc:  # every failure is retried or recorded
             return occ, None, exc
         self._count_submissions(1)
@@ -432,7 +470,12 @@ class Submission:
             self._wait_for_instant(occ)
         if not self._lease_held():
             return [None] * len(chunk)
-        answers = submit_all(self.submitter, chunk)  # every failure is retried or recorded
+        try:  # every failure is retried or recorded
+            answers: Sequence[str | None | Exception] = self._call(
+                lambda: submit_all(self.submitter, chunk), [o.idempotency_key for o in chunk]
+            )
+        except RetryableSubmitError as exc:  # no answer in time: each one's outcome unknown
+            answers = [exc] * len(chunk)
         sent: list[Sent | None] = [
             (occ, None, answer) if isinstance(answer, Exception) else (occ, answer, None)
             for occ, answer in zip(chunk, answers, strict=True)

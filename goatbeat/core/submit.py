@@ -12,8 +12,11 @@ Errors a submitter raises::
 
 Any other exception is treated as retryable.
 
-Optional capabilities, looked up with ``getattr`` so a submitter without them is still a
-TaskSubmitter:
+Optional capabilities are declared on :class:`BaseSubmitter`, each with the default that
+means "not offered" (as Django's ``BaseTaskBackend`` declares ``supports_defer``); goatbeat's
+submitters subclass it and override what they offer, and every caller reads a capability with
+:func:`capability`, so a TaskSubmitter that does not subclass it (a test double, an older
+submitter of a project's own) is read with the same defaults:
 
 - ``concurrent_submits: int``: declares that :meth:`~TaskSubmitter.submit` may be called from
   threads other than the scheduler's, and how many calls may run at once. The scheduler then
@@ -57,7 +60,7 @@ TaskSubmitter:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from goatbeat.core.errors import (
     PermanentSubmitError,
@@ -67,8 +70,13 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 
+if TYPE_CHECKING:
+    from goatbeat.core.store import ScheduleStore
+
 __all__ = [
     "awaits_bookkeeping",
+    "BaseSubmitter",
+    "capability",
     "TaskSubmitter",
     "check_supported",
     "submit_concurrency",
@@ -116,6 +124,75 @@ class TaskSubmitter(Protocol):
         ...
 
 
+class BaseSubmitter:
+    """A base for submitters: every optional capability, declared with its default (what a
+    submitter that does not offer it does). Subclasses set the flags they honour and define
+    the methods they offer; :func:`capability` reads them, with these defaults for a
+    submitter that does not subclass this class."""
+
+    name: ClassVar[str] = "submitter"
+    """Short backend name for logs: ``"celery"``, ``"rq"``..."""
+    supports_queue: ClassVar[bool] = False
+    """Whether ``routing.queue`` is honoured."""
+    supports_priority: ClassVar[bool] = False
+    """Whether ``routing.priority`` is honoured."""
+    supports_exchange: ClassVar[bool] = False
+    """Whether ``routing.exchange`` and ``routing.routing_key`` are honoured (AMQP-style)."""
+    supports_expires: ClassVar[bool] = False
+    """Whether ``routing.expires`` is honoured."""
+    supports_headers: ClassVar[bool] = False
+    """Whether ``routing.headers`` are passed along."""
+    concurrent_submits: int = 0
+    """How many ``submit`` calls may run at once from threads other than the scheduler's
+    (0: only from the scheduler's thread, one at a time). See :func:`submit_concurrency`."""
+    backend_options: frozenset[str] | None = frozenset()
+    """The backend's own per-schedule option names (``Beat.schedule(options=...)``); None
+    takes any name; empty (the default) takes none."""
+    submit_many: SubmitMany | None = None
+    """``submit_many(occurrences)``, when the backend sends several at once (a method in the
+    subclass); None: one ``submit`` at a time. See :func:`many_submitter`."""
+    task_definition: Callable[[str], str] | None = None
+    """``task_definition(task)``, for a backend that imports dotted paths (a method in the
+    subclass); None: it finds tasks by registered name. See :func:`task_definition`."""
+
+    def known_tasks(self) -> Collection[str] | None:
+        """The task names the backend registered; None: it keeps no registry."""
+        return None
+
+    def after_bookkeeping(self) -> None:
+        """Called after the outcomes of a batch were recorded; nothing by default."""
+
+    def awaits_bookkeeping(self) -> bool:
+        """Whether the batch just sent needs :meth:`after_bookkeeping`: by default, when the
+        submitter has one of its own."""
+        hook = getattr(type(self), "after_bookkeeping", None)
+        return hook is not None and hook is not BaseSubmitter.after_bookkeeping
+
+    def prepare(self) -> None:
+        """Open what the first submission needs ahead of it; nothing by default."""
+
+    def bind(self, store: ScheduleStore) -> None:
+        """Be told the store (a submitter that records through it); nothing by default."""
+
+    def register(self, path: str, func: Callable[..., Any]) -> None:
+        """Be told the callable declared under ``path``; nothing by default."""
+
+
+_MISSING: Any = object()
+
+
+def capability(submitter: object, name: str) -> Any:
+    """``submitter``'s capability ``name`` (an attribute or bound method of
+    :class:`BaseSubmitter`): its own declaration, else the base class's default (bound to it,
+    for a method)."""
+    found = getattr(submitter, name, _MISSING)
+    if found is _MISSING:
+        found = getattr(BaseSubmitter, name)
+        if callable(found):
+            found = found.__get__(submitter)
+    return found
+
+
 def check_supported(submitter: TaskSubmitter, schedule: Schedule) -> None:
     """Raise UnsupportedOption for the first routing option ``submitter`` cannot honour."""
     routing = schedule.routing
@@ -141,7 +218,7 @@ def check_supported(submitter: TaskSubmitter, schedule: Schedule) -> None:
 def submit_concurrency(submitter: object) -> int:
     """``submitter``'s ``concurrent_submits`` (>= 0); 0 when it declares none: call it from the
     scheduler's thread only."""
-    value = getattr(submitter, "concurrent_submits", 0)
+    value = capability(submitter, "concurrent_submits")
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return 0
     return value
@@ -160,25 +237,21 @@ def awaits_bookkeeping(submitter: object) -> bool:
     """Whether the batch ``submitter`` just sent waits for its ``after_bookkeeping``: never
     without that hook; with it, as its ``awaits_bookkeeping()`` says, and always when it has
     none."""
-    if not callable(getattr(submitter, "after_bookkeeping", None)):
+    if not callable(capability(submitter, "after_bookkeeping")):
         return False
-    awaits = getattr(submitter, "awaits_bookkeeping", None)
-    return bool(awaits()) if callable(awaits) else True
+    return bool(capability(submitter, "awaits_bookkeeping")())
 
 
 def many_submitter(submitter: object) -> SubmitMany | None:
     """``submitter``'s ``submit_many`` when it offers one, else None (submit one at a time)."""
-    method = getattr(submitter, "submit_many", None)
+    method = capability(submitter, "submit_many")
     return method if callable(method) else None
 
 
 def known_tasks(submitter: object) -> Collection[str] | None:
     """The task names ``submitter``'s backend registered (its ``known_tasks()``), or None when
     it keeps no registry."""
-    method = getattr(submitter, "known_tasks", None)
-    if not callable(method):
-        return None
-    names: Collection[str] | None = method()
+    names: Collection[str] | None = capability(submitter, "known_tasks")()
     return names
 
 
@@ -213,5 +286,5 @@ def submit_all(
 def task_definition(submitter: object) -> Callable[[str], str] | None:
     """``submitter``'s ``task_definition`` when its backend imports dotted paths, else None (it
     finds tasks by registered name)."""
-    method = getattr(submitter, "task_definition", None)
+    method = capability(submitter, "task_definition")
     return method if callable(method) else None

@@ -1,9 +1,11 @@
 """The admin: schedules (list, filters, actions, create and edit) and the execution history.
 
-Every write goes through the store: creating (``store.create``), editing (``store.update``),
-enabling and disabling (``store.set_enabled``), deleting (``store.delete``) and "run now"
-(``store.request_run``), so ``next_run_at`` and ``version`` follow the scheduling rules and a
-running scheduler is woken by NOTIFY. Actions need the change permission: Django hides them
+Every write goes through the project's registry (the ``Beat`` the CLI and the Python API use),
+which writes through the store and logs the same goatbeat event as they do: creating
+(``create_schedule``), editing (``update_schedule``), enabling and disabling (``set_enabled``),
+deleting (``delete``), "run now" (``run_now``), pause, resume and backfill. So ``next_run_at``
+and ``version`` follow the scheduling rules, a running scheduler is woken by NOTIFY, and an
+admin enable logs ``schedule.enabled`` as a pause logs ``schedule.paused``. Actions need the change permission: Django hides them
 from users without it and refuses a hand-made POST naming them, and each action checks again.
 Every write leaves an entry in the object's History (Django's ``LogEntry``): an edit names
 each changed field old -> new, the trigger in words; enable, disable and run now say so.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -47,7 +49,7 @@ from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
-from goatbeat.core.store import FieldChange
+from goatbeat.core.store import FieldChange, ScheduleStore
 from goatbeat.core.timeutil import iso_z
 from goatbeat.core.triggers import trigger_from_spec
 from goatbeat.django.forms import (
@@ -65,6 +67,9 @@ from goatbeat.django.models import Miss as MissRow
 from goatbeat.django.models import Schedule as ScheduleRow
 from goatbeat.django.models import SchedulerProcess as SchedulerRow
 from goatbeat.django.words import duration_in_words, instant, shows_seconds
+
+if TYPE_CHECKING:
+    from goatbeat.django.registry import DjangoRegistry
 
 __all__ = [
     "ScheduleAdmin",
@@ -88,7 +93,9 @@ def _alias() -> str:
     return conf.get().database
 
 
-def _store() -> Any:
+def _store() -> ScheduleStore:
+    """The store, for reading only: every write goes through :func:`_registry`, which logs
+    the same events as the CLI and the Python API."""
     from goatbeat.django.registry import get_store
 
     return get_store()
@@ -622,16 +629,16 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     # -- writing (always through the store) -----------------------------------------------------------
 
     def save_model(self, request: HttpRequest, obj: ScheduleRow, form: Any, change: bool) -> None:
-        store = _store()
-        before = store.get(obj.name) if change else None
+        registry = _registry()
+        before = _store().get(obj.name) if change else None
         if self.is_code(obj) or getattr(form, "schedule", None) is None:
-            stored: Schedule | DamagedSchedule = store.set_enabled(
+            stored: Schedule | DamagedSchedule = registry.set_enabled(
                 obj.name, bool(form.cleaned_data["enabled"])
             )
         elif change:
-            stored = store.update(form.schedule)
+            stored, _ = registry.update_schedule(form.schedule, origin="admin")
         else:
-            stored = store.create(form.schedule)
+            stored = registry.create_schedule(form.schedule, origin="admin")
         obj.pk = stored.id
         obj.name = stored.name
         obj.enabled = stored.enabled
@@ -657,12 +664,12 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return self.inlines if obj is not None and obj.pk is not None else ()
 
     def delete_model(self, request: HttpRequest, obj: ScheduleRow) -> None:
-        _store().delete(obj.name)
+        _registry().delete(obj.name, origin="admin")
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        store = _store()
+        registry = _registry()
         for name in queryset.values_list("name", flat=True):
-            store.delete(name)
+            registry.delete(name, origin="admin")
 
     def _require_change(self, request: HttpRequest) -> None:
         if not self.has_change_permission(request):
@@ -678,13 +685,13 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet[Any], enabled: bool) -> None:
         self._require_change(request)
-        store = _store()
+        store, registry = _store(), _registry()
         names = []
         verb = "Enabled" if enabled else "Disabled"
         for row in queryset:
             try:
                 before = store.get(row.name)
-                store.set_enabled(row.name, enabled)
+                registry.set_enabled(row.name, enabled)
             except GoatbeatError as exc:  # a damaged row cannot be enabled until repaired
                 self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
                 continue
@@ -707,7 +714,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def _request_run(self, request: HttpRequest, row: ScheduleRow) -> str | None:
         try:
-            execution = _store().request_run(row.name)
+            execution = _registry().run_now(row.name)
         except GoatbeatError as exc:
             self.message_user(request, f"{row.name}: {exc}", level=messages.ERROR)
             return None
@@ -910,7 +917,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         return super().render_change_form(request, context, *args, **kwargs)
 
 
-def _registry() -> Any:
+def _registry() -> DjangoRegistry:
     from goatbeat.django.registry import get_registry
 
     return get_registry()

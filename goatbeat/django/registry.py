@@ -32,6 +32,7 @@ from goatbeat.beat import Beat, task_path
 from goatbeat.core.errors import ConfigError, GoatbeatError, InvalidSchedule, InvalidValue
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.store import PublishResult, ScheduleStore
+from goatbeat.core.submit import capability
 from goatbeat.django.submitter import DjangoRoutingSubmitter, backend_of
 
 if TYPE_CHECKING:
@@ -119,9 +120,7 @@ class DjangoRegistry(Beat):
     def store(self) -> ScheduleStore:
         """This thread's store over Django's connection for ``GOATBEAT['database']``."""
         store = get_store()
-        bind = getattr(self.submitter, "bind", None)
-        if callable(bind):
-            bind(store)
+        capability(self.submitter, "bind")(store)
         return store
 
     def schedule(self, *, name: str | None = None, task: Any = None, **options: Any) -> Any:

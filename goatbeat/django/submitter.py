@@ -22,8 +22,10 @@ from goatbeat.core.errors import InvalidSchedule, InvalidValue, PermanentSubmitE
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submit import (
+    BaseSubmitter,
     TaskSubmitter,
     awaits_bookkeeping,
+    capability,
     known_tasks,
     submit_all,
     task_definition,
@@ -60,7 +62,7 @@ def backend_of(task: Any) -> str | None:
     return None
 
 
-class DjangoRoutingSubmitter:
+class DjangoRoutingSubmitter(BaseSubmitter):
     """Routes each occurrence to the submitter of its task's backend."""
 
     name: ClassVar[str] = "django"
@@ -181,13 +183,11 @@ class DjangoRoutingSubmitter:
             # Dramatiq without a broker: the submitter takes dramatiq.set_broker()'s, and
             # refuses (naming GOATBEAT['submitter_options']['dramatiq']['broker']) when none.
             found = load_submitter(backend, **options)
-            bind = getattr(found, "bind", None)
-            if self._store is not None and callable(bind):
-                bind(self._store)
-            register = getattr(found, "register", None)
-            if callable(register):
-                for path, func in self._callables.items():
-                    register(path, func)
+            if self._store is not None:
+                capability(found, "bind")(self._store)
+            register = capability(found, "register")
+            for path, func in self._callables.items():
+                register(path, func)
             self._submitters[backend] = found
         return found
 
@@ -252,23 +252,17 @@ class DjangoRoutingSubmitter:
 
     def after_bookkeeping(self) -> None:
         for submitter in list(self._submitters.values()):
-            hook = getattr(submitter, "after_bookkeeping", None)
-            if callable(hook):
-                hook()
+            capability(submitter, "after_bookkeeping")()
 
     def bind(self, store: ScheduleStore) -> None:
         self._store = store
         for submitter in self._submitters.values():
-            bind = getattr(submitter, "bind", None)
-            if callable(bind):
-                bind(store)
+            capability(submitter, "bind")(store)
 
     def register(self, path: str, func: Any) -> None:
         self._callables[path] = func
         for submitter in self._submitters.values():
-            register = getattr(submitter, "register", None)
-            if callable(register):
-                register(path, func)
+            capability(submitter, "register")(path, func)
 
     def close(self) -> None:
         submitters, self._submitters = self._submitters, {}

@@ -265,6 +265,22 @@ def _entry(
         if row["clocked_row"] is not None and not one_off:
             notes.append("a clocked schedule runs once: imported as one_off")
             one_off = True
+        if (
+            one_off
+            and enabled
+            and row["clocked_row"] is None
+            and (run_count > 0 or last_run_at is not None)
+        ):
+            # django-celery-beat disables a one-off interval, crontab or solar row at its
+            # first check AFTER the run (one interval later), so a row that ran may still
+            # say enabled: it is finished, and imported so.
+            notes.append(
+                f"a one-off that ran (total_run_count={run_count}, last_run_at "
+                f"{'set' if last_run_at is not None else 'unset'}): django-celery-beat "
+                "disables it at its next check; imported finished (disabled), it never runs "
+                "again"
+            )
+            enabled = False
         end_at = expires_at
         if start_at is not None and end_at is not None and end_at < start_at:
             raise InvalidValue("expires", end_at, "expires is before start_time")

@@ -18,7 +18,7 @@ from typing import Any
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, DamagedSchedule, Schedule, Source
-from goatbeat.core.store import ScheduleStore
+from goatbeat.core.store import PublishResult, ScheduleStore
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, Trigger
 
@@ -136,6 +136,9 @@ class ImportReport:
     """Rows edited in goatbeat since the last import, whose source changed: kept as edited."""
     failed: list[tuple[str, str]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)
+    toggled: list[tuple[str, bool]] = field(default_factory=list)
+    """(name, enabled): the source enabled or disabled it since the last import, and goatbeat
+    follows (nobody toggled it in goatbeat since). Also counted where it falls (updated...)."""
 
     @property
     def total(self) -> int:
@@ -164,6 +167,9 @@ class ImportReport:
             f"{len(self.failed)} failed",
         ]
         text = ", ".join(parts)
+        if self.toggled:
+            flips = f"{len(self.toggled)} {'would follow' if self.dry_run else 'followed'}"
+            text += f", {flips} the source's enabled flag"
         if self.notes:
             text += f", {len(self.notes)} note(s)"
         return text + (" (dry run: nothing written)" if self.dry_run else "")
@@ -178,6 +184,7 @@ class ImportReport:
             "conflicts": [{"name": n, "reason": r} for n, r in self.conflicts],
             "failed": [{"name": n, "reason": r} for n, r in self.failed],
             "notes": [{"name": n, "note": r} for n, r in self.notes],
+            "toggled": [{"name": n, "enabled": e} for n, e in self.toggled],
         }
 
 
@@ -191,6 +198,11 @@ class ImportPlan:
     unchanged: list[str]
     conflicts: list[tuple[str, str]]
     failed: list[tuple[str, str]]
+    unchanged_schedules: list[Schedule] = field(default_factory=list)
+    """The schedules of ``unchanged``: an import still publishes them, so that the store
+    records the source's enabled flag, and follows it when the source changed it."""
+    stored_enabled: dict[str, bool] = field(default_factory=dict)
+    """The ``enabled`` flag of each existing row, before the import."""
 
 
 EDITED = (
@@ -228,7 +240,15 @@ def plan_import(
             continue
         seen.add(entry.name)
         if entry.schedule is None:
-            plan.failed.append((entry.name, entry.problem or "could not be converted"))
+            reason = entry.problem or "could not be converted"
+            row = existing.get(entry.name)
+            if isinstance(row, Schedule) and row.source == entry.source and row.enabled:
+                reason += (
+                    f"; the schedule imported earlier under this name is left as it was "
+                    f"({row.trigger.describe()}) and still runs: disable it (goatbeat schedule "
+                    f"disable {entry.name}) unless that is what you want"
+                )
+            plan.failed.append((entry.name, reason))
             continue
         if check_task is not None:
             try:
@@ -259,6 +279,9 @@ def plan_import(
             plan.refresh.append(sched)
         else:
             plan.unchanged.append(sched.name)
+            plan.unchanged_schedules.append(sched)
+        if isinstance(row, Schedule):
+            plan.stored_enabled[sched.name] = row.enabled
     return plan
 
 
@@ -303,8 +326,10 @@ def import_entries(
 
     Upsert by name (:meth:`ScheduleStore.publish` with ``follow_last_run``): re-running with
     the same sources changes nothing; the later of celery's and goatbeat's last runs sets the
-    phase, so nothing runs twice and nothing owed is dropped. An operator's ``enabled`` toggle
-    survives; an operator's edit of the definition is reported as a conflict and kept, unless
+    phase, so nothing runs twice and nothing owed is dropped. The source's ``enabled`` flag is
+    followed when it changed since the last import and nobody toggled the row in goatbeat
+    (``toggled``); otherwise an operator's toggle survives (with a note when the source says
+    otherwise). An operator's edit of the definition is reported as a conflict and kept, unless
     ``overwrite``. Each entry is written whole or not at all, and a failing entry never undoes
     the others. ``dry_run`` reads the store and writes nothing. ``progress(n)`` is called as
     ``n`` more entries are done. ``check_task``: see :func:`plan_import` (an entry outside
@@ -316,41 +341,95 @@ def import_entries(
     plan = plan_import(store, entries, overwrite=overwrite, check_task=check_task)
     report.failed.extend(plan.failed)
     report.conflicts.extend(plan.conflicts)
-    report.unchanged.extend(plan.unchanged)
-    settled = len(plan.failed) + len(plan.conflicts) + len(plan.unchanged)
+    settled = len(plan.failed) + len(plan.conflicts)
     if progress is not None and settled:
         progress(settled)
+    results: list[PublishResult] = []
     if dry_run:
         report.created.extend(s.name for s in plan.create)
         report.updated.extend(s.name for s in plan.update)
         report.refreshed.extend(s.name for s in plan.refresh)
         if progress is not None:
-            progress(len(plan.create) + len(plan.update) + len(plan.refresh))
-        return report
+            progress(len(plan.create) + len(plan.update) + len(plan.refresh) + len(plan.unchanged))
+        # Unchanged definitions may still follow the source's enabled flag: ask the store.
+        results = _publish(store, plan.unchanged_schedules, report, chunk_size, progress, True)
+        for result in results:
+            report.updated.extend(result.updated)
+            report.unchanged.extend(result.unchanged)
+    else:
+        todo = [*plan.create, *plan.update, *plan.refresh, *plan.unchanged_schedules]
+        results = _publish(store, todo, report, chunk_size, progress, False)
+        for result in results:
+            report.created.extend(result.created)
+            report.updated.extend(result.updated)
+            report.refreshed.extend(result.refreshed)
+            report.unchanged.extend(result.unchanged)
+    toggled: dict[str, bool] = {}
+    for result in results:
+        for name, changes in result.changes.items():
+            for change in changes:
+                if change.field == "enabled":
+                    toggled[name] = bool(change.new)
+    report.toggled.extend(sorted(toggled.items()))
+    for entry in entries:
+        if entry.schedule is None or entry.name not in plan.stored_enabled:
+            continue
+        if any(n == entry.name for n, _ in plan.conflicts):
+            continue
+        now = toggled.get(entry.name, plan.stored_enabled[entry.name])
+        if now != entry.schedule.enabled:
+            ours, theirs = _flag(now), _flag(entry.schedule.enabled)
+            report.notes.append(
+                (
+                    entry.name,
+                    f"{ours} in goatbeat, {theirs} in the source: kept as goatbeat has it (it "
+                    "was toggled in goatbeat while the source kept its flag, or imported before "
+                    "goatbeat recorded the source's flag); to follow the source: goatbeat "
+                    f"schedule {'enable' if entry.schedule.enabled else 'disable'} {entry.name}",
+                )
+            )
+    return report
+
+
+def _flag(enabled: bool) -> str:
+    return "enabled" if enabled else "disabled"
+
+
+def _publish(
+    store: ScheduleStore,
+    schedules: list[Schedule],
+    report: ImportReport,
+    chunk_size: int,
+    progress: Callable[[int], None] | None,
+    dry_run: bool,
+) -> list[PublishResult]:
+    """Publish ``schedules`` by source and in chunks, following celery's last runs; an entry
+    the store refuses fails alone (in ``report.failed``)."""
     by_source: dict[Source, list[Schedule]] = {}
-    for sched in [*plan.create, *plan.update, *plan.refresh]:
+    for sched in schedules:
         by_source.setdefault(sched.source, []).append(sched)
-    for source, schedules in by_source.items():
-        for chunk in _chunks(schedules, chunk_size):
+    results: list[PublishResult] = []
+    for source, listed in by_source.items():
+        for chunk in _chunks(listed, chunk_size):
             try:
-                results = [store.publish(chunk, source=source, follow_last_run=True)]
+                results.append(
+                    store.publish(chunk, source=source, follow_last_run=True, dry_run=dry_run)
+                )
             except GoatbeatError:
                 # One bad schedule fails its chunk's transaction: retry one by one so the
                 # others still import and the culprit is named.
-                results = []
                 for sched in chunk:
                     try:
-                        results.append(store.publish([sched], source=source, follow_last_run=True))
+                        results.append(
+                            store.publish(
+                                [sched], source=source, follow_last_run=True, dry_run=dry_run
+                            )
+                        )
                     except GoatbeatError as one_exc:
                         report.failed.append((sched.name, str(one_exc)))
-            for result in results:
-                report.created.extend(result.created)
-                report.updated.extend(result.updated)
-                report.refreshed.extend(result.refreshed)
-                report.unchanged.extend(result.unchanged)
-            if progress is not None:
+            if progress is not None and not dry_run:
                 progress(len(chunk))
-    return report
+    return results
 
 
 def _chunks(items: list[Schedule], size: int) -> Iterable[list[Schedule]]:

@@ -427,9 +427,11 @@ def schedule_to_row(
     next_run_at: datetime | None,
     definition: dict[str, Any] | None = None,
     published: bool = False,
+    declared_enabled: bool | None = None,
 ) -> dict[str, Any]:
     """Columns to insert for a new schedule (the store adds id, version and timestamps).
-    ``published``: a publish writes it, so its definition's fingerprint is recorded."""
+    ``published``: a publish writes it, so its definition's fingerprint is recorded (with
+    ``declared_enabled``, the source's flag: :func:`fingerprint`)."""
     row = dict(definition) if definition is not None else definition_of(schedule)
     row.update(
         name=schedule.name,
@@ -438,7 +440,7 @@ def schedule_to_row(
         next_run_at=utc(next_run_at),
         last_run_at=utc(schedule.last_run_at),
         total_run_count=int(schedule.total_run_count),
-        published_fingerprint=fingerprint(row) if published else None,
+        published_fingerprint=fingerprint(row, declared_enabled) if published else None,
         # A new row starts unpaused (a declaration cannot pause: that is an operator's act).
         paused=False,
         paused_at=None,
@@ -449,11 +451,34 @@ def schedule_to_row(
     return row
 
 
-def fingerprint(definition: Mapping[str, Any]) -> str:
+def fingerprint(definition: Mapping[str, Any], declared_enabled: bool | None = None) -> str:
     """A hash of a definition (:func:`definition_of` / :func:`row_definition`, whose values
     compare equal exactly when the definitions are the same): what publish records, so an
-    edit made since can be told apart from the publish's own write."""
-    return fingerprint_of_text(definition_text(definition))
+    edit made since can be told apart from the publish's own write.
+
+    ``declared_enabled``: the source's ``enabled`` flag at that publish, hashed in when given
+    (importer publications, ``follow_last_run``), so the next one can tell a change the
+    source made to it from an operator's toggle in goatbeat (:func:`published_enabled`)
+    without another column. Without it, the hash of the definition alone (code
+    publications, and every fingerprint recorded before)."""
+    text = definition_text(definition)
+    if declared_enabled is not None:
+        text += "\nenabled" if declared_enabled else "\ndisabled"
+    return fingerprint_of_text(text)
+
+
+def published_enabled(row: Mapping[str, Any]) -> bool | None:
+    """The ``enabled`` flag the source declared at the publish that recorded the row's
+    fingerprint; None when unknown: no fingerprint, one recorded without the flag (code
+    publications, imports before goatbeat 0.7.1), or a definition edited since."""
+    recorded = row.get("published_fingerprint")
+    if recorded is None:
+        return None
+    definition = row_definition(row)
+    for flag in (True, False):
+        if recorded == fingerprint(definition, flag):
+            return flag
+    return None
 
 
 def fingerprint_of_text(text: str) -> str:
@@ -495,7 +520,10 @@ def edited(row: Mapping[str, Any]) -> bool:
     """Whether a stored row's definition changed since the publish that recorded its
     fingerprint (rows without one, created in the admin or before schema 3: never)."""
     recorded = row.get("published_fingerprint")
-    return recorded is not None and recorded != fingerprint(row_definition(row))
+    if recorded is None:
+        return False
+    definition = row_definition(row)
+    return recorded not in {fingerprint(definition, flag) for flag in (None, True, False)}
 
 
 def first_run(schedule: Schedule, anchor: datetime) -> datetime | None:

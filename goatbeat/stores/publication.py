@@ -15,6 +15,7 @@ from goatbeat.stores.definitions import (
     definition_of,
     fingerprint,
     first_run,
+    published_enabled,
     row_definition,
     schedule_to_row,
     utc,
@@ -82,7 +83,9 @@ def plan_publish(
     their ``definitions`` entry may be None; any other None is computed here).
 
     Raises InvalidSchedule (field ``name``) when a name belongs to another source, before
-    anything is written. The stored ``enabled`` flag always wins over the declared one.
+    anything is written. The stored ``enabled`` flag wins over the declared one, except with
+    ``follow_last_run`` when the source changed its flag since the last publish and the row
+    still has the flag that publish declared (see :func:`source_toggle`).
     ``follow_last_run``: see :meth:`goatbeat.core.store.ScheduleStore.publish`.
     ``keep_phase``: names of rows a rename just took over: a changed definition whose trigger
     and zone are the same keeps the row's ``next_run_at`` (the phase goes on)."""
@@ -107,6 +110,7 @@ def plan_publish(
                     next_run_at=first_run(schedule, anchor),
                     definition=wanted,
                     published=True,
+                    declared_enabled=schedule.enabled if follow_last_run else None,
                 )
             )
             actions.created.append(schedule.name)
@@ -127,12 +131,47 @@ def plan_publish(
             theirs = utc(schedule.last_run_at)
             assert theirs is not None
             later = theirs if stored_last is None or theirs > stored_last else stored_last
-        printed = fingerprint(wanted)
+        printed = fingerprint(wanted, schedule.enabled if follow_last_run else None)
+        toggle = source_toggle(row, schedule) if follow_last_run else None
+        toggled = [] if toggle is None else [FieldChange(field="enabled", old=enabled, new=toggle)]
+        if wanted == stored and not quarantined and toggle is not None:
+            # The source enabled or disabled it since the last publish; nobody toggled it in
+            # goatbeat: follow the source.
+            values = dict(wanted)
+            values.update(
+                enabled=toggle,
+                next_run_at=schedule.first_run_after(later or now) if toggle else None,
+                last_run_at=later,
+                published_fingerprint=printed,
+                last_status=row["last_status"],
+            )
+            actions.replaces.append(
+                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
+            )
+            actions.changes[schedule.name] = toggled
+            actions.updated.append(schedule.name)
+            continue
         if wanted == stored and not quarantined:
+            recorded = row.get("published_fingerprint")
             if later is None or later == stored_last:
                 actions.unchanged.append(schedule.name)
-                if row.get("published_fingerprint") is None:
+                if recorded is None:
                     actions.fingerprints.append((int(row["id"]), printed))
+                elif follow_last_run and recorded != printed:
+                    # Recorded without the source's flag (before 0.7.1), or with the other
+                    # one while an operator's toggle already matched it: record what the
+                    # source says now, so the next import can tell who changed it.
+                    values = dict(wanted)
+                    values.update(
+                        enabled=enabled,
+                        next_run_at=utc(row["next_run_at"]),
+                        last_run_at=None,
+                        published_fingerprint=printed,
+                        last_status=row["last_status"],
+                    )
+                    actions.replaces.append(
+                        Replace(id=int(row["id"]), version=int(row["version"]), values=values)
+                    )
                 continue
             # Another scheduler (celery) ran it since: move the phase forward, never back.
             nxt = schedule.first_run_after(later) if enabled else None
@@ -155,6 +194,9 @@ def plan_publish(
         changes = definition_changes(stored, wanted)
         if quarantined:
             changes.append(FieldChange(field="last_status", old=SCHEDULE_INVALID, new=None))
+        if toggle is not None:
+            enabled = toggle
+            changes.extend(toggled)
         actions.changes[schedule.name] = changes
         values = dict(wanted)
         values["enabled"] = enabled
@@ -176,6 +218,19 @@ def plan_publish(
         )
         actions.updated.append(schedule.name)
     return actions
+
+
+def source_toggle(row: Mapping[str, Any], schedule: Schedule) -> bool | None:
+    """The ``enabled`` flag an import publication writes over the stored one, or None to keep
+    the stored one: the source's new flag when the source changed it since the last
+    publication (:func:`~goatbeat.stores.definitions.published_enabled`) and the row still
+    has the flag that publication declared (nobody toggled it in goatbeat since). An
+    operator's toggle is kept while the source did not change; when both changed, they agree
+    (a flag has two values), so there is nothing to decide. Unknown (no flag recorded): kept."""
+    said = published_enabled(row)
+    if said is None or schedule.enabled == said or bool(row["enabled"]) != said:
+        return None
+    return bool(schedule.enabled)
 
 
 KEPT_WHEN_NONE = ("last_run_at", "published_fingerprint")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import operator
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -20,11 +19,14 @@ from goatbeat.core.errors import DamagedRow, InvalidValue, short_repr
 from goatbeat.core.jitter import MAX_JITTER, jittered
 from goatbeat.core.model import (
     ACTIVE_STATUSES,
+    FIELD_RULES,
+    MAX_CATCH_UP_LIMIT,
     MAX_PAUSE_ON_FAILURE,
     DamagedSchedule,
     Execution,
     ExecutionKind,
     ExecutionStatus,
+    FieldRule,
     MisfirePolicy,
     Occurrence,
     OverlapPolicy,
@@ -102,7 +104,6 @@ _TRUSTED_TIMES = (
     "paused_at",
 )
 _COUNTERS = ("total_run_count", "missed_count", "version", "skipped_count")
-_MAX_CATCH_UP = 100_000
 
 
 class _Bad(Exception):
@@ -134,49 +135,76 @@ def _check_expires(value: Any) -> float | None:
     return seconds
 
 
-def _check_grace(value: Any) -> timedelta:
-    if isinstance(value, (bool, str)):
-        raise _Bad(f"{short_repr(value)} is not a number of seconds")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise _Bad(f"{short_repr(value)} must be a finite number of seconds >= 0")
-    return timedelta(seconds=seconds)
-
-
-def _check_seconds(value: Any, *, none: bool, positive: bool) -> timedelta | None:
+def _seconds(value: Any, rule: FieldRule, *, none: bool = False) -> timedelta | None:
+    """A column of seconds as the field's timedelta, held to the field's rule
+    (:data:`~goatbeat.core.model.FIELD_RULES`); a refusal names the column's form."""
     if value is None and none:
         return None
     if isinstance(value, (bool, str)) or value is None:
         raise _Bad(f"{short_repr(value)} is not a number of seconds")
     seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise _Bad(
-            f"{short_repr(value)} must be a finite number of seconds {'>' if positive else '>='} 0"
-        )
-    return timedelta(seconds=seconds)
+    if math.isfinite(seconds) and seconds >= 0:  # (a negative under 1 µs rounds to 0)
+        delta = timedelta(seconds=seconds)
+        if rule.check(delta):
+            return delta
+        if delta > _NO_TIME:
+            # Of the fields of seconds only jitter has an upper bound.
+            raise _Bad(f"{short_repr(value)} is longer than a day")
+    strict = not rule.check(_NO_TIME)
+    raise _Bad(
+        f"{short_repr(value)} must be a finite number of seconds {'>' if strict else '>='} 0"
+    )
+
+
+def _check_grace(value: Any) -> timedelta:
+    delta = _seconds(value, _GRACE)
+    assert delta is not None
+    return delta
+
+
+def _check_jitter(value: Any) -> timedelta:
+    delta = _seconds(value, _JITTER)
+    assert delta is not None
+    return delta
+
+
+def _check_max_runtime(value: Any) -> timedelta | None:
+    return _seconds(value, _MAX_RUNTIME, none=True)
 
 
 def _check_pause_on_failure(value: Any) -> int | None:
-    if value is None:
-        return None
-    if type(value) is not int or not 1 <= value <= MAX_PAUSE_ON_FAILURE:
+    if not _PAUSE_ON_FAILURE.check(value):
         raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_PAUSE_ON_FAILURE}")
-    return value
+    return value  # type: ignore[no-any-return]
 
 
 def _check_catch_up(value: Any) -> int:
-    if type(value) is not int or not 1 <= value <= _MAX_CATCH_UP:
-        raise _Bad(f"{short_repr(value)} is not an integer in 1..{_MAX_CATCH_UP}")
-    return value
-
-
-_TASK_NAME = re.compile(r"\S+\Z")  # Schedule's rule: non-empty, no whitespace at all
+    if not _CATCH_UP.check(value):
+        raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_CATCH_UP_LIMIT}")
+    return value  # type: ignore[no-any-return]
 
 
 def _check_task(value: Any) -> str:
-    if type(value) is not str or _TASK_NAME.match(value) is None:
+    if not _TASK.check(value):
         raise _Bad(f"{short_repr(value)} is not a task name")
-    return value
+    return value  # type: ignore[no-any-return]
+
+
+def _check_text(value: Any, rule: FieldRule) -> str:
+    if not rule.check(value):
+        raise _Bad(f"{short_repr(value)} is not text")
+    return value  # type: ignore[no-any-return]
+
+
+_NO_TIME = timedelta(0)
+_GRACE = FIELD_RULES["misfire_grace"]
+_JITTER = FIELD_RULES["jitter"]
+_MAX_RUNTIME = FIELD_RULES["max_runtime"]
+_PAUSE_ON_FAILURE = FIELD_RULES["pause_on_failure"]
+_CATCH_UP = FIELD_RULES["catch_up_limit"]
+_TASK = FIELD_RULES["task"]
+_DESCRIPTION = FIELD_RULES["description"]
+_PAUSE_NOTE = FIELD_RULES["pause_note"]
 
 
 def _check_zone(value: Any, trigger: Trigger) -> None:
@@ -226,26 +254,19 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         for column in _COUNTERS:
             values[column] = int(row[column])
         column = "description"
-        if type(row["description"]) is not str:
-            raise _Bad(f"{short_repr(row['description'])} is not text")
+        _check_text(row["description"], _DESCRIPTION)
         column = "jitter"
-        jitter = _check_seconds(row["jitter"], none=False, positive=False)
-        assert jitter is not None
-        if jitter > MAX_JITTER:
-            raise _Bad(f"{short_repr(row['jitter'])} is longer than a day")
-        values["jitter"] = jitter
+        values["jitter"] = _check_jitter(row["jitter"])
         column = "overlap"
         values["overlap"] = OverlapPolicy(row["overlap"])
         column = "max_runtime"
-        values["max_runtime"] = _check_seconds(row["max_runtime"], none=True, positive=True)
+        values["max_runtime"] = _check_max_runtime(row["max_runtime"])
         if values["overlap"] is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
             raise _Bad(f"NULL, but overlap {values['overlap'].value!r} needs it")
         column = "pause_on_failure"
         values["pause_on_failure"] = _check_pause_on_failure(row["pause_on_failure"])
         column = "pause_note"
-        note = row["pause_note"]
-        if type(note) is not str:
-            raise _Bad(f"{short_repr(note)} is not text")
+        note = _check_text(row["pause_note"], _PAUSE_NOTE)
     except DamagedRow:
         raise
     except InvalidValue as exc:
@@ -552,10 +573,9 @@ def _shared_definition(
         _check_expires(row["expires"]),
     )
     overlap = OverlapPolicy(row["overlap"])
-    jitter = _check_seconds(row["jitter"], none=False, positive=False)
-    assert jitter is not None
-    max_runtime = _check_seconds(row["max_runtime"], none=True, positive=True)
-    if jitter > MAX_JITTER or (overlap is not OverlapPolicy.ALLOW and max_runtime is None):
+    jitter = _check_jitter(row["jitter"])
+    max_runtime = _check_max_runtime(row["max_runtime"])
+    if overlap is not OverlapPolicy.ALLOW and max_runtime is None:
         raise _Bad("decoded the full way to name the column")
     values = {
         "task": task,

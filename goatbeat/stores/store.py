@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from goatbeat.core.bounded import bound_calls
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
 from goatbeat.core.health import (
@@ -123,6 +124,27 @@ class DialectStore:
 
     def close(self) -> None:
         self.dialect.close()
+
+    def bound_calls(self, seconds: float) -> None:
+        """Bound every wait for the database at ``seconds`` (the scheduler calls it with its
+        :func:`~goatbeat.core.bounded.io_timeout`), where the dialect can: PostgreSQL's
+        statements and connections. SQLite's waits are its ``busy_timeout``."""
+        bound_calls(self.dialect, seconds)
+
+    def database_identity(self) -> tuple[str, int] | None:
+        """(system identifier, timeline) of the database, where the dialect can tell
+        (PostgreSQL); None otherwise. See ``ScheduleStore``'s optional capabilities."""
+        identity = getattr(self.dialect, "identity", None)
+        if not callable(identity):
+            return None
+        found: tuple[str, int] | None = identity()
+        return found
+
+    def bound_connects(self, seconds: float) -> None:
+        """Bound only the wait for a new connection (PostgreSQL), from the scheduler's start."""
+        method = getattr(self.dialect, "bound_connects", None)
+        if callable(method):
+            method(seconds)
 
     def now(self) -> datetime:
         return self.dialect.now()
@@ -312,7 +334,9 @@ class DialectStore:
 
         with tx.comparing():
             for schedule in schedules:
-                if not compares or (follow_last_run and schedule.last_run_at is not None):
+                # An import (follow_last_run) compares each row in Python: its last run may
+                # move forward, and the source's enabled flag is read from the fingerprint.
+                if not compares or follow_last_run:
                     definition: dict[str, Any] | None = validate_schedule(schedule)
                     part = None
                 else:

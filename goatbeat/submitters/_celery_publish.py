@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Publisher"]
+__all__ = ["Publisher", "beat_options"]
 
 _logger = logging.getLogger("goatbeat.submitters.celery")
 
@@ -70,6 +70,7 @@ class Publisher:
         options: Mapping[str, Any],
         expires: float | datetime | None,
         retry_policy: Mapping[str, Any],
+        timeouts: Mapping[str, float] | None = None,
     ) -> str:
         """Publish one message through ``producer``; returns the task id. ``options`` are the
         schedule's routing (queue, exchange, routing_key, priority), ``expires`` seconds from
@@ -105,6 +106,10 @@ class Publisher:
             replaced_task_nesting=0,
             **sending,
         )
+        if not fixed["ignore_result"] and fixed["reply_queue"]:
+            # As send_task: the rpc:// backend's reply queue exists before the task runs, or
+            # its result would go nowhere.
+            self.app.backend.on_task_call(producer, task_id)
         for stamp in sending.pop("stamped_headers", ()):
             sending.pop(stamp, None)
         if "declare" not in sending and _declared(producer, sending.get("queue")):
@@ -119,6 +124,7 @@ class Publisher:
                 headers=headers,  # read, never kept: kombu copies it into the message
                 retry=True,
                 retry_policy=retry_policy,
+                **(timeouts or {}),
                 **sending,
             )
         return task_id
@@ -131,18 +137,15 @@ class Publisher:
         if found is not None:
             return found
         app = self.app
-        merged = dict(options)
         task_type = app._tasks.get(name)
-        if task_type is not None and hasattr(task_type, "_get_exec_options"):
-            defaults = task_type._get_exec_options()
-            if defaults:
-                merged = {**{k: v for k, v in defaults.items() if v is not None}, **merged}
+        merged = beat_options(app, name, options)
         fixed = {
             "time_limit": merged.pop("time_limit", None),
             "soft_time_limit": merged.pop("soft_time_limit", None),
             "expires": merged.pop("expires", None),
             "ignore_result": merged.pop("ignore_result", None),
             "sent_event": app.conf.task_send_sent_event,
+            "reply_queue": _declares_reply_queue(app),
         }
         # Only MapRoute routers (usable() checked): the route depends on the name alone.
         routed = app.amqp.router.route(merged, name, None, None, task_type)
@@ -150,6 +153,32 @@ class Publisher:
             self._prepared.clear()
         self._prepared[key] = (routed, fixed)
         return routed, fixed
+
+
+def beat_options(app: Any, name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options celery beat hands ``send_task`` for a schedule's ``options``: for a task
+    registered in the app, beat calls ``Task.apply_async``, which lays the schedule's options
+    over the task's own, unset (None) ones included (so an unset priority stays unset instead
+    of becoming kombu's default 0), and sends the task's ``ignore_result``. For a task the app
+    does not know, the options as they are."""
+    merged = dict(options)
+    task_type = app._tasks.get(name)
+    if task_type is not None and hasattr(task_type, "_get_exec_options"):
+        merged = {**(task_type._get_exec_options() or {}), **merged}
+        merged.setdefault("ignore_result", task_type.ignore_result)
+    return merged
+
+
+def _declares_reply_queue(app: Any) -> bool:
+    """Whether the app's result backend wants its reply queue declared before each send, as
+    the ``rpc://`` backend does (``on_task_call``). Other backends' ``on_task_call`` subscribe
+    to the result, which a scheduler never reads: left out."""
+    try:
+        from celery.backends.rpc import RPCBackend
+
+        return isinstance(app.backend, RPCBackend)
+    except Exception:  # no backend can be built: send_task would fail on it too, later
+        return False
 
 
 _SCALARS = (int, float, bool, type(None))

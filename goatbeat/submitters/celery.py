@@ -45,12 +45,22 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
-from goatbeat.core.submit import check_supported
-from goatbeat.submitters._celery_publish import Publisher
+from goatbeat.core.submit import BaseSubmitter, check_supported
+from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
 
-__all__ = ["CelerySubmitter", "DEFAULT_RETRY_POLICY", "DEFAULT_CONCURRENCY"]
+__all__ = [
+    "BEAT_HEADER",
+    "CelerySubmitter",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_PUBLISH_TIMEOUT",
+    "DEFAULT_RETRY_POLICY",
+]
+
+BEAT_HEADER = "celery_beat_task"
+"""The header celery beat (5.7) sets to True on every message it sends; goatbeat sends it too,
+so code and monitoring that tell scheduled runs by it see goatbeat's."""
 
 DEFAULT_CONCURRENCY = 1
 """Submissions in flight at once. Declaring any lets the scheduler send a batch from a thread
@@ -79,6 +89,13 @@ _CELERY_HEADERS = frozenset(
 # Dotted or colon-separated names ("proj.tasks.add", "celery.backend_cleanup", "app:job"):
 # Celery accepts any string, but an empty segment is always a typo in a dotted path.
 _TASK_NAME = re.compile(r"[^\s.:]+(?:[.:][^\s.:]+)*")
+
+DEFAULT_PUBLISH_TIMEOUT = 5.0
+"""Seconds one publish may take (the socket write, and with ``confirm_publish`` the broker's
+confirm) before it is abandoned as undelivered-or-unknown: a broker that blocks publishers
+(RabbitMQ's memory or disk alarm) or a frozen Redis would otherwise hold the scheduler inside
+the publish for as long as it lasts, past its lease. Below the default lease's local deadline
+(lease_ttl - lease_renew_interval = 20 s) with room for the rest of the iteration."""
 
 _MAX_PRIORITY = 255
 
@@ -144,7 +161,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(retryable), tuple(permanent)
 
 
-class CelerySubmitter:
+class CelerySubmitter(BaseSubmitter):
     """Send each occurrence as a Celery task message.
 
     ``app`` is a ``celery.Celery``, ``None`` (Celery's current app), a broker URL (``"redis://..."``; a JSON-serialising app is
@@ -155,7 +172,11 @@ class CelerySubmitter:
     ``batch_publish=False`` publishes each message on its own even where kombu can batch.
     ``expires_from``: ``"submission"`` (default, as celery beat) or ``"scheduled"``, where
     ``expires`` counts from (see :mod:`goatbeat.submitters._expiry`); from the scheduled
-    instant it is sent as an absolute expiry.
+    instant it is sent as an absolute expiry. ``publish_timeout`` (seconds, default
+    :data:`DEFAULT_PUBLISH_TIMEOUT`; None: wait forever, as Celery does) bounds each publish:
+    past it the connection is dropped, the occurrence counts as a retryable failure (logged
+    ``submitter.publish_timeout``) and the rest of its chunk is not tried; keep it well below
+    the lease's local deadline.
     """
 
     name: ClassVar[str] = "celery"
@@ -164,7 +185,7 @@ class CelerySubmitter:
     supports_exchange: ClassVar[bool] = True
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = frozenset()
+    backend_options: frozenset[str] | None = frozenset()
     """None: Celery's routing options are the schedule's own fields."""
 
     def __init__(
@@ -176,14 +197,39 @@ class CelerySubmitter:
         batch_publish: bool = True,
         expires_from: str = "submission",
         clock: Clock | None = None,
+        publish_timeout: float | None = DEFAULT_PUBLISH_TIMEOUT,
     ) -> None:
+        if publish_timeout is not None and (
+            isinstance(publish_timeout, bool)
+            or not isinstance(publish_timeout, int | float)
+            or not publish_timeout > 0
+        ):
+            raise InvalidValue(
+                "publish_timeout", publish_timeout, f"{publish_timeout!r} must be > 0 seconds"
+            )
+        self.publish_timeout = None if publish_timeout is None else float(publish_timeout)
+        self._timeouts: dict[str, float] = (
+            {}
+            if publish_timeout is None
+            else {"timeout": float(publish_timeout), "confirm_timeout": float(publish_timeout)}
+        )
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 0:
             raise InvalidValue("concurrency", concurrency, f"{concurrency!r} must be >= 0")
         self.expires_from = check_expires_from(expires_from)
         self.clock = clock_or_system(clock)
         self.app, self._owns_app = _load_app(app)
-        self._retry_policy = dict(DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy)
+        self._retry_policy: dict[str, Any] = dict(
+            DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy
+        )
+        if publish_timeout is not None:
+            # kombu calls the errback before it reconnects and publishes again: a publish that
+            # timed out may still be in the broker's hands, so it is not sent a second time
+            # from here (goatbeat's own retry resends it later, with the same id).
+            self._retry_policy["errback"] = _no_retry_after_timeout
         self._retryable, self._permanent = _error_classes()
+        from celery.exceptions import QueueNotFound
+
+        self._missing_queue: type[BaseException] = QueueNotFound
         self.concurrent_submits = concurrency
         self._batch_publish = bool(batch_publish)
         # Producers not in use right now; one per thread submitting at the same moment.
@@ -260,13 +306,19 @@ class CelerySubmitter:
         direct = self._publisher.usable()
         try:
             if batch is None:
-                results = [self._send_or_error(producer, occ, direct) for occ in occurrences]
+                for occ in occurrences:
+                    results.append(self._send_or_error(producer, occ, direct))
+                    if isinstance(results[-1], PublishTimedOut):
+                        break
+                results += _untried(results, len(occurrences))
                 healthy = not any(_suspect(r) for r in results)
                 return results
             try:
                 with batch(max_size=_BATCH_COMMANDS):
                     for occ in occurrences:
                         results.append(self._send_or_error(producer, occ, direct))
+                        if isinstance(results[-1], PublishTimedOut):
+                            break
             except Exception as exc:  # the flush: nothing buffered is known to have landed
                 healthy = False
                 error = RetryableSubmitError(
@@ -275,6 +327,7 @@ class CelerySubmitter:
                 results = [r if isinstance(r, Exception) else error for r in results]
                 results += [error] * (len(occurrences) - len(results))
             else:
+                results += _untried(results, len(occurrences))
                 healthy = not any(_suspect(r) for r in results)
             return results
         finally:
@@ -320,8 +373,9 @@ class CelerySubmitter:
             expires = occurrence.scheduled_at + timedelta(seconds=routing.expires or 0)
         elif left is not None:
             expires = left
-        # goatbeat's headers last: a user header must not forge the key.
-        headers = {**routing.headers, **key_headers(occurrence)}
+        # As celery beat 5.7 marks every message it sends (set over the schedule's own
+        # headers), then goatbeat's last: a user header must not forge the key.
+        headers = {**routing.headers, BEAT_HEADER: True, **key_headers(occurrence)}
         try:
             if direct:
                 return self._publisher.publish(
@@ -334,9 +388,11 @@ class CelerySubmitter:
                     options=options,
                     expires=expires,
                     retry_policy=self._retry_policy,
+                    timeouts=self._timeouts,
                 )
             if expires is not None:
                 options["expires"] = expires
+            options = beat_options(self.app, occurrence.task, options)
             result = self.app.send_task(
                 occurrence.task,
                 args=list(occurrence.args),
@@ -346,19 +402,44 @@ class CelerySubmitter:
                 headers=headers,
                 retry=True,
                 retry_policy=self._retry_policy,
+                **self._timeouts,
                 **options,
             )
+        except _Abandoned as exc:
+            raise self._timed_out_error(occurrence, exc) from exc
+        except self._missing_queue as exc:
+            raise PermanentSubmitError(
+                f"schedule {occurrence.schedule_name!r}: queue {routing.queue!r} is not in the "
+                "Celery app's task_queues and task_create_missing_queues is off"
+            ) from exc
         except self._permanent as exc:
             raise PermanentSubmitError(
                 f"celery refused task {occurrence.task!r} "
                 f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
             ) from exc
         except self._retryable as exc:
+            if self.publish_timeout is not None and _timed_out(exc):
+                raise self._timed_out_error(occurrence, exc) from exc
             raise RetryableSubmitError(
                 f"celery broker unavailable for {occurrence.idempotency_key}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return str(result.id)
+
+    def _timed_out_error(self, occurrence: Occurrence, exc: BaseException) -> PublishTimedOut:
+        log_event(
+            "submitter.publish_timeout",
+            level=logging.WARNING,
+            submitter=self.name,
+            key=occurrence.idempotency_key,
+            timeout=self.publish_timeout,
+            error=str(exc.__cause__ or exc),
+        )
+        return PublishTimedOut(
+            f"celery broker took no message within {self.publish_timeout:g} s for "
+            f"{occurrence.idempotency_key} (a blocked or frozen broker: RabbitMQ's memory "
+            "or disk alarm?); connection dropped, delivery uncertain, retried later"
+        )
 
     def _check_in(self, producer: Any) -> None:
         if producer is None:
@@ -385,6 +466,31 @@ class CelerySubmitter:
             return
         self._check_in(producer)
 
+    def bound_calls(self, seconds: float) -> None:
+        """The scheduler's bound of outside calls. Every ``submit``/``submit_many`` is already
+        bounded by the scheduler (a worker thread waited for at most ``seconds``, since this
+        submitter declares ``concurrent_submits``); on a Redis broker the socket waits get
+        the same bound too (kombu's ``socket_timeout`` and ``socket_connect_timeout``
+        transport options, unless the app sets shorter ones), so a call abandoned on a frozen
+        Redis also ends, and frees its producer (connections kombu opens from now on), instead of
+        hanging until Redis wakes. The
+        AMQP publish path is left as kombu configures it."""
+        conf = self.app.conf
+        url = str(getattr(conf, "broker_url", None) or "")
+        if not url.split("://", 1)[0].startswith(("redis", "rediss", "sentinel")):
+            return
+        options = conf.broker_transport_options
+        options = dict(options) if options else {}
+        for key in ("socket_timeout", "socket_connect_timeout"):
+            current = options.get(key)
+            if current is None or current > seconds:
+                options[key] = seconds
+        conf.broker_transport_options = options
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for producer in idle:  # made before: a fresh one picks the options up
+            _release(producer)
+
     def close(self) -> None:
         with self._lock:
             if self._closed:
@@ -396,6 +502,35 @@ class CelerySubmitter:
             _release(producer)
         if self._owns_app:
             self.app.close()
+
+
+class PublishTimedOut(RetryableSubmitError):
+    """A publish that took longer than ``publish_timeout``: the broker may hold it, or not."""
+
+
+class _Abandoned(Exception):
+    """Raised from kombu's retry errback to stop it publishing again after a timeout."""
+
+
+def _timed_out(exc: BaseException) -> bool:
+    # py-amqp: socket.timeout (TimeoutError) waiting for a confirm; RecoverableConnectionError
+    # "basic_publish: timed out" for a write the broker did not read in time.
+    return isinstance(exc, TimeoutError) or "timed out" in str(exc)
+
+
+def _no_retry_after_timeout(exc: BaseException, interval: float) -> None:
+    if _timed_out(exc):
+        raise _Abandoned(str(exc)) from exc
+
+
+def _untried(results: Sequence[object], total: int) -> list[Exception]:
+    """The rest of a chunk after a publish timed out: not tried, retried later."""
+    if len(results) >= total:
+        return []
+    error = RetryableSubmitError(
+        "not sent: an earlier publish of the same chunk timed out (blocked or frozen broker)"
+    )
+    return [error] * (total - len(results))
 
 
 def _suspect(result: object) -> bool:

@@ -36,7 +36,7 @@ from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError, Retryabl
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters.dotted import import_dotted
 
 __all__ = [
@@ -158,7 +158,7 @@ def submitting() -> str | None:
     return None if inflight is None else inflight.key
 
 
-class DjangoTasksSubmitter:
+class DjangoTasksSubmitter(BaseSubmitter):
     """Enqueues on Django Tasks. ``backend`` pins a ``TASKS`` alias (default: the task's own);
     ``database`` is the goatbeat database alias (default: the ledger's, ``GOATBEAT['database']``);
     ``ledger`` records task ids (default: the one installed with :func:`use_ledger`)."""

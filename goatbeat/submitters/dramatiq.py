@@ -61,8 +61,9 @@ from goatbeat.core.errors import (
 )
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
+from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
 __all__ = ["DramatiqSubmitter", "BACKEND_OPTIONS"]
@@ -187,7 +188,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(retryable), tuple(permanent)
 
 
-class DramatiqSubmitter:
+class DramatiqSubmitter(BaseSubmitter):
     """Enqueue each occurrence as a Dramatiq message.
 
     ``broker``: a ``dramatiq.Broker``, a Redis URL (a ``RedisBroker`` is created and closed with
@@ -204,7 +205,7 @@ class DramatiqSubmitter:
     supports_exchange: ClassVar[bool] = False
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = BACKEND_OPTIONS
+    backend_options: frozenset[str] | None = BACKEND_OPTIONS
     """Per-message options Dramatiq's default middleware reads (``Beat.schedule(options=)``)."""
 
     def __init__(
@@ -375,6 +376,11 @@ class DramatiqSubmitter:
                 _declared_by_goatbeat.setdefault(self.broker, set()).add(queue)
         self.broker.declare_queue(queue)
         self._declared.add(queue)
+
+    def bound_calls(self, seconds: float) -> None:
+        """Socket timeouts of at most ``seconds`` on a Redis broker's client (the
+        scheduler's bound of outside calls; :mod:`goatbeat.submitters._redis_bound`)."""
+        bound_redis_client(getattr(self.broker, "client", None), seconds)
 
     def close(self) -> None:
         with self._lock:

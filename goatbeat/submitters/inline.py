@@ -30,7 +30,7 @@ from goatbeat.core.errors import InvalidSchedule, PermanentSubmitError
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters.dotted import import_dotted
 
 __all__ = ["InlineSubmitter", "resolve_task"]
@@ -47,7 +47,7 @@ def resolve_task(path: str) -> Callable[..., Any]:
     return result
 
 
-class InlineSubmitter:
+class InlineSubmitter(BaseSubmitter):
     """Calls tasks in-process. ``store`` (or :meth:`bind`) receives completion reports."""
 
     name: ClassVar[str] = "inline"

@@ -52,8 +52,9 @@ from goatbeat.core.errors import (
     short_repr,
 )
 from goatbeat.core.model import Occurrence, Schedule
-from goatbeat.core.submit import check_supported
+from goatbeat.core.submit import BaseSubmitter, check_supported
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
+from goatbeat.submitters._redis_bound import bound_redis_client
 from goatbeat.submitters.dotted import import_dotted
 from goatbeat.submitters.keys import RESERVED_HEADERS, derived_uuid, key_headers
 
@@ -84,7 +85,7 @@ def _load_connection(connection: Any) -> tuple[Any, bool]:
     return redis.Redis.from_url(connection), True
 
 
-class RQSubmitter:
+class RQSubmitter(BaseSubmitter):
     """Enqueue each occurrence as an RQ job.
 
     ``connection`` is a ``redis.Redis`` or a Redis URL (a client is created and closed with the
@@ -100,7 +101,7 @@ class RQSubmitter:
     supports_exchange: ClassVar[bool] = False
     supports_expires: ClassVar[bool] = True
     supports_headers: ClassVar[bool] = True
-    backend_options: ClassVar[frozenset[str]] = BACKEND_OPTIONS
+    backend_options: frozenset[str] | None = BACKEND_OPTIONS
     """Job options RQ users pass to ``enqueue`` (``Beat.schedule(options=)``)."""
 
     def __init__(
@@ -254,6 +255,11 @@ class RQSubmitter:
             else:
                 out[option] = value
         return out
+
+    def bound_calls(self, seconds: float) -> None:
+        """Socket timeouts of at most ``seconds`` on the Redis client (the scheduler's bound
+        of outside calls; :mod:`goatbeat.submitters._redis_bound`)."""
+        bound_redis_client(self.connection, seconds)
 
     def close(self) -> None:
         with self._lock:

@@ -14,6 +14,7 @@ from celery.schedules import crontab, schedule  # noqa: E402
 from goatbeat.compat import UnsupportedSchedule, to_trigger  # noqa: E402
 from goatbeat.core.errors import GoatbeatError  # noqa: E402
 from goatbeat.core.triggers import IntervalTrigger  # noqa: E402
+from tests.compat.custom_schedules import DailyButChristmas, OfficeHoursEvery10Min  # noqa: E402
 
 
 class EveryOtherTick:
@@ -27,6 +28,81 @@ def test_custom_schedule_is_refused_naming_type_and_reason() -> None:
     assert isinstance(info.value, GoatbeatError) and isinstance(info.value, ValueError)
     assert "EveryOtherTick" in str(info.value)
     assert "is_due" in str(info.value)
+
+
+def test_a_schedule_subclass_overriding_is_due_is_refused_naming_the_class() -> None:
+    with pytest.raises(UnsupportedSchedule) as info:
+        to_trigger(OfficeHoursEvery10Min(timedelta(minutes=10)))
+    message = str(info.value)
+    assert "custom schedule class OfficeHoursEvery10Min" in message
+    assert "OfficeHoursEvery10Min.is_due" in message and "celery's schedule" in message
+
+
+def test_a_crontab_subclass_skipping_a_day_is_refused_naming_the_class() -> None:
+    with pytest.raises(UnsupportedSchedule) as info:
+        to_trigger(DailyButChristmas(minute=0, hour=8), timezone="UTC")
+    message = str(info.value)
+    assert "custom schedule class DailyButChristmas" in message
+    assert "DailyButChristmas.is_due" in message and "crontab" in message
+
+
+class _Mixin:
+    def remaining_delta(self, *args: object, **kwargs: object) -> object:
+        raise NotImplementedError
+
+
+class _EstimateOverride(schedule):  # type: ignore[misc]
+    def remaining_estimate(self, last_run_at: datetime) -> timedelta:
+        return timedelta(seconds=1)
+
+
+class _NowOverride(crontab):  # type: ignore[misc]
+    def now(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class _MixedIn(_Mixin, crontab):  # type: ignore[misc]
+    pass
+
+
+@pytest.mark.parametrize(
+    ("value", "method"),
+    [
+        (_EstimateOverride(timedelta(minutes=5)), "_EstimateOverride.remaining_estimate"),
+        (_NowOverride(minute=0), "_NowOverride.now"),
+        (_MixedIn(minute=0), "_Mixin.remaining_delta"),
+    ],
+)
+def test_any_override_of_what_decides_the_fire_times_is_refused(value: object, method: str) -> None:
+    with pytest.raises(UnsupportedSchedule, match=method):
+        to_trigger(value, timezone="UTC")
+
+
+class _Labelled(crontab):  # type: ignore[misc]
+    def __init__(self, label: str, **fields: object) -> None:
+        super().__init__(**fields)
+        self.label = label
+
+    def __repr__(self) -> str:
+        return f"<labelled {self.label}>"
+
+
+def test_a_subclass_changing_only_construction_or_repr_still_converts() -> None:
+    from goatbeat.core.cron import CronTrigger
+
+    assert to_trigger(_Labelled("x", minute=0, hour=8), timezone="UTC") == CronTrigger(
+        "0 8 * * *", timezone="UTC"
+    )
+
+
+def test_django_celery_beats_own_classes_are_not_custom() -> None:
+    pytest.importorskip("django_celery_beat")
+    from django_celery_beat.tzcrontab import TzAwareCrontab
+
+    from goatbeat.conversion import timing_overrides
+
+    assert timing_overrides(TzAwareCrontab(minute=0, hour=8, tz=UTC)) == []
+    assert timing_overrides(crontab(minute=0)) == [] and timing_overrides(object()) == []
 
 
 @pytest.mark.parametrize("value", ["*/5", None, -3, 0, True])

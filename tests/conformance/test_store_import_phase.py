@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from goatbeat.core.store import ScheduleStore
+from goatbeat.core.store import FieldChange, ScheduleStore
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
 from tests.conformance.helpers import HOUR, T0, claim_all, hourly, lease
 
@@ -88,10 +88,50 @@ def test_goatbeats_later_run_wins_over_celerys_on_a_changed_definition(
 
 def test_a_disabled_row_records_the_later_run_and_stays_unplanned(store: ScheduleStore) -> None:
     store.publish([hourly("d", enabled=False)], follow_last_run=True)
-    result = store.publish([hourly("d", last_run_at=T0 + HOUR)], follow_last_run=True)
+    result = store.publish(
+        [hourly("d", enabled=False, last_run_at=T0 + HOUR)], follow_last_run=True
+    )
     assert result.refreshed == ["d"]
     row = store.get("d")
     assert (row.enabled, row.next_run_at, row.last_run_at) == (False, None, T0 + HOUR)
+
+
+def test_an_import_follows_the_sources_enabled_flag_when_the_source_changed_it(
+    store: ScheduleStore,
+) -> None:
+    store.publish([hourly("s")], follow_last_run=True)
+    result = store.publish([hourly("s", enabled=False)], follow_last_run=True)
+    assert result.updated == ["s"]
+    assert [c.to_dict() for c in result.changes["s"]] == [
+        FieldChange(field="enabled", old=True, new=False).to_dict()
+    ]
+    assert (store.get("s").enabled, store.get("s").next_run_at) == (False, None)
+    assert store.edited_since_publish(["s"]) == set()
+    result = store.publish([hourly("s")], follow_last_run=True)
+    assert result.updated == ["s"] and store.get("s").enabled
+    assert store.get("s").next_run_at is not None
+    # The same flag again: nothing to follow.
+    assert store.publish([hourly("s")], follow_last_run=True).unchanged == ["s"]
+
+
+def test_an_operators_toggle_is_kept_while_the_source_keeps_its_flag(
+    store: ScheduleStore,
+) -> None:
+    store.publish([hourly("o")], follow_last_run=True)
+    store.set_enabled("o", False)
+    assert store.publish([hourly("o")], follow_last_run=True).unchanged == ["o"]
+    assert not store.get("o").enabled
+    # The source disables it too: they agree. Then the source enables it: followed.
+    store.publish([hourly("o", enabled=False)], follow_last_run=True)
+    assert not store.get("o").enabled
+    result = store.publish([hourly("o")], follow_last_run=True)
+    assert result.updated == ["o"] and store.get("o").enabled
+
+
+def test_a_code_publication_never_changes_the_enabled_flag(store: ScheduleStore) -> None:
+    store.publish([hourly("c")])
+    result = store.publish([hourly("c", enabled=False)])
+    assert result.unchanged == ["c"] and store.get("c").enabled
 
 
 def test_an_edit_since_the_publish_is_reported_and_a_publish_clears_it(

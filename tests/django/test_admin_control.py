@@ -248,3 +248,46 @@ def test_manage_py_goatbeat_takes_the_same_control_commands(store: Any) -> None:
     assert added["source"] == "admin" and added["jitter"] == 60
     edited = json.loads(goatbeat("schedule", "edit", "cleanup", "--every", "2h", "--json"))
     assert edited["trigger_description"] == "every 2h"
+
+
+def _events(caplog: pytest.LogCaptureFixture) -> list[tuple[str, dict[str, Any]]]:
+    return [(r.getMessage(), r.goatbeat) for r in caplog.records if hasattr(r, "goatbeat")]
+
+
+def test_every_admin_write_logs_the_goatbeat_event_the_cli_and_the_api_log(
+    admin_client: Client, store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    ping = ScheduleRow.objects.get(name="ping").pk
+    for action in ("disable_schedules", "enable_schedules", "run_now"):
+        admin_client.post(reverse(CHANGELIST), {"action": action, SELECTED: [ping]})
+    assert admin_client.post(reverse("admin:goatbeat_schedule_add"), _add_form()).status_code == 302
+    created = _stored(store, "nightly-cleanup")
+    change = reverse("admin:goatbeat_schedule_change", args=[created.id])
+    edit = _add_form(trigger_kind="interval", every="10m")
+    assert admin_client.post(change, edit).status_code == 302
+    delete = reverse("admin:goatbeat_schedule_delete", args=[created.id])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 302
+
+    events = _events(caplog)
+    names = [name for name, _ in events]
+    assert names == [
+        "schedule.disabled",
+        "schedule.enabled",
+        "schedule.run_requested",
+        "schedule.created",
+        "schedule.changed",
+        "schedule.deleted",
+    ]
+    assert events[0][1] == events[1][1] == {"schedule": "ping"}
+    assert events[3][1]["schedule"] == "nightly-cleanup" and events[3][1]["source"] == "admin"
+    assert "trigger" in events[4][1]["fields"] and events[4][1]["origin"] == "admin"
+    assert events[5][1] == {"schedule": "nightly-cleanup", "source": "admin", "origin": "admin"}
+
+    # The command line logs the same events for the same writes.
+    caplog.clear()
+    for command in ("disable", "enable"):
+        call_command("goatbeat", "schedule", command, "ping", stdout=StringIO(), stderr=StringIO())
+    assert _events(caplog) == events[:2]

@@ -51,7 +51,7 @@ from tests.e2e.example_project import Project
 pytest.importorskip("celery")
 pytest.importorskip("django_celery_beat")
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(600)]
 
 INTERVALS = {"every-2s": 2, "every-3s": 3, "every-20s": 20}
 

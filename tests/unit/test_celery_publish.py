@@ -341,3 +341,46 @@ def test_argument_headers_equal_send_task(app: Any, redis_url: str, case: str) -
     message = _assert_same(*_both(app, occurrence, redis_url))
     assert message["headers"]["argsrepr"] and message["headers"]["kwargsrepr"]
     assert message["_body"][0] == list(args) and message["_body"][1] == kwargs
+
+
+@pytest.mark.parametrize("registered", [True, False])
+def test_messages_carry_what_celery_beat_sends(app: Any, redis_url: str, registered: bool) -> None:
+    """Celery 5.7's beat marks its messages ``celery_beat_task`` and, for a task it knows,
+    sends that task's ``ignore_result`` and no priority unless one is set: goatbeat's equal
+    beat's own, read back from Redis (goatbeat's two headers aside)."""
+    from celery.beat import ScheduleEntry, Scheduler
+
+    task = "proj.tasks.report"
+    if registered:
+
+        @app.task(name=task, shared=False)
+        def report(*args: Any, **kwargs: Any) -> None:  # pragma: no cover - never run here
+            pass
+
+        app.finalize()
+    occurrence = _occurrence(task, Routing(queue="emails"))
+    client = redis.Redis.from_url(redis_url)
+    submitter = CelerySubmitter(app)
+    try:
+        submitter.submit(occurrence)
+        ours = _messages(client)
+        entry = ScheduleEntry(
+            name="nightly",
+            task=task,
+            schedule=60,
+            args=occurrence.args,
+            kwargs=occurrence.kwargs,
+            options={"queue": "emails", "task_id": occurrence.idempotency_key},
+            app=app,
+        )
+        with app.producer_or_acquire() as producer:
+            Scheduler(app, lazy=True).apply_async(entry, producer=producer, advance=False)
+        beats = _messages(client)
+    finally:
+        submitter.close()
+        client.close()
+    for key in ("goatbeat_idempotency_key", "goatbeat_scheduled_at"):
+        ours["emails"][0]["headers"].pop(key)
+    message = _assert_same(ours, beats)
+    assert message["headers"]["celery_beat_task"] is True
+    assert message["headers"]["ignore_result"] is (False if registered else None)

@@ -433,3 +433,30 @@ def test_plain_declarations_do_not_go_through_the_constructor(
     monkeypatch.setattr(Schedule, "__post_init__", refuse)
     assert Schedule._declared(**declared_fields(trigger=IntervalTrigger("7m"))) == expected
     assert Schedule._declared(**declared_fields(misfire="skip", source="admin")) is not None
+
+
+def test_each_checked_field_has_one_rule_that_its_final_value_passes() -> None:
+    from goatbeat.core.model import FIELD_RULES
+
+    schedule = Schedule(
+        name="ruled",
+        task="app.tasks.ping",
+        trigger=IntervalTrigger("1h"),
+        args=(1, [2]),
+        kwargs={"a": {"b": 1}},
+        start_at=datetime(2026, 1, 1, 10, tzinfo=PARIS),
+        overlap="skip",
+        max_runtime=timedelta(minutes=5),
+        pause_on_failure=3,
+        paused_at=T0,
+    )
+    assert set(FIELD_RULES) <= set(Schedule.__slots__)
+    for name, rule in FIELD_RULES.items():
+        value = getattr(schedule, name)
+        assert rule.name == name
+        again = rule.normalise(value)
+        assert again == value and type(again) is type(value), name
+        if name in ("args", "kwargs"):  # always a deep copy: the caller keeps its own
+            assert again is not value and not rule.check(value)
+        else:
+            assert rule.check(value), name  # the constructor's output is the final form

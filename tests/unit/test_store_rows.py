@@ -323,3 +323,57 @@ def test_a_claimed_row_is_found_at_its_new_version_after_the_batch_is_advanced()
     assert again.version == 4 and again == trusted_schedule_from_row(
         {**rows[2], "version": 4}, json_text=True
     )
+
+
+# Each schedule field's rule is written once (FIELD_RULES): the constructor, the declaration
+# path and the row decoder accept exactly the same values of it, whatever door they come in by
+# (the decoder takes the name as stored: it is the row's key).
+ONE_RULE = [
+    ("catch_up_limit", "catch_up_limit", lambda v: v, [0, 1, 7, 100_000, 100_001, -3]),
+    ("pause_on_failure", "pause_on_failure", lambda v: v, [None, 0, 1, 1000, 1001]),
+    ("task", "task", lambda v: v, ["a.b", "a", " a", "a b", "a\u00a0b", "", "a\tb"]),
+    ("misfire_grace", "misfire_grace", lambda v: timedelta(seconds=v), [0, 0.5, 90, -1]),
+    ("jitter", "jitter", lambda v: timedelta(seconds=v), [0, 1, 86_400, 86_401, -1]),
+    ("max_runtime", "max_runtime", lambda v: timedelta(seconds=v), [0, 1, 3600, -5]),
+    ("description", "description", lambda v: v, ["", "weekday report"]),
+]
+
+
+@pytest.mark.parametrize(("field", "column", "as_field", "values"), ONE_RULE, ids=lambda v: v)
+def test_every_door_holds_a_field_to_its_one_rule(
+    field: str, column: str, as_field: Any, values: list[Any]
+) -> None:
+    from goatbeat.core.errors import InvalidValue
+    from goatbeat.core.model import FIELD_RULES
+
+    rule = FIELD_RULES[field]
+    base = SCHEDULES[0]
+    extra: dict[str, Any] = {"overlap": "skip"} if field == "max_runtime" else {}
+    for value in values:
+        field_value = as_field(value)
+        accepted = rule.check(field_value)
+        try:
+            built = Schedule(
+                **{
+                    "name": base.name,
+                    "task": base.task,
+                    "trigger": base.trigger,
+                    field: field_value,
+                },
+                **extra,
+            )
+        except InvalidValue as exc:
+            assert not accepted, (value, exc)
+            assert exc.field == field
+        else:
+            assert accepted, value
+            assert getattr(built, field) == field_value
+        row = stored_row(base, **{column: value}, **({"overlap": "skip"} if extra else {}))
+        try:
+            decoded = trusted_schedule_from_row(row)
+        except DamagedRow as exc:
+            assert not accepted, (value, exc)
+            assert exc.column == column
+        else:
+            assert accepted, value
+            assert getattr(decoded, field) == field_value

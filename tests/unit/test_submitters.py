@@ -585,3 +585,73 @@ def test_celery_batch_publish_can_be_turned_off(
     assert opened == []
     assert results == [o.idempotency_key for o in occurrences]
     assert client.llen("celery") == 5
+
+
+# -- capabilities: declared with defaults on BaseSubmitter, not probed ---------------------------
+
+CAPABILITIES = {
+    # class: (submit_many, known_tasks, task_definition, after_bookkeeping) of its own
+    "goatbeat.submitters.celery:CelerySubmitter": (True, True, False, False),
+    "goatbeat.submitters.dramatiq:DramatiqSubmitter": (False, True, False, False),
+    "goatbeat.submitters.rq:RQSubmitter": (False, False, True, False),
+    "goatbeat.submitters.inline:InlineSubmitter": (False, False, True, True),
+    "goatbeat.submitters.django_tasks:DjangoTasksSubmitter": (False, True, True, True),
+    "goatbeat.django.submitter:DjangoRoutingSubmitter": (True, True, True, True),
+}
+
+
+@pytest.mark.parametrize("path", sorted(CAPABILITIES))
+def test_each_builtin_submitter_declares_its_capabilities_on_the_base_class(path: str) -> None:
+    import importlib
+
+    from goatbeat.core.submit import BaseSubmitter
+
+    module, name = path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, BaseSubmitter)
+    many, known, definition, hook = CAPABILITIES[path]
+    assert (cls.submit_many is not None) is many
+    assert (cls.known_tasks is not BaseSubmitter.known_tasks) is known
+    assert (cls.task_definition is not None) is definition
+    assert (cls.after_bookkeeping is not BaseSubmitter.after_bookkeeping) is hook
+    assert (cls.awaits_bookkeeping is not BaseSubmitter.awaits_bookkeeping) is hook
+
+
+def test_a_submitter_of_the_base_class_or_not_is_read_with_the_base_defaults() -> None:
+    from goatbeat.core.submit import (
+        BaseSubmitter,
+        awaits_bookkeeping,
+        capability,
+        known_tasks,
+        many_submitter,
+        submit_concurrency,
+        task_definition,
+    )
+
+    class Plain:  # a TaskSubmitter that declares nothing
+        name = "plain"
+
+    class Based(BaseSubmitter):
+        name = "based"
+
+    class Hooked(BaseSubmitter):
+        def after_bookkeeping(self) -> None:
+            pass
+
+    class HookedPlain:
+        def after_bookkeeping(self) -> None:
+            pass
+
+    for submitter in (Plain(), Based()):
+        assert submit_concurrency(submitter) == 0
+        assert many_submitter(submitter) is None
+        assert known_tasks(submitter) is None
+        assert task_definition(submitter) is None
+        assert awaits_bookkeeping(submitter) is False
+        assert capability(submitter, "backend_options") == frozenset()
+        assert capability(submitter, "supports_queue") is False
+        capability(submitter, "prepare")()
+        capability(submitter, "bind")(object())
+    # A hook of its own and no say on awaiting: every batch awaits it, as before.
+    assert awaits_bookkeeping(Hooked()) is True
+    assert awaits_bookkeeping(HookedPlain()) is True

@@ -69,6 +69,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from goatbeat.core.bounded import BoundedCall, CallTimedOut, Watchdog, shutdown_socket
 from goatbeat.core.errors import StoreError
 from goatbeat.core.health import SchedulerBeat
 from goatbeat.core.model import ExecutionStatus, LeaseGrant, Miss, SubmitOutcome
@@ -129,38 +130,62 @@ class DsnConnectionProvider:
         self.connect_timeout = connect_timeout
         self.application_name = application_name
         self._conn: psycopg.Connection[Any] | None = None
+        self.io_timeout: float | None = None
+        """How long :meth:`get` waits for a new connection; None: as long as libpq takes."""
+        self._connecting: BoundedCall | None = None
+
+    def bound_calls(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for a connection (DNS lookups and every host of a
+        multi-host URL included): the attempt runs in a thread of its own, and one that
+        outlives the bound keeps going there; the next :meth:`get` takes its connection, or
+        waits for it again, rather than start another (:class:`~goatbeat.core.bounded.BoundedCall`)."""
+        self.io_timeout = seconds
+        if self._connecting is None:
+            self._connecting = BoundedCall(
+                "postgres connect", keep_late=True, on_late=_close_quietly
+            )
 
     def get(self) -> psycopg.Connection[Any]:
         conn = self._conn
         if conn is None or conn.closed or conn.broken:
             if conn is not None:
                 self.discard()
-            conn = psycopg.connect(
-                self.dsn,
-                autocommit=True,
-                # No server-side prepared statements: they are session state, which a
-                # transaction-pooling proxy (PgBouncer < 1.21) does not keep.
-                prepare_threshold=None,
-                connect_timeout=max(1, int(self.connect_timeout)),
-                application_name=self.application_name,
-                # A partitioned or vanished server is noticed in about half a minute instead
-                # of the kernel's two hours, so the loop can back off and reconnect.
-                keepalives=1,
-                keepalives_idle=10,
-                keepalives_interval=5,
-                keepalives_count=3,
-                tcp_user_timeout=30_000,
-            )
+            if self._connecting is not None and self.io_timeout is not None:
+                conn = self._connecting.call(self._connect, self.io_timeout)
+            else:
+                conn = self._connect()
             self._conn = conn
         return conn
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(
+            self.dsn,
+            autocommit=True,
+            # No server-side prepared statements: they are session state, which a
+            # transaction-pooling proxy (PgBouncer < 1.21) does not keep.
+            prepare_threshold=None,
+            connect_timeout=max(1, int(self.connect_timeout)),
+            application_name=self.application_name,
+            # A partitioned or vanished server is noticed in about half a minute instead
+            # of the kernel's two hours, so the loop can back off and reconnect.
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=30_000,
+        )
 
     def discard(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass  # it is already broken; closing is best effort
+            _close_quietly(conn)
+
+
+def _close_quietly(conn: psycopg.Connection[Any]) -> None:
+    try:
+        conn.close()
+    except psycopg.Error:
+        pass  # it is already broken; closing is best effort
 
 
 def _unless_all(values: list[Any], usual: Any) -> list[Any]:
@@ -230,24 +255,80 @@ class PostgresDialect:
         freeze = os.environ.get(FREEZE_ENV, "").strip()
         self._freeze_at = int(freeze) if freeze.isdigit() else 0
         self._advancing_claims = 0
+        self.io_timeout: float | None = None
+        """The bound of every wait for the server (:meth:`bound_calls`); None: unbounded."""
+        self._watchdog = Watchdog("postgres")
+        self._identity_unknown_logged = False
+        self._depth = 0
 
     # -- plumbing --------------------------------------------------------------------------
 
+    def bound_calls(self, seconds: float) -> None:
+        """Bound every wait for the server at ``seconds`` (the scheduler's
+        :func:`~goatbeat.core.bounded.io_timeout`): a use of the connection (a statement,
+        a transaction of a few) that gets no answer in time has its socket shut down by a
+        watchdog, is logged ``io.timeout`` and fails as a StoreError; a new connection is
+        waited for as long (the provider's own ``bound_calls``, when it has one)."""
+        self.io_timeout = seconds
+        self.bound_connects(seconds)
+
+    def bound_connects(self, seconds: float) -> None:
+        """Wait at most ``seconds`` for a new connection (the provider's ``bound_calls``, when
+        it has one), statements left as they are: the scheduler bounds its connections from
+        the start, its statements once the start-up publication (whose COPY may take longer)
+        is done."""
+        provider_bound = getattr(self.provider, "bound_calls", None)
+        if callable(provider_bound):
+            provider_bound(seconds)
+
     @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def connection(self, *, silence: float = 0.0) -> Iterator[psycopg.Connection[Any]]:
         """The connection under the store lock; connection failures discard it and become
-        StoreError so the next call starts afresh."""
+        StoreError so the next call starts afresh. Once :meth:`bound_calls` was called, the
+        whole use is bounded (``silence``: how long the caller itself waits for nothing, a
+        LISTEN's slice, on top of the bound)."""
         with self.lock:
+            outer = self._depth == 0
+            self._depth += 1
+            cut = False
+            bound = self.io_timeout if outer else None
             try:
-                yield self.provider.get()
+                try:
+                    conn = self.provider.get()
+                except CallTimedOut as exc:
+                    raise StoreError(f"postgres: {exc}") from exc
+                if bound is None:
+                    yield conn
+                    return
+                self._watchdog.arm(bound + silence, lambda: shutdown_socket(conn.fileno()))
+                try:
+                    yield conn
+                finally:
+                    cut = self._watchdog.disarm()
+                if cut:  # cut just as it ended: the socket is shut, the connection useless
+                    self._listening = None
+                    self.provider.discard()
             except _ROLLED_BACK as exc:
                 raise RolledBack(f"postgres: {exc}") from exc
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
                 self._listening = None
                 self.provider.discard()
+                if cut and bound is not None:
+                    log_event(
+                        "io.timeout",
+                        level=logging.ERROR,
+                        what="postgres statement",
+                        timeout=round(bound + silence, 3),
+                    )
+                    raise StoreError(
+                        f"postgres: no answer within {bound + silence:.3g}s (the server may be "
+                        "frozen, partitioned or gone); connection closed"
+                    ) from exc
                 raise StoreError(f"postgres: {exc}") from exc
             except psycopg.Error as exc:
                 raise StoreError(f"postgres: {exc}") from exc
+            finally:
+                self._depth -= 1
 
     @contextmanager
     def session(self) -> Iterator[_Tx]:
@@ -325,6 +406,29 @@ class PostgresDialect:
         with self.session() as tx:
             return tx.now()
 
+    def identity(self) -> tuple[str, int] | None:
+        """(system identifier, timeline) of the server, or None when it cannot say (a
+        standby, a role without access to ``pg_control_system()``: logged once)."""
+        with self.connection() as conn:
+            try:
+                with conn.transaction():
+                    rows = self.fetch(conn, "database_identity")
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except psycopg.Error as exc:
+                if not self._identity_unknown_logged:
+                    self._identity_unknown_logged = True
+                    log_event(
+                        "store.identity_unknown",
+                        level=logging.WARNING,
+                        error=str(exc).strip(),
+                        detail="a promotion or a restored database cannot be detected",
+                    )
+                return None
+        if not rows:
+            return None
+        return str(rows[0]["system_identifier"]), int(rows[0]["timeline"])
+
     def info(self) -> dict[str, Any]:
         with self.connection() as conn:
             try:
@@ -356,7 +460,7 @@ class PostgresDialect:
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             remaining = max(0.0, deadline - time.monotonic())
-            with self.connection() as conn:
+            with self.connection(silence=_WAIT_SLICE) as conn:
                 self._listen(conn)
                 if self._receive(conn, min(remaining, _WAIT_SLICE)):
                     return True

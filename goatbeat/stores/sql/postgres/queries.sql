@@ -5,6 +5,15 @@
 -- name: now
 SELECT now() AS now;
 
+-- name: database_identity
+-- Which database this is (the cluster's system identifier: a pg_basebackup standby shares
+-- its primary's, a restored dump does not) and on which timeline it writes (a promotion
+-- starts a new one): the scheduler compares them between renewals (docs/failover.md).
+-- The timeline is the first 8 hex digits of the current WAL file's name.
+SELECT s.system_identifier::text AS system_identifier,
+       ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int AS timeline
+FROM pg_control_system() AS s;
+
 -- name: publish_lock
 -- Serialises concurrent publishers (several replicas deploying at once) without touching the
 -- claim path: claims never take this lock.
