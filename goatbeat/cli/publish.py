@@ -98,6 +98,8 @@ def report(result: PublishResult, *, origin: str, where: str) -> None:
         out(f"  {verb}change  {name}")
         for change in changes:
             out(f"      {change.describe()}")
+    for name, reason in result.refused.items():
+        out(f"  refused   {name}: {reason}")
     for name in result.orphaned:
         out(
             f"  orphaned  {name}: enabled, no longer declared in this code "

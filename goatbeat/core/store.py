@@ -133,6 +133,10 @@ class PublishResult:
     """Code publications only: enabled ``code`` schedules this publication does not declare
     (removed from the code, or declared by another checkout), by name. They keep running
     until pruned (``prune``) or deleted."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Code publications only: declarations left out of this publication, by name, with the
+    reason (a new one-off whose instant is already past). The others are published; a stored
+    row of a refused name keeps what it had and is not counted orphaned."""
     dry_run: bool = False
 
     @property
