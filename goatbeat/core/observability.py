@@ -43,6 +43,7 @@ EVENTS = frozenset(
         "occurrence.resubmitted",
         "occurrence.missed",
         "occurrence.finished",
+        "occurrence.lost",
         "schedule.published",
         "schedule.changed",
         "schedule.orphaned",

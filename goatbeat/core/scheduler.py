@@ -127,6 +127,9 @@ ALERT_CHECK_INTERVAL = 30.0
 alerts are configured."""
 ALERT_SCAN_LIMIT = 1000
 """Schedules read per look (the overdue and the most failing first)."""
+LOST_CHECK_INTERVAL = 5.0
+"""How often (seconds, at least) the leader ends the runs no report will end (lost, expired:
+:meth:`~goatbeat.core.store.ScheduleStore.end_lost_runs`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -325,6 +328,7 @@ class Scheduler:
         self.alerter = alerter
         self._alerts = AlertTracker(after_failures=settings.alert_after_failures)
         self._alert_check_at: float | None = None
+        self._lost_check_at: float | None = None
         self._observers: list[SchedulerObserver] = []
         self._misses: list[Miss] = []
         self._beat: tuple[Role, int | None] | None = None
@@ -1216,10 +1220,12 @@ class Scheduler:
         # With shards, the holder of shard 0 alone looks for failing and overdue schedules
         # (every schedule), so an alert is raised once, not once per replica.
         if result.leader and (self._sharded is None or self._shard_leases[0].is_held()):
+            self._end_lost_runs()
             self._check_alerts()
         else:
             self._alerts.reset()
             self._alert_check_at = None
+            self._lost_check_at = None
         for observer in self._observers:
             try:
                 observer.iteration(result, duration)
@@ -1287,6 +1293,34 @@ class Scheduler:
                     "but logs and executions cannot tell them apart: give each replica its own "
                     "(or leave scheduler_id unset: host:pid:random)"
                 ),
+            )
+
+    def _end_lost_runs(self) -> None:
+        """Runs no worker will report end ``lost`` or ``expired`` (a failure for the
+        schedule's health), each logged ``occurrence.lost`` and alerted."""
+        now = self.clock.monotonic()
+        if self._lost_check_at is not None and now - self._lost_check_at < LOST_CHECK_INTERVAL:
+            return
+        self._lost_check_at = now
+        try:
+            ended = self.store.end_lost_runs(lost_after=self.settings.lost_after)
+        except GoatbeatError as exc:
+            self._log_best_effort("lost", exc)
+            return
+        at = self.clock.now()
+        for run in ended:
+            log_event(
+                "occurrence.lost",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                schedule=run.schedule_name,
+                idempotency_key=run.idempotency_key,
+                status=run.status,
+                error=run.reason,
+            )
+        if self.alerter is not None and ended:
+            self.alerter.emit_all(
+                Alert.lost(run, at=at, scheduler_id=self.scheduler_id) for run in ended
             )
 
     def _check_alerts(self) -> None:

@@ -73,7 +73,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +143,16 @@ class PublishResult:
     def changed(self) -> bool:
         """Whether the publication wrote (or would write) anything."""
         return bool(self.created or self.updated or self.refreshed)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndedRun:
+    """A run :meth:`ScheduleStore.end_lost_runs` ended: ``status`` ``lost`` or ``expired``."""
+
+    schedule_name: str
+    idempotency_key: str
+    status: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -525,6 +535,19 @@ class ScheduleStore(Protocol):
         A failure that brings ``consecutive_failures`` to the schedule's ``pause_on_failure``
         pauses it (:meth:`pause`, by ``goatbeat``, the note saying why) unless it is paused.
         Returns whether a row matched. Touches: that execution and its schedule."""
+        ...
+
+    def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
+        """End the runs no report will end (the leading scheduler calls it now and then):
+        each open run (``submitted``, ``running``, ``retried``) that
+        :func:`~goatbeat.core.health.judge_open_run` judges at the store's now is recorded as
+        :meth:`record_completion` records ``lost`` or ``expired``, with the reason as its
+        error, only if it is still open (a report that came meanwhile wins). ``submitted``
+        runs are judged only for schedules whose workers report (a success or failure
+        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after their bound.
+        At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
+        execution rows and their schedules (a ``lost`` run counts as a failure, and may
+        pause its schedule by ``pause_on_failure``)."""
         ...
 
     def record_finished(

@@ -99,6 +99,10 @@ _RESULT_IDS = {"claim_manual_runs": "e"}
 
 # Lists whose order is the database's where rows tie (due at the same instant): recorded in an
 # order of their own, before their ids are numbered.
+_ADDED = frozenset({("PublishResult", "refused")})
+"""Result fields added after the traces were recorded (#30): left out while empty, so the
+traces of the calls that never fill them stay as recorded."""
+
 _UNORDERED: dict[tuple[str, str], Callable[[Any], Any]] = {
     ("ClaimResult", "quarantined"): lambda d: (d.name, d.column),
 }
@@ -227,6 +231,8 @@ class Trace:
             out: dict[str, Any] = {"type": cls}
             for f in dataclasses.fields(value):
                 item = getattr(value, f.name)
+                if (cls, f.name) in _ADDED and not item:
+                    continue  # a field added after the recording, at its empty default
                 if (cls, f.name) in _UNORDERED:
                     item = sorted(item, key=_UNORDERED[cls, f.name])
                 out[f.name] = self.norm(item, owner=cls, field=f.name)

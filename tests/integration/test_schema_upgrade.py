@@ -18,6 +18,7 @@ before it still matches (the new columns are hashed only when set), so no public
 an edit that never happened.
 Version 7 sets ``fillfactor = 50`` on ``goatbeat_schedule`` (PostgreSQL; SQLite records the
 version and changes nothing): no row is touched, the table's ``reloptions`` say it.
+Version 8 adds the statuses ``lost`` and ``expired``: runs submitted before it take them.
 """
 
 from __future__ import annotations
@@ -91,6 +92,22 @@ _EXECUTION_COLUMNS = (
     "backend_task_id, error, retry_at"
 )
 _REVERSE: dict[int, dict[str, list[str]]] = {
+    # SQLite keeps the rebuilt execution table (its wider CHECK accepts every older row;
+    # 0008 rebuilds it again).
+    8: {
+        "postgres": [
+            "DROP INDEX goatbeat_execution_open_idx",
+            "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check",
+            "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+            "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'running', 'retried', "
+            "'succeeded', 'failed', 'skipped', 'buffered'))",
+            "DELETE FROM goatbeat_schema_version WHERE version = 8",
+        ],
+        "sqlite": [
+            "DROP INDEX goatbeat_execution_open_idx",
+            "DELETE FROM goatbeat_schema_version WHERE version = 8",
+        ],
+    },
     7: {
         "postgres": [
             "ALTER TABLE goatbeat_schedule RESET (fillfactor)",
@@ -229,7 +246,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6, 7])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -262,7 +279,7 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     assert ("published_fingerprint" in _columns(database)) == (previous >= 3)
     postgres = not database.startswith("sqlite:")
     if postgres:
-        assert _reloptions(database) is None
+        assert (_reloptions(database) is None) == (previous < 7)
 
     store = open_store(database)
     try:
@@ -321,6 +338,12 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.record_completion(submitted.idempotency_key, outcome=Outcome.FAILED)
         [reported] = [e for e in store.executions(limit=1000) if e.id == submitted.execution_id]
         assert (reported.status.value, reported.worker) == ("failed", "w")
+        # Version 8: a run submitted before the upgrade can end lost, another expired.
+        for occurrence, outcome in ((first[1], Outcome.LOST), (first[2], Outcome.EXPIRED)):
+            assert store.record_completion(occurrence.idempotency_key, outcome=outcome)
+            [ended] = [e for e in store.executions(limit=1000) if e.id == occurrence.execution_id]
+            assert ended.status.value == outcome.value
+        assert store.end_lost_runs(lost_after=timedelta(hours=1)) == []
         assert store.status(now=T0 + timedelta(hours=2)).lease is not None
     finally:
         store.close()
