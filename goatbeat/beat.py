@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -500,6 +501,7 @@ class Beat:
             raise InvalidSchedule("name", name, "declared after the declarations were released")
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
+        _check_option_names(options)
         # A past at= is judged at publication, against the store (_refused_one_offs).
         schedule = self._build(
             name=name, task=task, source=Source.CODE, check_future=False, **options
@@ -982,6 +984,24 @@ class Beat:
             self._store = None
 
 
+def _check_option_names(options: Mapping[str, Any]) -> None:
+    """A one-line error naming an option :meth:`Beat.schedule` does not take (it was a bare
+    ``TypeError`` from ``_build``)."""
+    unknown = set(options) - _SCHEDULE_OPTIONS
+    if not unknown:
+        return
+    name = sorted(unknown)[0]
+    if name == "expires_from":
+        reason = (
+            "expires_from is the submitter's, not a schedule's: give it to the submitter "
+            "(CelerySubmitter(..., expires_from='scheduled'), or submitter_options="
+            "{'expires_from': 'scheduled'}); per schedule, set expires="
+        )
+    else:
+        reason = f"schedule() takes no option {name!r}"
+    raise InvalidSchedule(name, options[name], reason)
+
+
 def _trigger_key(
     cron: object,
     every: object,
@@ -1067,3 +1087,12 @@ def _trigger_options(trigger: Trigger, changes: Mapping[str, Any]) -> dict[str, 
             )
         return {"trigger": None, "every": trigger.every, "allow_subsecond": trigger.allow_subsecond}
     return {}
+
+
+_SCHEDULE_OPTIONS = frozenset(inspect.signature(Beat._build).parameters) - {
+    "self",
+    "name",
+    "task",
+    "source",
+    "check_future",
+}

@@ -86,6 +86,8 @@ def report_completions(database: Target = None) -> Reporter:
         runtime = None
         if started is not None and started[0] == task_id:
             runtime = max(0.0, time.monotonic() - started[1])
+        if outcome is Outcome.SUCCEEDED and reporter.skipped_success(key):
+            return
         error = None
         if outcome is not Outcome.SUCCEEDED:
             error = error_text(retval) if isinstance(retval, BaseException) else str(retval)

@@ -58,7 +58,8 @@ class Job(rq.job.Job):
             outcome = Outcome.RETRIED if retries_left > 0 else Outcome.FAILED
             reporter.finished(key, outcome, error=error_text(exc), runtime=runtime)
             raise
-        reporter.finished(key, Outcome.SUCCEEDED, runtime=time.monotonic() - began)
+        if not reporter.skipped_success(key):
+            reporter.finished(key, Outcome.SUCCEEDED, runtime=time.monotonic() - began)
         return result
 
     def _handle_failure(self, exc_string: str, *args: Any, **kwargs: Any) -> Any:

@@ -44,6 +44,7 @@ EVENTS = frozenset(
         "occurrence.missed",
         "occurrence.finished",
         "occurrence.lost",
+        "occurrence.skipped",
         "schedule.published",
         "schedule.changed",
         "schedule.orphaned",

@@ -62,6 +62,7 @@ __all__ = [
     "guard_for",
     "open_ledger",
     "new_owner",
+    "take_skip",
 ]
 
 Record = Literal["before", "after"]
@@ -81,6 +82,25 @@ class _Skipped:
 
 
 SKIPPED: Any = _Skipped()
+
+_skips = threading.local()
+
+
+def _note_skip(key: str, state: str | None) -> None:
+    _skips.last = (key, state)
+
+
+def take_skip(key: str) -> tuple[bool, str | None]:
+    """Whether this thread's delivery of ``key`` was skipped by a guard, and the state of
+    the key it found (``"succeeded"``, ``"running"``: a first delivery still running or
+    killed mid-body, ...); forgotten once read. The completion reports read it so that a
+    skipped delivery is never reported as a success of its own: the occurrence keeps what
+    its first delivery reported (or, unknown, ends ``lost`` by the leader's rule)."""
+    last = getattr(_skips, "last", None)
+    if last is None or last[0] != key:
+        return False, None
+    _skips.last = None
+    return True, last[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,6 +203,7 @@ class Guard:
         if taken:
             return Ticket(key, owner)
         state = self.ledger.duplicate(key)
+        _note_skip(key, state)
         log_event("delivery.skipped", idempotency_key=key, state=state, record=self.record)
         return None
 

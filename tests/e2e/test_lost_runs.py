@@ -19,6 +19,7 @@ import signal
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,7 @@ from goatbeat.core.config import parse_settings
 from goatbeat.core.model import Execution, ExecutionStatus
 from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.submit import TaskSubmitter
+from goatbeat.idempotency import open_ledger
 from goatbeat.submitters.celery import CelerySubmitter
 from goatbeat.submitters.dramatiq import DramatiqSubmitter
 from goatbeat.submitters.rq import RQSubmitter
@@ -50,6 +52,8 @@ def run_until_lost(
     pid_file: Path,
     max_runtime: str,
     kill: bool = True,
+    options: dict[str, Any] | None = None,
+    redelivered: bool = False,
     monkeypatch: pytest.MonkeyPatch,
 ) -> tuple[Execution, list[Execution], list[Alert]]:
     """Drive a scheduler until the first run is lost and a later occurrence went out."""
@@ -58,7 +62,14 @@ def run_until_lost(
     alerts: list[Alert] = []
     beat = Beat(database, submitter=submitter)
     beat.migrate()
-    beat.schedule(name="hang", task=task, every="3s", overlap="skip", max_runtime=max_runtime)
+    beat.schedule(
+        name="hang",
+        task=task,
+        every="3s",
+        overlap="skip",
+        max_runtime=max_runtime,
+        options=options or {},
+    )
     beat.publish()
     settings = parse_settings(
         {
@@ -86,7 +97,13 @@ def run_until_lost(
                 with contextlib.suppress(FileNotFoundError, ValueError):
                     os.kill(int(pid_file.read_text()), signal.SIGKILL)
                     killed = True
+            if redelivered and first is not None:
+                # A skipped redelivery is never a success, not even for a moment.
+                assert first.status is not ExecutionStatus.SUCCEEDED, first
             if first is not None and first.status is ExecutionStatus.LOST:
+                if redelivered and not _skipped(database, first.idempotency_key):
+                    time.sleep(0.2)
+                    continue
                 later = [e for e in found[1:] if e.status is not ExecutionStatus.SKIPPED]
                 if later and any(a.schedule == "hang" for a in alerts):
                     loop.close()
@@ -97,6 +114,16 @@ def run_until_lost(
     finally:
         loop.close()
         beat.close()
+
+
+def _skipped(database: str, key: str) -> bool:
+    """Whether the idempotency guard skipped a redelivery of ``key``."""
+    ledger = open_ledger(database)
+    try:
+        delivery = ledger.read(key)
+    finally:
+        ledger.close()
+    return delivery is not None and delivery.duplicates >= 1
 
 
 def check_lost(
@@ -201,3 +228,65 @@ def test_a_dramatiq_worker_killed_mid_task_ends_its_run_lost_after_max_runtime(
     )
     check_lost(pg_dsn, first, found, alerts, "max_runtime 5s")
     assert AlertKind.LOST in {a.kind for a in alerts}
+
+
+# -- item 2: a skipped redelivery is never a success --------------------------------------------
+
+
+def test_a_celery_redelivery_the_guard_skips_is_never_a_success(
+    redis_url: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    start_worker: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """acks_late + reject_on_worker_lost: the killed child's message is requeued and
+    delivered again; the guard (record="before") skips it. The run keeps its first delivery's
+    outcome (unknown) and ends lost by its max_runtime, never succeeded."""
+    pid_file = tmp_path / "pid"
+    worker = start_worker(
+        "celery", "celery", "-A", "tests.e2e.lost_apps.celery_app", "worker",
+        "--pool=prefork", "-c", "1", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-l", "info",
+        env={DATABASE_ENV: pg_dsn, PID_FILE_ENV: str(pid_file)},
+    )  # fmt: skip
+    first, found, alerts = run_until_lost(
+        pg_dsn,
+        CelerySubmitter(redis_url),
+        "lost.guarded",
+        worker=worker,
+        pid_file=pid_file,
+        max_runtime="6s",
+        redelivered=True,
+        monkeypatch=monkeypatch,
+    )
+    check_lost(pg_dsn, first, found, alerts, "max_runtime 6s")
+
+
+def test_an_rq_retry_the_guard_skips_is_never_a_success(
+    redis_url: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    start_worker: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Retry(max=1): RQ runs the job again after its work horse was killed; the guard skips
+    it. The run ends lost by its max_runtime, never succeeded."""
+    pid_file = tmp_path / "pid"
+    worker = start_worker(
+        "rq", "rq.cli", "worker", "--url", redis_url,
+        "--job-class", "goatbeat.completion.rq.Job", "default",
+        env={DATABASE_ENV: pg_dsn, PID_FILE_ENV: str(pid_file)},
+    )  # fmt: skip
+    first, found, alerts = run_until_lost(
+        pg_dsn,
+        RQSubmitter(redis_url),
+        "tests.e2e.lost_apps.rq_jobs.guarded",
+        worker=worker,
+        pid_file=pid_file,
+        max_runtime="6s",
+        options={"retry": 1},
+        redelivered=True,
+        monkeypatch=monkeypatch,
+    )
+    check_lost(pg_dsn, first, found, alerts, "max_runtime 6s")

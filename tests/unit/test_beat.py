@@ -376,3 +376,15 @@ def test_released_declarations_keep_their_names_and_tasks_and_refuse_a_publicati
         beat.publish()
     with pytest.raises(InvalidSchedule, match="released"):
         beat.schedule(name="c", task="os.cpu_count", every="1h")
+
+
+def test_expires_from_per_schedule_is_a_one_line_error_naming_the_field() -> None:
+    b = beat()
+    with pytest.raises(InvalidSchedule) as caught:
+        b.schedule(name="late", task=job, every="1m", expires="30s", expires_from="scheduled")
+    assert caught.value.field == "expires_from"
+    assert "give it to the submitter" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(InvalidSchedule) as unknown:
+        b.schedule(name="late", task=job, every="1m", colour="blue")
+    assert unknown.value.field == "colour"
+    assert b.schedules == []

@@ -7,7 +7,9 @@ import os
 
 from celery import Celery
 
+from goatbeat.completion import DATABASE_ENV
 from goatbeat.completion.celery import report_completions
+from goatbeat.idempotency.celery import idempotent
 from tests.e2e.backend_apps._record import URL_ENV
 from tests.e2e.lost_apps._hang import hang
 
@@ -29,3 +31,9 @@ def hang_task() -> None:
 @app.task(name="lost.limited", time_limit=2)
 def limited_task() -> None:
     hang()
+
+
+@app.task(name="lost.guarded", acks_late=True, reject_on_worker_lost=True)
+@idempotent(os.environ.get(DATABASE_ENV, "sqlite:///unused.db"))
+def guarded_task() -> None:
+    hang()  # the first delivery hangs and is killed; the redelivery is skipped by the guard
