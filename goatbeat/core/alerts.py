@@ -66,6 +66,7 @@ class AlertKind(enum.StrEnum):
     FAILING = "failing"
     OVERDUE = "overdue"
     LOST = "lost"  # a run ended lost (or expired): no worker will report it
+    REFUSED = "refused"  # the scheduler would not run a schedule's task (allow-list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +145,17 @@ class Alert:
                 "status": run.status,
                 "reason": run.reason,
             },
+        )
+
+    @classmethod
+    def refused(cls, schedule: str, reason: str, *, at: datetime, scheduler_id: str) -> Alert:
+        return cls(
+            kind=AlertKind.REFUSED,
+            schedule=schedule,
+            at=at,
+            scheduler_id=scheduler_id,
+            text=f"goatbeat: schedule {schedule!r} was not run: {reason}",
+            details={"reason": reason},
         )
 
     @classmethod

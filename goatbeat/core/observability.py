@@ -52,6 +52,7 @@ EVENTS = frozenset(
         "schedule.deleted",
         "schedule.run_requested",
         "schedule.refused",
+        "schedule.readmitted",
         "submitter.unchecked",
         "store.frozen",
         "delivery.skipped",

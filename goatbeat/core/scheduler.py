@@ -329,6 +329,7 @@ class Scheduler:
         self._alerts = AlertTracker(after_failures=settings.alert_after_failures)
         self._alert_check_at: float | None = None
         self._lost_check_at: float | None = None
+        self._readmitted = False  # refused schedules looked at, once per process
         self._observers: list[SchedulerObserver] = []
         self._misses: list[Miss] = []
         self._beat: tuple[Role, int | None] | None = None
@@ -993,6 +994,17 @@ class Scheduler:
                 continue
             self._refusals_logged.add((occ.schedule_id, occ.task))
             tally.refused_schedules += 1
+            if self.alerter is not None:
+                self.alerter.emit_all(
+                    [
+                        Alert.refused(
+                            occ.schedule_name,
+                            reason,
+                            at=self.clock.now(),
+                            scheduler_id=self.scheduler_id,
+                        )
+                    ]
+                )
             log_event(
                 "schedule.refused",
                 level=logging.ERROR,
@@ -1220,12 +1232,14 @@ class Scheduler:
         # With shards, the holder of shard 0 alone looks for failing and overdue schedules
         # (every schedule), so an alert is raised once, not once per replica.
         if result.leader and (self._sharded is None or self._shard_leases[0].is_held()):
+            self._readmit_refused()
             self._end_lost_runs()
             self._check_alerts()
         else:
             self._alerts.reset()
             self._alert_check_at = None
             self._lost_check_at = None
+            self._readmitted = False  # looked at again when it leads again
         for observer in self._observers:
             try:
                 observer.iteration(result, duration)
@@ -1294,6 +1308,30 @@ class Scheduler:
                     "(or leave scheduler_id unset: host:pid:random)"
                 ),
             )
+
+    def _readmit_refused(self) -> None:
+        """Once per process, when it first leads: a schedule an earlier scheduler refused
+        for a task it did not know (a release not rolled out everywhere) and took out of
+        scheduling goes back in when this one allows the task; logged
+        ``schedule.readmitted``."""
+        if self._readmitted or self.allowed is None:
+            return
+        self._readmitted = True
+        try:
+            refused = self.store.refused_schedules()
+        except GoatbeatError as exc:
+            self._log_best_effort("refused", exc)
+            return
+        for name, task in refused:
+            if not self.allowed.allows(task):
+                continue
+            if self._best_effort("refused", self.store.set_enabled, name, True):
+                log_event(
+                    "schedule.readmitted",
+                    scheduler_id=self.scheduler_id,
+                    schedule=name,
+                    task=short_repr(task),
+                )
 
     def _end_lost_runs(self) -> None:
         """Runs no worker will report end ``lost`` or ``expired`` (a failure for the

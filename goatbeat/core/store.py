@@ -550,6 +550,13 @@ class ScheduleStore(Protocol):
         pause its schedule by ``pause_on_failure``)."""
         ...
 
+    def refused_schedules(self) -> list[tuple[str, str]]:
+        """``(name, task)`` of each enabled, unpaused schedule not declared in code that
+        :meth:`refuse` took out of scheduling (``last_status`` ``'refused'``, no
+        ``next_run_at``), by name: a scheduler that now knows the task schedules it again
+        (:meth:`set_enabled` ``True`` recomputes its next run). Read-only."""
+        ...
+
     def record_finished(
         self, idempotency_key: str, *, succeeded: bool, error: str | None = None
     ) -> bool:

@@ -384,6 +384,11 @@ class Tx(Protocol):
         ``max_runtime`` and ``expires`` (seconds or None). At most ``limit`` of each kind."""
         ...
 
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        """``name`` and ``task`` of :meth:`~goatbeat.core.store.ScheduleStore
+        .refused_schedules`, by name."""
+        ...
+
     def longest_bound(self) -> float:
         """The longest ``max_runtime`` or ``expires`` of any schedule, in seconds (0: none)."""
         ...

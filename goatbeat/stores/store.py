@@ -636,6 +636,11 @@ class DialectStore:
             pause_after_failures(self, *done.pause)
         return done.matched
 
+    def refused_schedules(self) -> list[tuple[str, str]]:
+        with self.dialect.session() as tx:
+            rows = tx.refused_schedules()
+        return [(str(r["name"]), str(r["task"])) for r in rows]
+
     def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
         check_positive("limit", limit)
         with self.dialect.session() as tx:

@@ -859,6 +859,9 @@ class _Tx:
         started = self._fetch("open_runs_started", {"limit": limit})
         return started + self._fetch("open_runs_submitted", {"since": since, "limit": limit})
 
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        return self._fetch("refused_schedules")
+
     def longest_bound(self) -> float:
         row = self._one("longest_bound")
         return float(row["seconds"] or 0) if row is not None else 0.0

@@ -838,6 +838,9 @@ class _Tx:
         submitted = self._rows("open_runs_submitted", {"since": encode_time(since), "limit": limit})
         return started + submitted
 
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        return self._rows("refused_schedules")
+
     def longest_bound(self) -> float:
         row = self._run("longest_bound").fetchone()
         return float(row["seconds"] or 0) if row is not None else 0.0

@@ -908,3 +908,11 @@ LIMIT %(limit)s;
 -- name: longest_bound
 SELECT max(GREATEST(COALESCE(max_runtime, 0), COALESCE(expires, 0))) AS seconds
 FROM goatbeat_schedule;
+
+-- name: refused_schedules
+-- Schedules not declared in code that a scheduler refused and took out of scheduling: a
+-- scheduler that knows their task now schedules them again.
+SELECT name, task FROM goatbeat_schedule
+WHERE enabled AND NOT paused AND source <> 'code' AND next_run_at IS NULL
+  AND last_status = 'refused'
+ORDER BY name;
