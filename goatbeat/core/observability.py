@@ -54,6 +54,7 @@ EVENTS = frozenset(
         "schedule.refused",
         "schedule.readmitted",
         "submitter.unchecked",
+        "submitter.recovered",
         "store.frozen",
         "delivery.skipped",
         "delivery.error",

@@ -330,6 +330,7 @@ class Scheduler:
         self._alert_check_at: float | None = None
         self._lost_check_at: float | None = None
         self._readmitted = False  # refused schedules looked at, once per process
+        self._backend_failing = False  # the last submissions were retryable failures
         self._observers: list[SchedulerObserver] = []
         self._misses: list[Miss] = []
         self._beat: tuple[Role, int | None] | None = None
@@ -1167,8 +1168,30 @@ class Scheduler:
         )
         if counts.retrying:
             self._retries_possible = True
+            self._backend_failing = True
+        elif counts.submitted and self._backend_failing:
+            self._backend_back()
         tally.add(counts)
         return counts.unrecorded
+
+    def _backend_back(self) -> None:
+        """A submission succeeded after failures: the backend is back, so the retries
+        waiting out their backoff go now (within the next iteration) rather than up to the
+        backoff cap later; logged ``submitter.recovered``."""
+        self._backend_failing = False
+        try:
+            moved = self.store.retry_now()
+        except GoatbeatError as exc:
+            self._log_best_effort("retries", exc)
+            return
+        if moved:
+            self._retries_possible = True
+            log_event(
+                "submitter.recovered",
+                scheduler_id=self.scheduler_id,
+                submitter=getattr(self.submitter, "name", type(self.submitter).__name__),
+                retries_brought_forward=moved,
+            )
 
     # -- sleeping -------------------------------------------------------------------------------
 

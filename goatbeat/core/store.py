@@ -550,6 +550,13 @@ class ScheduleStore(Protocol):
         pause its schedule by ``pause_on_failure``)."""
         ...
 
+    def retry_now(self) -> int:
+        """Bring every ``claimed`` execution backing off from a failed submission forward:
+        ``retry_at`` = the store's now where it was later (the leader calls it when a
+        submission succeeds after failures: the backend is back). Returns how many. Touches:
+        those execution rows' ``retry_at``."""
+        ...
+
     def refused_schedules(self) -> list[tuple[str, str]]:
         """``(name, task)`` of each enabled, unpaused schedule not declared in code that
         :meth:`refuse` took out of scheduling (``last_status`` ``'refused'``, no

@@ -384,6 +384,10 @@ class Tx(Protocol):
         ``max_runtime`` and ``expires`` (seconds or None). At most ``limit`` of each kind."""
         ...
 
+    def retry_now(self) -> int:
+        """:meth:`~goatbeat.core.store.ScheduleStore.retry_now`: the rows changed."""
+        ...
+
     def refused_schedules(self) -> list[dict[str, Any]]:
         """``name`` and ``task`` of :meth:`~goatbeat.core.store.ScheduleStore
         .refused_schedules`, by name."""

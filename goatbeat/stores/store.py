@@ -636,6 +636,10 @@ class DialectStore:
             pause_after_failures(self, *done.pause)
         return done.matched
 
+    def retry_now(self) -> int:
+        with self.dialect.session() as tx:
+            return tx.retry_now()
+
     def refused_schedules(self) -> list[tuple[str, str]]:
         with self.dialect.session() as tx:
             rows = tx.refused_schedules()

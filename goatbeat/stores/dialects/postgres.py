@@ -859,6 +859,9 @@ class _Tx:
         started = self._fetch("open_runs_started", {"limit": limit})
         return started + self._fetch("open_runs_submitted", {"since": since, "limit": limit})
 
+    def retry_now(self) -> int:
+        return self._count("retry_now", {})
+
     def refused_schedules(self) -> list[dict[str, Any]]:
         return self._fetch("refused_schedules")
 

@@ -838,6 +838,10 @@ class _Tx:
         submitted = self._rows("open_runs_submitted", {"since": encode_time(since), "limit": limit})
         return started + submitted
 
+    def retry_now(self) -> int:
+        with self._atomic():
+            return int(self._run("retry_now", {"now": self._now_text()}).rowcount)
+
     def refused_schedules(self) -> list[dict[str, Any]]:
         return self._rows("refused_schedules")
 

@@ -916,3 +916,9 @@ SELECT name, task FROM goatbeat_schedule
 WHERE enabled AND NOT paused AND source <> 'code' AND next_run_at IS NULL
   AND last_status = 'refused'
 ORDER BY name;
+
+-- name: retry_now
+-- The backend is back (a submission succeeded after failures): the rows backing off from
+-- failed submissions are due now rather than at the end of their backoff. The pending index.
+UPDATE goatbeat_execution SET retry_at = now()
+WHERE status = 'claimed' AND retry_at > now();
