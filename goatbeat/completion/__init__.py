@@ -33,6 +33,7 @@ from typing import Any
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.health import Outcome
 from goatbeat.core.observability import log_event
+from goatbeat.core.skips import take_skip
 from goatbeat.core.store import ScheduleStore
 
 __all__ = ["Reporter", "Target", "DATABASE_ENV", "error_text", "looks_like_key", "worker_name"]
@@ -163,8 +164,6 @@ class Reporter:
         running, killed mid-body, which the leader ends ``lost``) and the skip is logged as
         ``occurrence.skipped``. A skip of a first delivery that succeeded reports the
         success again, as it is."""
-        from goatbeat.idempotency import take_skip
-
         skipped, state = take_skip(key)
         if not skipped or state == "succeeded":
             return False

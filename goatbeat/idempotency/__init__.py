@@ -50,6 +50,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.observability import log_event
+from goatbeat.core.skips import note_skip
 
 __all__ = [
     "Delivery",
@@ -62,7 +63,6 @@ __all__ = [
     "guard_for",
     "open_ledger",
     "new_owner",
-    "take_skip",
 ]
 
 Record = Literal["before", "after"]
@@ -82,25 +82,6 @@ class _Skipped:
 
 
 SKIPPED: Any = _Skipped()
-
-_skips = threading.local()
-
-
-def _note_skip(key: str, state: str | None) -> None:
-    _skips.last = (key, state)
-
-
-def take_skip(key: str) -> tuple[bool, str | None]:
-    """Whether this thread's delivery of ``key`` was skipped by a guard, and the state of
-    the key it found (``"succeeded"``, ``"running"``: a first delivery still running or
-    killed mid-body, ...); forgotten once read. The completion reports read it so that a
-    skipped delivery is never reported as a success of its own: the occurrence keeps what
-    its first delivery reported (or, unknown, ends ``lost`` by the leader's rule)."""
-    last = getattr(_skips, "last", None)
-    if last is None or last[0] != key:
-        return False, None
-    _skips.last = None
-    return True, last[1]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +184,7 @@ class Guard:
         if taken:
             return Ticket(key, owner)
         state = self.ledger.duplicate(key)
-        _note_skip(key, state)
+        note_skip(key, state)
         log_event("delivery.skipped", idempotency_key=key, state=state, record=self.record)
         return None
 
