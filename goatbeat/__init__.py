@@ -20,7 +20,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import MisfirePolicy, OverlapPolicy, Routing, Schedule
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger, OnceTrigger, SolarTrigger
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"
 """The release: 0.MINOR.PATCH, MINOR being the schema version it needs (CHANGELOG.md, "Versions";
 tests/unit/test_versions.py holds them together). pyproject.toml reads it from here."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -36,7 +37,13 @@ from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings, parse_settings
 from goatbeat.core.durations import parse_duration
-from goatbeat.core.errors import InvalidSchedule, InvalidValue, UnsupportedOption, short_repr
+from goatbeat.core.errors import (
+    InvalidSchedule,
+    InvalidValue,
+    ScheduleNotFound,
+    UnsupportedOption,
+    short_repr,
+)
 from goatbeat.core.model import (
     DEFAULT_CATCH_UP_LIMIT,
     DamagedSchedule,
@@ -292,6 +299,14 @@ def log_publication(result: PublishResult, *, origin: str) -> None:
             old={c.field: c.old for c in changes},
             new={c.field: c.new for c in changes},
         )
+    for name, reason in result.refused.items():
+        log_event(
+            "schedule.refused",
+            level=logging.ERROR,
+            schedule=name,
+            origin=origin,
+            reason=reason,
+        )
     for name in result.orphaned:
         log_event(
             "schedule.orphaned",
@@ -488,9 +503,13 @@ class Beat:
         (:meth:`goatbeat.core.store.ScheduleStore.publish`, ``renames``). Keep it while a
         replica of the release before may still publish; it does nothing once renamed.
 
-        ``at=`` must be in the future when declared: an instant already past raises
-        ``InvalidSchedule`` naming the schedule (a one-off that has run can no longer be
-        declared: remove the declaration; its stored row and history stay).
+
+        ``at=`` is checked when published, not when declared, so that time passing never
+        turns valid code invalid: a one-off already stored with that instant is *ended* once
+        the instant has passed (run, missed or skipped) and publishes unchanged; a *new*
+        declaration of a past instant (no stored row, or a stored one with another instant)
+        is refused by the publication, named in :attr:`PublishResult.refused` and logged
+        ``schedule.refused`` at ERROR, while every other schedule is published and runs.
 
         A Dramatiq actor is stored by its ``actor_name``, on its ``queue_name`` unless
         ``queue=`` names another.
@@ -514,7 +533,11 @@ class Beat:
         renamed_from = options.pop("renamed_from", None)
         if renamed_from is not None:
             self._check_rename(name, renamed_from)
-        schedule = self._build(name=name, task=task, source=Source.CODE, **options)
+        _check_option_names(options)
+        # A past at= is judged at publication, against the store (_refused_one_offs).
+        schedule = self._build(
+            name=name, task=task, source=Source.CODE, check_future=False, **options
+        )
         if callable(task) and not isinstance(task, str):
             path = schedule.task
             self._callables[path] = task
@@ -781,17 +804,55 @@ class Beat:
                     f"schedule {new!r} says it was {old!r} before, but {old!r} is still "
                     "declared: remove one of the two",
                 )
+        schedules = self.schedules
+        refused = self._refused_one_offs(schedules)
+        if refused:
+            schedules = [s for s in schedules if s.name not in refused]
         result = self.store.publish(
-            self.schedules,
+            schedules,
             source=Source.CODE,
             dry_run=dry_run,
             release=self.settings.release,
             rollback=rollback,
             renames=self._renames,
         )
+        if refused:
+            result = dataclasses.replace(
+                result,
+                refused=refused,
+                orphaned=[name for name in result.orphaned if name not in refused],
+            )
         if not dry_run:
             log_publication(result, origin=origin)
         return result
+
+    def _refused_one_offs(self, schedules: Sequence[Schedule]) -> dict[str, str]:
+        """The declared one-offs whose instant is past and that the store does not already
+        hold with that instant, each with the reason. A stored one with the same instant is
+        ended (it ran, was missed or skipped): publishing it is no error, whatever the time."""
+        now = (self.clock or SystemClock()).now()
+        refused: dict[str, str] = {}
+        for schedule in schedules:
+            trigger = schedule.trigger
+            if not isinstance(trigger, OnceTrigger) or trigger.at > now:
+                continue
+            try:
+                stored = self.store.get(schedule.name)
+            except ScheduleNotFound:
+                stored = None
+            if (
+                stored is not None
+                and not isinstance(stored, DamagedSchedule)
+                and stored.source is Source.CODE
+                and stored.trigger == trigger
+            ):
+                continue
+            refused[schedule.name] = (
+                f"the one-off instant {iso_z(trigger.at)} is already past (now {iso_z(now)}) "
+                "and was never stored with it: declare a future instant, or remove the "
+                "declaration"
+            )
+        return refused
 
     def prune(self) -> list[str]:
         """Disable code schedules in the store that are no longer declared."""
@@ -1052,6 +1113,24 @@ class Beat:
             self._store = None
 
 
+def _check_option_names(options: Mapping[str, Any]) -> None:
+    """A one-line error naming an option :meth:`Beat.schedule` does not take (it was a bare
+    ``TypeError`` from ``_build``)."""
+    unknown = set(options) - _SCHEDULE_OPTIONS
+    if not unknown:
+        return
+    name = sorted(unknown)[0]
+    if name == "expires_from":
+        reason = (
+            "expires_from is the submitter's, not a schedule's: give it to the submitter "
+            "(CelerySubmitter(..., expires_from='scheduled'), or submitter_options="
+            "{'expires_from': 'scheduled'}); per schedule, set expires="
+        )
+    else:
+        reason = f"schedule() takes no option {name!r}"
+    raise InvalidSchedule(name, options[name], reason)
+
+
 def _trigger_key(
     cron: object,
     every: object,
@@ -1137,3 +1216,12 @@ def _trigger_options(trigger: Trigger, changes: Mapping[str, Any]) -> dict[str, 
             )
         return {"trigger": None, "every": trigger.every, "allow_subsecond": trigger.allow_subsecond}
     return {}
+
+
+_SCHEDULE_OPTIONS = frozenset(inspect.signature(Beat._build).parameters) - {
+    "self",
+    "name",
+    "task",
+    "source",
+    "check_future",
+}

@@ -165,6 +165,8 @@ def report(result: PublishResult, *, origin: str, where: str) -> None:
         out(f"  {verb}rename  {old} -> {new} (history, last run and phase kept)")
     for old in result.retired:
         out(f"  {verb}disable {old}: renamed in code, and its new name already had a row")
+    for name, reason in result.refused.items():
+        out(f"  refused   {name}: {reason}")
     for name in result.orphaned:
         out(
             f"  orphaned  {name}: enabled, no longer declared in this code "

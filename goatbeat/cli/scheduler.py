@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -37,6 +37,9 @@ from goatbeat.core.scheduler import Scheduler
 from goatbeat.core.submit import BaseSubmitter, capability
 from goatbeat.metrics.health import LoopHealth
 from goatbeat.stores import schema
+
+if TYPE_CHECKING:
+    from goatbeat.metrics.prometheus import PrometheusObserver
 
 __all__ = ["migrate", "require_schema", "scheduler"]
 
@@ -169,8 +172,11 @@ def scheduler(
         obj = cli_context(ctx)
         require_schema(app, obj)
         health = _loop_health(loop, liveness_timeout)  # validates --liveness-timeout
+        observer = None
         if metrics_port is not None:
-            _serve_metrics(loop, app, metrics_port, metrics_address, metrics_schedules, health)
+            observer = _serve_metrics(
+                loop, app, metrics_port, metrics_address, metrics_schedules, health
+            )
         if health_port is not None and health_port != metrics_port:
             _serve_health(health, health_port, metrics_address)
         if metrics_port is not None or health_port is not None:
@@ -182,6 +188,8 @@ def scheduler(
             app.publish_at_start()
         else:
             _publish_when_reachable(app, obj, health)
+        if observer is not None and not no_publish:
+            observer.read_now()  # the schedules just published have their series at once
         if once:
             collector.end()
             try:
@@ -346,7 +354,7 @@ def _serve_metrics(
     address: str,
     schedule_limit: int,
     health: LoopHealth,
-) -> None:
+) -> PrometheusObserver:
     """Serve the Prometheus metrics of ``loop`` (see :mod:`goatbeat.metrics.prometheus`)."""
     try:
         from goatbeat.metrics.prometheus import PrometheusObserver, serve
@@ -364,11 +372,13 @@ def _serve_metrics(
         schedule_limit=schedule_limit,
         version=loop.version,
     )
+    observer.read_now()  # the first scrape has the per-schedule series (a failed read: up 0)
     try:
         serve(observer, port, address, health=health)
     except OSError as exc:
         raise UserError(f"--metrics-port {port}: cannot serve on {address}: {exc}") from None
     loop.observe(observer)
+    return observer
 
 
 def _publish_when_reachable(app: BeatLike, obj: CliContext, health: LoopHealth) -> None:

@@ -193,7 +193,7 @@ def schedule_show(ctx: click.Context, name: str, count: int, as_json: bool) -> N
             click.echo(json.dumps(data, indent=2))
             return
         lines = _definition_lines(sched, now)
-        lines += _outcome_lines(health)
+        lines += _outcome_lines(health, sched.last_status)
         if sched.paused:
             lines.append(f"next fire times: none while paused (`{command('schedule resume')}`)")
         else:
@@ -247,9 +247,12 @@ def _definition_lines(sched: Schedule, now: datetime) -> list[str]:
     return lines
 
 
-def _outcome_lines(health: ScheduleHealth | None) -> list[str]:
+def _outcome_lines(health: ScheduleHealth | None, last_status: str | None = None) -> list[str]:
     """What the workers reported (nothing when they do not report completions)."""
     if health is None or (health.last_success_at is None and health.last_failure_at is None):
+        if last_status in ("running", "retried"):
+            # A worker reported a start: reports work, no run has ended yet.
+            return [f"  outcomes:   {last_status} reported, no run ended yet"]
         return ["  outcomes:   none reported (see docs/operations.md, completion reports)"]
     text = (
         f"  outcomes:   last success {iso(health.last_success_at)}, "

@@ -33,6 +33,7 @@ from typing import Any
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.health import Outcome
 from goatbeat.core.observability import log_event
+from goatbeat.core.skips import take_skip
 from goatbeat.core.store import ScheduleStore
 
 __all__ = ["Reporter", "Target", "DATABASE_ENV", "error_text", "looks_like_key", "worker_name"]
@@ -155,6 +156,26 @@ class Reporter:
             error=error,
             runtime=runtime,
         )
+
+    def skipped_success(self, key: str) -> bool:
+        """Whether the success about to be reported for ``key`` is a delivery the guard
+        skipped (:mod:`goatbeat.idempotency`), whose first delivery had not succeeded: then
+        nothing is reported (the occurrence keeps its first delivery's outcome: still
+        running, killed mid-body, which the leader ends ``lost``) and the skip is logged as
+        ``occurrence.skipped``. A skip of a first delivery that succeeded reports the
+        success again, as it is."""
+        skipped, state = take_skip(key)
+        if not skipped or state == "succeeded":
+            return False
+        log_event(
+            "occurrence.skipped",
+            level=logging.WARNING,
+            idempotency_key=key,
+            state=state,
+            hint="a redelivery the idempotency guard skipped: not a success; the first "
+            "delivery's outcome stands",
+        )
+        return True
 
     def _write(
         self,

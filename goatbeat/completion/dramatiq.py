@@ -13,6 +13,12 @@ exhausted, ``throws``, or no Retries middleware). The outcome is read from what 
 does with the message (enqueued again, acknowledged, rejected), so the middleware's place
 among the others does not change it. Add it after the middleware that may skip a message
 (``goatbeat.idempotency.dramatiq.Idempotency``): a skipped duplicate then reports nothing.
+
+A message an earlier middleware failed and skipped before the actor ran (``AgeLimit``'s
+``max_age``: too old to run) is recorded ``expired``, with the reason. Dead letters (retries
+exhausted) are ``failed``. A worker process killed mid-task reports nothing (the broker
+redelivers the message after its heartbeat times out): the leading scheduler ends the run
+``lost`` once its bound passes (``max_runtime``, else ``lost_after``).
 """
 
 from __future__ import annotations
@@ -57,6 +63,15 @@ class Completions(dramatiq.Middleware):
             return  # not goatbeat's, or failed by an earlier middleware: the actor won't run
         self._begun.at = (message.message_id, time.monotonic())
         self.reporter.started(key)
+
+    def after_skip_message(self, broker: Any, message: Any) -> None:
+        key = self._key(message)
+        if key is None or not message.failed:
+            return  # not goatbeat's, or skipped and acknowledged (a duplicate): nothing ran
+        reason = error_text(getattr(message, "_exception", None)) or "skipped by a middleware"
+        self.reporter.finished(
+            key, Outcome.EXPIRED, error=f"expired: dropped unrun ({reason}; max_age)"
+        )
 
     def after_process_message(
         self, broker: Any, message: Any, *, result: Any = None, exception: Any = None

@@ -8,8 +8,11 @@
 "postgresql://…"``). Every job carrying ``goatbeat_idempotency_key`` in its meta (what
 goatbeat enqueues) is reported around ``Job.perform``: ``running``, then ``succeeded``, or on
 an exception ``retried`` when the job has retries left (``Retry(max=...)``) and ``failed``
-otherwise, with the error. Other jobs run untouched. A work horse killed mid-job reports
-nothing: the execution stays ``running``.
+otherwise, with the error. Other jobs run untouched. A work horse killed mid-job (SIGKILL,
+the OOM killer: RQ's "Work-horse terminated unexpectedly") is recorded ``lost`` at once by the
+worker's main process, with RQ's reason, unless RQ retries it. A whole worker killed reports
+nothing: the leading scheduler ends the run ``lost`` once its bound passes (``max_runtime``,
+else ``lost_after``).
 """
 
 from __future__ import annotations
@@ -55,5 +58,19 @@ class Job(rq.job.Job):
             outcome = Outcome.RETRIED if retries_left > 0 else Outcome.FAILED
             reporter.finished(key, outcome, error=error_text(exc), runtime=runtime)
             raise
-        reporter.finished(key, Outcome.SUCCEEDED, runtime=time.monotonic() - began)
+        if not reporter.skipped_success(key):
+            reporter.finished(key, Outcome.SUCCEEDED, runtime=time.monotonic() - began)
         return result
+
+    def _handle_failure(self, exc_string: str, *args: Any, **kwargs: Any) -> Any:
+        # Called in the worker's main process for a work horse that died (and in the horse
+        # for an exception, which perform() reported already).
+        key = (self.meta or {}).get(KEY_HEADER)
+        if isinstance(key, str) and key and exc_string.startswith(_HORSE_DIED):
+            _reporter(type(self).database).finished(
+                key, Outcome.LOST, error=f"lost: {exc_string.strip().rstrip(';')}"
+            )
+        return super()._handle_failure(exc_string, *args, **kwargs)
+
+
+_HORSE_DIED = "Work-horse terminated unexpectedly"

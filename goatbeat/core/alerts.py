@@ -31,12 +31,15 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goatbeat.core.health import ScheduleHealth
 from goatbeat.core.model import Miss
 from goatbeat.core.observability import log_event
 from goatbeat.core.timeutil import iso_z
+
+if TYPE_CHECKING:
+    from goatbeat.core.store import EndedRun
 
 __all__ = [
     "AlertKind",
@@ -62,6 +65,8 @@ class AlertKind(enum.StrEnum):
     MISSED = "missed"
     FAILING = "failing"
     OVERDUE = "overdue"
+    LOST = "lost"  # a run ended lost (or expired): no worker will report it
+    REFUSED = "refused"  # the scheduler would not run a schedule's task (allow-list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +129,33 @@ class Alert:
                 f"{health.consecutive_failures} time(s) in a row{last}"
             ),
             details=health.to_dict(),
+        )
+
+    @classmethod
+    def lost(cls, run: EndedRun, *, at: datetime, scheduler_id: str) -> Alert:
+        return cls(
+            kind=AlertKind.LOST,
+            schedule=run.schedule_name,
+            at=at,
+            scheduler_id=scheduler_id,
+            text=f"goatbeat: schedule {run.schedule_name!r}: run {run.idempotency_key} "
+            f"{run.reason}",
+            details={
+                "idempotency_key": run.idempotency_key,
+                "status": run.status,
+                "reason": run.reason,
+            },
+        )
+
+    @classmethod
+    def refused(cls, schedule: str, reason: str, *, at: datetime, scheduler_id: str) -> Alert:
+        return cls(
+            kind=AlertKind.REFUSED,
+            schedule=schedule,
+            at=at,
+            scheduler_id=scheduler_id,
+            text=f"goatbeat: schedule {schedule!r} was not run: {reason}",
+            details={"reason": reason},
         )
 
     @classmethod

@@ -102,6 +102,10 @@ class Settings:
     """A schedule is overdue when its run due this long ago was not claimed, or (when its
     workers report completions) has not succeeded: the alert and the
     ``goatbeat_schedule_overdue`` metric."""
+    lost_after: timedelta = timedelta(hours=1)
+    """A run of a schedule with no ``max_runtime`` that has no final report this long after
+    it started (or, of a schedule whose workers report, after its submission) is ended
+    ``lost`` by the leading scheduler: a failure (docs/operations.md, "Run states")."""
 
 
 KEYS = (
@@ -125,6 +129,7 @@ KEYS = (
     "alert_webhook",
     "alert_after_failures",
     "overdue_after",
+    "lost_after",
 )
 
 
@@ -289,6 +294,7 @@ _PARSERS: dict[str, Callable[[str, Any], Any]] = {
     "alert_webhook": _http_url,
     "alert_after_failures": _int_range(1, 1000),
     "overdue_after": _duration(timedelta(seconds=1)),
+    "lost_after": _duration(timedelta(seconds=1)),
 }
 
 

@@ -38,6 +38,9 @@ __all__ = [
     "HealthCheck",
     "check",
     "is_overdue",
+    "judge_open_run",
+    "LOST_AFTER",
+    "LOST_LOOKBACK",
     "STALE_RETENTION",
     "MISS_RETENTION",
     "STATUS_WINDOW",
@@ -67,6 +70,12 @@ class Outcome(enum.StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"  # final: the backend will not run it again
     RETRIED = "retried"  # this attempt failed; the backend runs it again later
+    # The backend says the worker died with it (a killed worker, a hard time limit), or the
+    # leader's rule found no final report within its bound (:func:`judge_open_run`). A
+    # failure, counted once with ``failed``.
+    LOST = "lost"
+    # The backend dropped it unrun: its expires window passed (neither success nor failure).
+    EXPIRED = "expired"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,6 +374,74 @@ def is_overdue(
     if not reports or last_run_at is None or last_run_at > late:
         return False
     return last_success_at is None or last_success_at < last_run_at
+
+
+LOST_AFTER = timedelta(hours=1)
+"""The default of the ``lost_after`` setting: how long a run of a schedule with no
+``max_runtime`` may go without a final report before it is ended ``lost``."""
+
+LOST_LOOKBACK = timedelta(hours=1)
+"""How long after its bound a ``submitted`` run with no word from a worker is still judged
+(a run of a schedule whose workers report). Runs older than that, from before the workers
+reported, keep what they showed."""
+
+
+def judge_open_run(
+    *,
+    status: str,
+    submitted_at: datetime | None,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    max_runtime: float | None,
+    expires: float | None,
+    now: datetime,
+    lost_after: timedelta,
+) -> tuple[str, str] | None:
+    """Whether a run that has not ended (``submitted``, ``running``, ``retried``) is ended
+    by the leader at ``now``, as ``(status, reason)``; None while it may still report.
+
+    - ``submitted`` (of a schedule whose workers report) with an ``expires`` window that
+      passed since its submission and no start report: ``expired``;
+    - ``submitted`` with no report within its bound of its submission: ``lost``;
+    - ``running``/``retried`` with no final report within its bound of its last start (or,
+      retried, of its failed attempt's end): ``lost``.
+
+    The bound is the schedule's ``max_runtime`` where set, else ``lost_after``. A report
+    that comes later still wins (any status may start or end again)."""
+    if max_runtime is not None:
+        bound, named = timedelta(seconds=max_runtime), f"max_runtime {max_runtime:g}s"
+    else:
+        bound, named = lost_after, f"lost_after {lost_after.total_seconds():g}s"
+    if status == "submitted":
+        if submitted_at is None:
+            return None
+        if expires is not None and submitted_at + timedelta(seconds=expires) < now:
+            return (
+                "expired",
+                f"expired: no worker started it within its expires window ({expires:g}s "
+                "from its submission); the backend drops such a message unrun",
+            )
+        if submitted_at + bound < now:
+            return (
+                "lost",
+                f"lost: no report from a worker within {named} of its submission (this "
+                "schedule's workers report completions)",
+            )
+        return None
+    if status not in ("running", "retried"):
+        return None
+    since = started_at
+    if status == "retried" and finished_at is not None:
+        since = max(finished_at, started_at or finished_at)
+    since = since or submitted_at
+    if since is None or since + bound >= now:
+        return None
+    what = "its start" if status == "running" else "its failed attempt (retried)"
+    return (
+        "lost",
+        f"lost: no final report within {named} of {what}; the worker died with it "
+        "(killed, out of memory, a hard time limit) or its report was lost",
+    )
 
 
 def _seconds(delta: timedelta) -> float:

@@ -94,7 +94,26 @@ class ExecutionStatus(enum.StrEnum):
     # still running), or a pause withdrew it while it waited (jitter, buffer_one).
     SKIPPED = "skipped"
     BUFFERED = "buffered"  # overlap buffer_one: waits for the running run to end
+    # Ended badly with no final report from a worker: its backend said the worker died (a
+    # killed worker, a hard time limit), or no report came within its bound (max_runtime,
+    # else the lost_after setting). Counts as a failure. A late report still wins.
+    LOST = "lost"
+    # Dropped unrun by the backend because its expires window passed, or inferred once the
+    # window passed with no start report.
+    EXPIRED = "expired"
 
+
+OPEN_STATUSES = frozenset({"submitted", "running", "retried"})
+"""Statuses of a run the backend holds and has not ended: a worker's report, or the leader's
+rule for lost and expired runs (:meth:`~goatbeat.core.store.ScheduleStore.end_lost_runs`),
+ends it."""
+
+FAILURE_STATUSES = frozenset({"failed", "lost"})
+"""Statuses that count as a failure of the schedule (``failing``, ``pause_on_failure``,
+alerts, metrics); counted once per run between them."""
+
+ENDED_BY_REPORT = frozenset({"succeeded", "failed", "lost", "expired"})
+"""Statuses that end a run (an occurrence buffered behind it may start)."""
 
 ACTIVE_STATUSES = frozenset({"claimed", "submitted", "running", "retried"})
 """Statuses of a run that has not ended: the overlap policy waits for these (``running`` and

@@ -134,6 +134,9 @@ ALERT_CHECK_INTERVAL = 30.0
 alerts are configured."""
 ALERT_SCAN_LIMIT = 1000
 """Schedules read per look (the overdue and the most failing first)."""
+LOST_CHECK_INTERVAL = 5.0
+"""How often (seconds, at least) the leader ends the runs no report will end (lost, expired:
+:meth:`~goatbeat.core.store.ScheduleStore.end_lost_runs`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -344,6 +347,9 @@ class Scheduler:
         self.alerter = alerter
         self._alerts = AlertTracker(after_failures=settings.alert_after_failures)
         self._alert_check_at: float | None = None
+        self._lost_check_at: float | None = None
+        self._readmitted = False  # refused schedules looked at, once per process
+        self._backend_failing = False  # the last submissions were retryable failures
         self._observers: list[SchedulerObserver] = []
         self._misses: list[Miss] = []
         self._beat: tuple[Role, int | None] | None = None
@@ -1118,6 +1124,17 @@ class Scheduler:
                 continue
             self._refusals_logged.add((occ.schedule_id, occ.task))
             tally.refused_schedules += 1
+            if self.alerter is not None:
+                self.alerter.emit_all(
+                    [
+                        Alert.refused(
+                            occ.schedule_name,
+                            reason,
+                            at=self.clock.now(),
+                            scheduler_id=self.scheduler_id,
+                        )
+                    ]
+                )
             log_event(
                 "schedule.refused",
                 level=logging.ERROR,
@@ -1280,8 +1297,30 @@ class Scheduler:
         )
         if counts.retrying:
             self._retries_possible = True
+            self._backend_failing = True
+        elif counts.submitted and self._backend_failing:
+            self._backend_back()
         tally.add(counts)
         return counts.unrecorded
+
+    def _backend_back(self) -> None:
+        """A submission succeeded after failures: the backend is back, so the retries
+        waiting out their backoff go now (within the next iteration) rather than up to the
+        backoff cap later; logged ``submitter.recovered``."""
+        self._backend_failing = False
+        try:
+            moved = self.store.retry_now()
+        except GoatbeatError as exc:
+            self._log_best_effort("retries", exc)
+            return
+        if moved:
+            self._retries_possible = True
+            log_event(
+                "submitter.recovered",
+                scheduler_id=self.scheduler_id,
+                submitter=getattr(self.submitter, "name", type(self.submitter).__name__),
+                retries_brought_forward=moved,
+            )
 
     # -- sleeping -------------------------------------------------------------------------------
 
@@ -1345,10 +1384,14 @@ class Scheduler:
         # With shards, the holder of shard 0 alone looks for failing and overdue schedules
         # (every schedule), so an alert is raised once, not once per replica.
         if result.leader and (self._sharded is None or self._shard_leases[0].is_held()):
+            self._readmit_refused()
+            self._end_lost_runs()
             self._check_alerts()
         else:
             self._alerts.reset()
             self._alert_check_at = None
+            self._lost_check_at = None
+            self._readmitted = False  # looked at again when it leads again
         for observer in self._observers:
             try:
                 observer.iteration(result, duration)
@@ -1416,6 +1459,58 @@ class Scheduler:
                     "but logs and executions cannot tell them apart: give each replica its own "
                     "(or leave scheduler_id unset: host:pid:random)"
                 ),
+            )
+
+    def _readmit_refused(self) -> None:
+        """Once per process, when it first leads: a schedule an earlier scheduler refused
+        for a task it did not know (a release not rolled out everywhere) and took out of
+        scheduling goes back in when this one allows the task; logged
+        ``schedule.readmitted``."""
+        if self._readmitted or self.allowed is None:
+            return
+        self._readmitted = True
+        try:
+            refused = self.store.refused_schedules()
+        except GoatbeatError as exc:
+            self._log_best_effort("refused", exc)
+            return
+        for name, task in refused:
+            if not self.allowed.allows(task):
+                continue
+            if self._best_effort("refused", self.store.set_enabled, name, True):
+                log_event(
+                    "schedule.readmitted",
+                    scheduler_id=self.scheduler_id,
+                    schedule=name,
+                    task=short_repr(task),
+                )
+
+    def _end_lost_runs(self) -> None:
+        """Runs no worker will report end ``lost`` or ``expired`` (a failure for the
+        schedule's health), each logged ``occurrence.lost`` and alerted."""
+        now = self.clock.monotonic()
+        if self._lost_check_at is not None and now - self._lost_check_at < LOST_CHECK_INTERVAL:
+            return
+        self._lost_check_at = now
+        try:
+            ended = self.store.end_lost_runs(lost_after=self.settings.lost_after)
+        except GoatbeatError as exc:
+            self._log_best_effort("lost", exc)
+            return
+        at = self.clock.now()
+        for run in ended:
+            log_event(
+                "occurrence.lost",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                schedule=run.schedule_name,
+                idempotency_key=run.idempotency_key,
+                status=run.status,
+                error=run.reason,
+            )
+        if self.alerter is not None and ended:
+            self.alerter.emit_all(
+                Alert.lost(run, at=at, scheduler_id=self.scheduler_id) for run in ended
             )
 
     def _check_alerts(self) -> None:

@@ -73,7 +73,7 @@ NOTIFY_CHANNEL = "goatbeat"
 """The one LISTEN/NOTIFY channel. Payloads carry identifiers only: ``schedule:<id>``,
 ``run:<id>``, ``lease:<name>``; receivers validate them and treat anything else as a plain wake-up."""
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,6 +133,10 @@ class PublishResult:
     """Code publications only: enabled ``code`` schedules this publication does not declare
     (removed from the code, or declared by another checkout), by name. They keep running
     until pruned (``prune``) or deleted."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Code publications only: declarations left out of this publication, by name, with the
+    reason (a new one-off whose instant is already past). The others are published; a stored
+    row of a refused name keeps what it had and is not counted orphaned."""
     dry_run: bool = False
     renamed: dict[str, str] = field(default_factory=dict)
     """Code publications: ``{new name: old name}`` of each declaration whose old name's row it
@@ -161,6 +165,16 @@ class PublishResult:
     def changed(self) -> bool:
         """Whether the publication wrote (or would write) anything."""
         return bool(self.created or self.updated or self.refreshed or self.renamed or self.retired)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndedRun:
+    """A run :meth:`ScheduleStore.end_lost_runs` ended: ``status`` ``lost`` or ``expired``."""
+
+    schedule_name: str
+    idempotency_key: str
+    status: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -575,6 +589,33 @@ class ScheduleStore(Protocol):
         A failure that brings ``consecutive_failures`` to the schedule's ``pause_on_failure``
         pauses it (:meth:`pause`, by ``goatbeat``, the note saying why) unless it is paused.
         Returns whether a row matched. Touches: that execution and its schedule."""
+        ...
+
+    def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
+        """End the runs no report will end (the leading scheduler calls it now and then):
+        each open run (``submitted``, ``running``, ``retried``) that
+        :func:`~goatbeat.core.health.judge_open_run` judges at the store's now is recorded as
+        :meth:`record_completion` records ``lost`` or ``expired``, with the reason as its
+        error, only if it is still open (a report that came meanwhile wins). ``submitted``
+        runs are judged only for schedules whose workers report (a success or failure
+        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after their bound.
+        At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
+        execution rows and their schedules (a ``lost`` run counts as a failure, and may
+        pause its schedule by ``pause_on_failure``)."""
+        ...
+
+    def retry_now(self) -> int:
+        """Bring every ``claimed`` execution backing off from a failed submission forward:
+        ``retry_at`` = the store's now where it was later (the leader calls it when a
+        submission succeeds after failures: the backend is back). Returns how many. Touches:
+        those execution rows' ``retry_at``."""
+        ...
+
+    def refused_schedules(self) -> list[tuple[str, str]]:
+        """``(name, task)`` of each enabled, unpaused schedule not declared in code that
+        :meth:`refuse` took out of scheduling (``last_status`` ``'refused'``, no
+        ``next_run_at``), by name: a scheduler that now knows the task schedules it again
+        (:meth:`set_enabled` ``True`` recomputes its next run). Read-only."""
         ...
 
     def record_finished(

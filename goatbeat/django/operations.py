@@ -92,6 +92,18 @@ _REVERSE = {
         "DROP TABLE IF EXISTS goatbeat_publication;"
         "DELETE FROM goatbeat_schema_version WHERE version = 8;"
     ),
+    # Lost and expired runs fall back to what schema 7 knew: a run that ended badly with no
+    # word from its worker is 'failed', one dropped unrun 'submit_failed'.
+    9: (
+        "DROP INDEX IF EXISTS goatbeat_execution_open_idx;"
+        "UPDATE goatbeat_execution SET status = 'failed' WHERE status = 'lost';"
+        "UPDATE goatbeat_execution SET status = 'submit_failed' WHERE status = 'expired';"
+        "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check;"
+        "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+        "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'running', 'retried', "
+        "'succeeded', 'failed', 'skipped', 'buffered'));"
+        "DELETE FROM goatbeat_schema_version WHERE version = 9;"
+    ),
 }
 
 

@@ -50,6 +50,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.observability import log_event
+from goatbeat.core.skips import note_skip
 
 __all__ = [
     "Delivery",
@@ -183,6 +184,7 @@ class Guard:
         if taken:
             return Ticket(key, owner)
         state = self.ledger.duplicate(key)
+        note_skip(key, state)
         log_event("delivery.skipped", idempotency_key=key, state=state, record=self.record)
         return None
 

@@ -195,7 +195,13 @@ class PrometheusObserver:
         now = self.clock.monotonic()
         if self._read_at is not None and now - self._read_at < self.refresh:
             return
-        self._read_at = now
+        self.read_now()
+
+    def read_now(self) -> None:
+        """Read the store at once (the CLI does before it serves, and again once the code
+        schedules are published, so the first scrape already has every per-schedule series
+        rather than waiting for the first iteration's read)."""
+        self._read_at = self.clock.monotonic()
         try:
             status = self.store.status(lease_name=self.lease_name)
             schedules = self.store.schedule_health(

@@ -379,10 +379,41 @@ class Tx(Protocol):
         ...
 
     def record_completion(
-        self, key: str, outcome: str, error: str | None, runtime: float | None, worker: str | None
+        self,
+        key: str,
+        outcome: str,
+        error: str | None,
+        runtime: float | None,
+        worker: str | None,
+        only_open: bool = False,
     ) -> Completion:
         """:meth:`~goatbeat.core.store.ScheduleStore.record_completion`'s writes, atomically
-        (the pause it calls for is the store's)."""
+        (the pause it calls for is the store's). ``only_open``: write nothing (not matched)
+        unless the run is still open (submitted, running, retried): the leader ending a run
+        as lost never overwrites a report that came meanwhile. ``lost`` counts as a failure
+        (``failed`` and ``lost`` count once between them), ``expired`` as neither."""
+        ...
+
+    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        """Runs that have not ended, for :meth:`~goatbeat.core.store.ScheduleStore
+        .end_lost_runs`: every ``running``/``retried`` one, and the ``submitted`` ones
+        scheduled after ``since`` of schedules whose workers report (a success or a failure
+        recorded); each with ``id``, ``idempotency_key``, ``schedule_name``, ``status``,
+        ``claimed_at``, ``submitted_at``, ``started_at``, ``finished_at`` and its schedule's
+        ``max_runtime`` and ``expires`` (seconds or None). At most ``limit`` of each kind."""
+        ...
+
+    def retry_now(self) -> int:
+        """:meth:`~goatbeat.core.store.ScheduleStore.retry_now`: the rows changed."""
+        ...
+
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        """``name`` and ``task`` of :meth:`~goatbeat.core.store.ScheduleStore
+        .refused_schedules`, by name."""
+        ...
+
+    def longest_bound(self) -> float:
+        """The longest ``max_runtime`` or ``expires`` of any schedule, in seconds (0: none)."""
         ...
 
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:

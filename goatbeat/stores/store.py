@@ -20,6 +20,7 @@ from goatbeat.core.bounded import bound_calls
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
 from goatbeat.core.health import (
+    LOST_LOOKBACK,
     MISS_RETENTION,
     STALE_RETENTION,
     STATUS_WINDOW,
@@ -28,6 +29,7 @@ from goatbeat.core.health import (
     ScheduleHealth,
     SchedulerBeat,
     StatusSnapshot,
+    judge_open_run,
 )
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
@@ -47,7 +49,7 @@ from goatbeat.core.model import (
     manual_key,
 )
 from goatbeat.core.shards import ALL, Shard, parse_lease_name
-from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
+from goatbeat.core.store import BackfillResult, EndedRun, PublishResult, ResumeResult
 from goatbeat.stores import _operations as ops
 from goatbeat.stores.arguments import check_execution_ids, check_positive
 from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_states
@@ -772,6 +774,53 @@ class DialectStore:
             pause_after_failures(self, *done.pause)
         return done.matched
 
+    def retry_now(self) -> int:
+        with self.dialect.session() as tx:
+            return tx.retry_now()
+
+    def refused_schedules(self) -> list[tuple[str, str]]:
+        with self.dialect.session() as tx:
+            rows = tx.refused_schedules()
+        return [(str(r["name"]), str(r["task"])) for r in rows]
+
+    def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
+        check_positive("limit", limit)
+        with self.dialect.session() as tx:
+            now = tx.now()
+            window = max(lost_after.total_seconds(), tx.longest_bound())
+            since = now - timedelta(seconds=window) - LOST_LOOKBACK
+            rows = tx.open_runs(since, limit)
+        ended: list[EndedRun] = []
+        for row in rows:
+            verdict = judge_open_run(
+                status=str(row["status"]),
+                submitted_at=_aware(row["submitted_at"]),
+                started_at=_aware(row["started_at"]),
+                finished_at=_aware(row["finished_at"]),
+                max_runtime=None if row["max_runtime"] is None else float(row["max_runtime"]),
+                expires=None if row["expires"] is None else float(row["expires"]),
+                now=now,
+                lost_after=lost_after,
+            )
+            if verdict is None:
+                continue
+            status, reason = verdict
+            key = str(row["idempotency_key"])
+            with self.dialect.session() as tx:
+                done = tx.record_completion(key, status, reason, None, None, only_open=True)
+            if done.pause is not None:
+                pause_after_failures(self, *done.pause)
+            if done.matched:
+                ended.append(
+                    EndedRun(
+                        schedule_name=str(row["schedule_name"]),
+                        idempotency_key=key,
+                        status=status,
+                        reason=reason,
+                    )
+                )
+        return ended
+
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self.dialect.transaction() as tx:
             schedule = self._required(tx, name)
@@ -893,3 +942,10 @@ def _lease_state(name: str, row: dict[str, Any]) -> LeaseState:
         expires_at=row["expires_at"],
         valid=not row["expired"],
     )
+
+
+def _aware(value: Any) -> datetime | None:
+    """A time column as read (an aware datetime; None, or a damaged value, as None)."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -113,6 +113,7 @@ _LATER_FIELDS: dict[tuple[str, str], Any] = {
     ("PublishResult", "superseded"): False,
     ("PublishResult", "kept"): [],
     ("PublishResult", "reason"): "",
+    ("PublishResult", "refused"): {},  # #30: past one-offs refused at publication
 }
 _UNRECORDED_FIELDS = {("PublishResult", "generation"), ("PublishResult", "release")}
 

@@ -96,6 +96,7 @@ def test_django_migrate_after_goatbeat_migrate_keeps_the_schema(pg_dsn: str) -> 
         ("0006_schedule_control",),
         ("0007_schedule_fillfactor",),
         ("0008_publication",),
+        ("0009_run_states",),
     ]
 
 
@@ -142,7 +143,7 @@ def test_the_fillfactor_migration_goes_back_and_forth(pg_dsn: str) -> None:
     """Schema version 7 only sets a storage parameter: Django's reverse resets it and forgets
     the version, applying it again gives the same schema as the first time."""
     env = {"GOATBEAT_TEST_DB_NAME": pg_dsn.rsplit("/", 1)[1]}
-    done = manage("migrate", "goatbeat", env=env)
+    done = manage("migrate", "goatbeat", "0007_schedule_fillfactor", env=env)
     assert done.returncode == 0, done.stderr
     forward = _catalog_of_dsn(pg_dsn)
     assert _schedule_options(forward) == ["fillfactor=50"]
@@ -156,6 +157,36 @@ def test_the_fillfactor_migration_goes_back_and_forth(pg_dsn: str) -> None:
         # Going back to 6 also takes version 8's table away.
         kept = [row for row in forward[part] if "goatbeat_publication" not in row[:2]]
         assert catalog[part] == kept, part
+
+    again = manage("migrate", "goatbeat", "0007_schedule_fillfactor", env=env)
+    assert again.returncode == 0, again.stderr
+    assert _catalog_of_dsn(pg_dsn) == forward
+
+
+def test_the_run_states_migration_goes_back_and_forth(pg_dsn: str) -> None:
+    """Schema version 9 widens the statuses with ``lost`` and ``expired``: Django's reverse
+    turns such runs into what version 8 knew (``failed``, ``submit_failed``) and narrows the
+    constraint again; applying it again gives the same schema as the first time."""
+    env = {"GOATBEAT_TEST_DB_NAME": pg_dsn.rsplit("/", 1)[1]}
+    done = manage("migrate", "goatbeat", env=env)
+    assert done.returncode == 0, done.stderr
+    forward = _catalog_of_dsn(pg_dsn)
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute(
+            "INSERT INTO goatbeat_execution (schedule_name, scheduled_at, idempotency_key, "
+            "status, claimed_at) VALUES ('a', now(), 'a:1', 'lost', now()), "
+            "('a', now(), 'a:2', 'expired', now())"
+        )
+
+    back = manage("migrate", "goatbeat", "0008_publication", env=env)
+    assert back.returncode == 0, back.stderr
+    catalog = _catalog_of_dsn(pg_dsn)
+    assert catalog["versions"] == [(v,) for v in range(1, 9)]
+    with psycopg.connect(pg_dsn) as conn:
+        rows = conn.execute(
+            "SELECT idempotency_key, status FROM goatbeat_execution ORDER BY idempotency_key"
+        ).fetchall()
+    assert rows == [("a:1", "failed"), ("a:2", "submit_failed")]
 
     again = manage("migrate", "goatbeat", env=env)
     assert again.returncode == 0, again.stderr

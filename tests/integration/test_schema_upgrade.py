@@ -21,6 +21,7 @@ version and changes nothing): no row is touched, the table's ``reloptions`` say 
 Version 8 adds ``goatbeat_publication``, the order of code publications: a database from
 before it has none recorded, so the first code publication after the upgrade is generation 1
 (whatever it declares), and from then on older code writes nothing.
+Version 9 adds the statuses ``lost`` and ``expired``: runs submitted before it take them.
 """
 
 from __future__ import annotations
@@ -94,6 +95,22 @@ _EXECUTION_COLUMNS = (
     "backend_task_id, error, retry_at"
 )
 _REVERSE: dict[int, dict[str, list[str]]] = {
+    # SQLite keeps the rebuilt execution table (its wider CHECK accepts every older row;
+    # 0009 rebuilds it again).
+    9: {
+        "postgres": [
+            "DROP INDEX goatbeat_execution_open_idx",
+            "ALTER TABLE goatbeat_execution DROP CONSTRAINT goatbeat_execution_status_check",
+            "ALTER TABLE goatbeat_execution ADD CONSTRAINT goatbeat_execution_status_check "
+            "CHECK (status IN ('claimed', 'submitted', 'submit_failed', 'running', 'retried', "
+            "'succeeded', 'failed', 'skipped', 'buffered'))",
+            "DELETE FROM goatbeat_schema_version WHERE version = 9",
+        ],
+        "sqlite": [
+            "DROP INDEX goatbeat_execution_open_idx",
+            "DELETE FROM goatbeat_schema_version WHERE version = 9",
+        ],
+    },
     8: {
         dialect: [
             "DROP TABLE goatbeat_publication",
@@ -239,7 +256,7 @@ def _tables(store: ScheduleStore) -> set[str]:
     return {str(name) for (name,) in rows if str(name).startswith("goatbeat_")}
 
 
-@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6, 7])
+@pytest.mark.parametrize("previous", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_a_populated_older_database_upgrades_and_keeps_every_phase(
     database: str, previous: int
 ) -> None:
@@ -344,6 +361,12 @@ def test_a_populated_older_database_upgrades_and_keeps_every_phase(
         assert store.record_completion(submitted.idempotency_key, outcome=Outcome.FAILED)
         [reported] = [e for e in store.executions(limit=1000) if e.id == submitted.execution_id]
         assert (reported.status.value, reported.worker) == ("failed", "w")
+        # Version 9: a run submitted before the upgrade can end lost, another expired.
+        for occurrence, outcome in ((first[1], Outcome.LOST), (first[2], Outcome.EXPIRED)):
+            assert store.record_completion(occurrence.idempotency_key, outcome=outcome)
+            [ended] = [e for e in store.executions(limit=1000) if e.id == occurrence.execution_id]
+            assert ended.status.value == outcome.value
+        assert store.end_lost_runs(lost_after=timedelta(hours=1)) == []
         assert store.status(now=T0 + timedelta(hours=2)).lease is not None
     finally:
         store.close()

@@ -266,3 +266,32 @@ def test_schedule_list_and_show_tell_the_real_last_outcome(database: str) -> Non
     assert "schedules:  overdue: nightly; failing: nightly (2 in a row)" in summary
     health = json.loads(runner.invoke(cli, ["--database", database, "status", "--json"]).output)
     assert [(h["name"], h["consecutive_failures"]) for h in health["schedules"]] == [("nightly", 2)]
+
+
+def test_schedule_show_says_a_reported_start_before_any_run_ended(database: str) -> None:
+    """#30 item 8: a schedule whose only report is ``running`` does report completions."""
+    from datetime import timedelta
+
+    from goatbeat.core.model import Schedule, SubmitOutcome
+    from goatbeat.core.triggers import IntervalTrigger
+    from goatbeat.stores import open_store
+
+    store = open_store(database)
+    try:
+        store.migrate()
+        store.publish(
+            [Schedule(name="nightly", task="jobs.nightly", trigger=IntervalTrigger("1d"))]
+        )
+        grant = store.acquire_lease("scheduler", "s1", timedelta(minutes=5))
+        assert grant is not None
+        run = store.request_run("nightly")
+        store.claim_manual_runs(grant, scheduler_id="s1", execution_ids=[run.id])
+        store.record_outcomes([SubmitOutcome(execution_id=run.id, ok=True)])
+        store.record_started(run.idempotency_key, worker="w-1:42")
+    finally:
+        store.close()
+
+    shown = CliRunner().invoke(cli, ["--database", database, "schedule", "show", "nightly"])
+    assert shown.exit_code == 0, shown.output
+    assert "outcomes:   running reported, no run ended yet" in shown.output, shown.output
+    assert "none reported" not in shown.output

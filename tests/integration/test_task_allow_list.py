@@ -87,6 +87,8 @@ def test_rows_written_in_sql_naming_unknown_tasks_are_refused_and_never_enqueued
         "refused",
         None,
     )
+    # A scheduler that allows the task schedules it again by itself (#30 item 7).
+    assert store.refused_schedules() == [("evil-shell", "os.system")]
     for name in ("evil-rmtree", "code-cleanup"):
         row = store.get(name)
         assert row.last_status == "refused" and row.next_run_at is not None, name

@@ -250,19 +250,62 @@ def test_use_database_is_refused_once_the_store_is_open():
 
 
 @pytest.mark.parametrize("at", ["2026-03-01T11:59:59Z", START, START - timedelta(days=400)])
-def test_a_one_off_already_past_at_declaration_is_an_error_naming_the_schedule(at: Any) -> None:
+def test_a_new_one_off_already_past_is_refused_by_name_and_the_others_are_published(
+    at: Any,
+) -> None:
     b = beat(clock=FakeClock(START))
-    with pytest.raises(InvalidSchedule) as caught:
-        b.schedule(name="launch-email", task=job, at=at)
-    assert caught.value.field == "at"
-    message = str(caught.value)
-    assert "'launch-email'" in message and "already past" in message
-    assert "now 2026-03-01T12:00:00Z" in message
-    assert b.schedules == []
-    with pytest.raises(InvalidSchedule, match="'launch-trigger'"):
-        b.schedule(
-            name="launch-trigger", task=job, trigger=OnceTrigger(at=START - timedelta(seconds=1))
-        )
+    b.schedule(name="launch-email", task=job, at=at)
+    b.schedule(
+        name="launch-trigger", task=job, trigger=OnceTrigger(at=START - timedelta(seconds=1))
+    )
+    b.schedule(name="tick", task=job, every="1m")
+    result = b.publish()
+    assert result.created == ["tick"]
+    assert sorted(result.refused) == ["launch-email", "launch-trigger"]
+    message = result.refused["launch-email"]
+    assert "already past" in message and "now 2026-03-01T12:00:00Z" in message
+    assert [s.name for s in b.store.list_schedules()] == ["tick"]
+    assert result.orphaned == []
+
+
+def test_a_stored_one_off_whose_instant_passed_is_ended_and_publishes_again(
+    tmp_path: Any,
+) -> None:
+    database = f"sqlite:///{tmp_path}/gb.db"
+    clock = FakeClock(START)
+    at = START + timedelta(seconds=3)
+    first = Beat(database, clock=clock)
+    first.migrate()
+    first.schedule(name="launch-email", task=job, at=at)
+    first.schedule(name="tick", task=job, every="1m")
+    first.publish()
+    clock.advance(10)
+    loop = first.scheduler()
+    loop.run_once()
+    loop.run_once()
+    first.close()
+    assert ((), {}) in ran
+
+    # The same code, restarted after the instant: nothing refused, nothing orphaned.
+    again = Beat(database, clock=clock)
+    again.schedule(name="launch-email", task=job, at=at)
+    again.schedule(name="tick", task=job, every="1m")
+    result = again.publish()
+    assert result.refused == {} and result.orphaned == []
+    assert sorted(result.unchanged) == ["launch-email", "tick"]
+    assert again.store.get("launch-email").next_run_at is None
+
+    # Moving it to another past instant is a new declaration of a past instant: refused,
+    # the stored row kept as it was and not counted orphaned.
+    moved = Beat(database, clock=clock)
+    moved.schedule(name="launch-email", task=job, at=START + timedelta(seconds=1))
+    moved.schedule(name="tick", task=job, every="1m")
+    result = moved.publish()
+    assert list(result.refused) == ["launch-email"] and result.orphaned == []
+    assert moved.store.get("launch-email").trigger == OnceTrigger(at=at)  # type: ignore[union-attr]
+    assert moved.prune() == []
+    again.close()
+    moved.close()
 
 
 def test_a_one_off_in_the_future_is_declared_and_fires_once() -> None:
@@ -333,3 +376,15 @@ def test_released_declarations_keep_their_names_and_tasks_and_refuse_a_publicati
         beat.publish()
     with pytest.raises(InvalidSchedule, match="released"):
         beat.schedule(name="c", task="os.cpu_count", every="1h")
+
+
+def test_expires_from_per_schedule_is_a_one_line_error_naming_the_field() -> None:
+    b = beat()
+    with pytest.raises(InvalidSchedule) as caught:
+        b.schedule(name="late", task=job, every="1m", expires="30s", expires_from="scheduled")
+    assert caught.value.field == "expires_from"
+    assert "give it to the submitter" in str(caught.value) and "\n" not in str(caught.value)
+    with pytest.raises(InvalidSchedule) as unknown:
+        b.schedule(name="late", task=job, every="1m", colour="blue")
+    assert unknown.value.field == "colour"
+    assert b.schedules == []

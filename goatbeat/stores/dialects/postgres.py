@@ -957,11 +957,24 @@ class _Tx:
         return row is not None and int(row["matched"]) > 0
 
     def record_completion(
-        self, key: str, outcome: str, error: str | None, runtime: float | None, worker: str | None
+        self,
+        key: str,
+        outcome: str,
+        error: str | None,
+        runtime: float | None,
+        worker: str | None,
+        only_open: bool = False,
     ) -> Completion:
         row = self._one(
             "record_completion",
-            {"key": key, "outcome": outcome, "error": error, "runtime": runtime, "worker": worker},
+            {
+                "key": key,
+                "outcome": outcome,
+                "error": error,
+                "runtime": runtime,
+                "worker": worker,
+                "only_open": only_open,
+            },
         )
         if row is None:
             return Completion(matched=False)
@@ -969,6 +982,20 @@ class _Tx:
         if row["pause_name"] is not None:  # the pause_on_failure rule, applied in the query
             pause = (str(row["pause_name"]), int(row["failures"]))
         return Completion(matched=int(row["matched"]) > 0, pause=pause)
+
+    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        started = self._fetch("open_runs_started", {"limit": limit})
+        return started + self._fetch("open_runs_submitted", {"since": since, "limit": limit})
+
+    def retry_now(self) -> int:
+        return self._count("retry_now", {})
+
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        return self._fetch("refused_schedules")
+
+    def longest_bound(self) -> float:
+        row = self._one("longest_bound")
+        return float(row["seconds"] or 0) if row is not None else 0.0
 
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         with self._atomic():

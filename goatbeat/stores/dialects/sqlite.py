@@ -32,7 +32,15 @@ from typing import Any
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import StoreError
 from goatbeat.core.health import SchedulerBeat
-from goatbeat.core.model import ExecutionStatus, LeaseGrant, Miss, SubmitOutcome
+from goatbeat.core.model import (
+    ENDED_BY_REPORT,
+    FAILURE_STATUSES,
+    OPEN_STATUSES,
+    ExecutionStatus,
+    LeaseGrant,
+    Miss,
+    SubmitOutcome,
+)
 from goatbeat.core.shards import Shard
 from goatbeat.stores import schema
 from goatbeat.stores.dialect import (
@@ -813,11 +821,17 @@ class _Tx:
         return True
 
     def record_completion(
-        self, key: str, outcome: str, error: str | None, runtime: float | None, worker: str | None
+        self,
+        key: str,
+        outcome: str,
+        error: str | None,
+        runtime: float | None,
+        worker: str | None,
+        only_open: bool = False,
     ) -> Completion:
         with self._atomic():
             row = self._run("execution_for_report", {"key": key}).fetchone()
-            if row is None:
+            if row is None or (only_open and row["status"] not in OPEN_STATUSES):
                 return Completion(matched=False)
             now = self.now()
             seconds = runtime
@@ -836,19 +850,35 @@ class _Tx:
                     "worker": worker,
                 },
             )
-            counts = row["status"] != ExecutionStatus.FAILED.value
+            counts = outcome in FAILURE_STATUSES and row["status"] not in FAILURE_STATUSES
             self._report_to_schedule(row, outcome, now_text, counts)
             sid = row["schedule_id"]
-            ended = outcome in (ExecutionStatus.SUCCEEDED.value, ExecutionStatus.FAILED.value)
+            ended = outcome in ENDED_BY_REPORT
             if ended and sid is not None:
                 if self._run("has_buffered", {"id": sid}).fetchone() is not None:
                     self.notify(f"schedule:{sid}")  # the run ended: the leader starts that one
             pause = None
-            if sid is not None and outcome == ExecutionStatus.FAILED.value:
+            if sid is not None and outcome in FAILURE_STATUSES:
                 state = self._run("failure_pause", {"id": sid}).fetchone()
                 if state is not None:
                     pause = (str(state["name"]), int(state["consecutive_failures"]))
         return Completion(matched=True, pause=pause)
+
+    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        started = self._rows("open_runs_started", {"limit": limit})
+        submitted = self._rows("open_runs_submitted", {"since": encode_time(since), "limit": limit})
+        return started + submitted
+
+    def retry_now(self) -> int:
+        with self._atomic():
+            return int(self._run("retry_now", {"now": self._now_text()}).rowcount)
+
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        return self._rows("refused_schedules")
+
+    def longest_bound(self) -> float:
+        row = self._run("longest_bound").fetchone()
+        return float(row["seconds"] or 0) if row is not None else 0.0
 
     def _report_to_schedule(
         self, row: sqlite3.Row, status: str, now: str | None, counts_failure: bool

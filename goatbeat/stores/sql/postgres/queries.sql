@@ -451,7 +451,7 @@ WITH o AS (
                         ELSE now() + make_interval(secs => o.retry_in) END
     FROM o
     WHERE e.id = o.id AND (e.status = 'claimed' OR (o.ok AND e.status IN (
-        'running', 'retried', 'succeeded', 'failed')))
+        'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')))
     RETURNING e.schedule_id, e.scheduled_at,
               CASE WHEN o.final AND o.missed AND NOT o.ok THEN 'missed' ELSE e.status END
                   AS status,
@@ -487,7 +487,7 @@ WITH o AS (
         retry_at = NULL
     FROM o
     WHERE e.id = o.id
-      AND e.status IN ('claimed', 'running', 'retried', 'succeeded', 'failed')
+      AND e.status IN ('claimed', 'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')
     RETURNING e.schedule_id, e.scheduled_at, e.status
 ), latest AS (
     SELECT DISTINCT ON (schedule_id) schedule_id, status
@@ -780,6 +780,8 @@ WITH old AS (
         retries = e.retries + CASE WHEN %(outcome)s::text = 'retried' THEN 1 ELSE 0 END
     FROM old
     WHERE e.id = old.id
+      -- The leader ending a run as lost or expired: only if no report ended it meanwhile.
+      AND (NOT %(only_open)s::boolean OR old.status IN ('submitted', 'running', 'retried'))
     RETURNING e.schedule_id, e.scheduled_at, old.status AS previous
 ), touched AS (
     UPDATE goatbeat_schedule AS s SET
@@ -788,11 +790,12 @@ WITH old AS (
             THEN %(outcome)s::text ELSE s.last_status END,
         last_success_at = CASE WHEN %(outcome)s::text = 'succeeded' THEN now()
                                ELSE s.last_success_at END,
-        last_failure_at = CASE WHEN %(outcome)s::text = 'failed' THEN now()
+        last_failure_at = CASE WHEN %(outcome)s::text IN ('failed', 'lost') THEN now()
                                ELSE s.last_failure_at END,
         consecutive_failures = CASE
             WHEN %(outcome)s::text = 'succeeded' THEN 0
-            WHEN %(outcome)s::text = 'failed' AND changed.previous <> 'failed'
+            WHEN %(outcome)s::text IN ('failed', 'lost')
+                 AND changed.previous NOT IN ('failed', 'lost')
             THEN s.consecutive_failures + 1
             ELSE s.consecutive_failures END
     FROM changed
@@ -802,14 +805,15 @@ WITH old AS (
     -- A run that ends wakes the leader when an occurrence of its schedule is buffered
     -- behind it (overlap buffer_one).
     SELECT pg_notify('goatbeat', 'schedule:' || changed.schedule_id::text) FROM changed
-    WHERE %(outcome)s::text IN ('succeeded', 'failed')
+    WHERE %(outcome)s::text IN ('succeeded', 'failed', 'lost', 'expired')
       AND EXISTS (SELECT 1 FROM goatbeat_execution b
                   WHERE b.schedule_id = changed.schedule_id AND b.status = 'buffered')
 )
 SELECT (SELECT count(*) FROM changed) AS matched,
        (SELECT count(*) FROM woken) AS woken,
        (SELECT name FROM touched
-        WHERE %(outcome)s::text = 'failed' AND NOT paused AND pause_on_failure IS NOT NULL
+        WHERE %(outcome)s::text IN ('failed', 'lost') AND NOT paused
+          AND pause_on_failure IS NOT NULL
           AND consecutive_failures >= pause_on_failure) AS pause_name,
        (SELECT consecutive_failures FROM touched) AS failures;
 
@@ -858,7 +862,7 @@ SELECT
     (SELECT COALESCE(sum(missed), 0) FROM goatbeat_miss
      WHERE recorded_at > %(since)s) AS missed,
     (SELECT count(*) FROM goatbeat_execution
-     WHERE status IN ('failed', 'submit_failed')
+     WHERE status IN ('failed', 'submit_failed', 'lost', 'expired')
        AND scheduled_at > %(since)s AND scheduled_at <= %(now)s) AS failed;
 
 -- name: status_oldest
@@ -917,3 +921,42 @@ UPDATE goatbeat_execution SET schedule_name = %(new_name)s WHERE schedule_id = %
 
 -- name: schedule_rename_misses
 UPDATE goatbeat_miss SET schedule_name = %(new_name)s WHERE schedule_id = %(id)s;
+
+-- name: open_runs_started
+-- Runs a worker started and did not end (running, retried), with what judges whether they
+-- are lost: the open index holds only runs that have not ended.
+SELECT e.id, e.idempotency_key, e.schedule_name, e.status, e.claimed_at, e.submitted_at,
+       e.started_at, e.finished_at, s.max_runtime, s.expires
+FROM goatbeat_execution AS e JOIN goatbeat_schedule AS s ON s.id = e.schedule_id
+WHERE e.status IN ('running', 'retried')
+ORDER BY e.id
+LIMIT %(limit)s;
+
+-- name: open_runs_submitted
+-- Runs submitted since :since with no word from a worker, of schedules whose workers report
+-- (a success or failure was recorded): the status index, from :since on.
+SELECT e.id, e.idempotency_key, e.schedule_name, e.status, e.claimed_at, e.submitted_at,
+       e.started_at, e.finished_at, s.max_runtime, s.expires
+FROM goatbeat_execution AS e JOIN goatbeat_schedule AS s ON s.id = e.schedule_id
+WHERE e.status = 'submitted' AND e.scheduled_at > %(since)s
+  AND (s.last_success_at IS NOT NULL OR s.last_failure_at IS NOT NULL)
+ORDER BY e.id
+LIMIT %(limit)s;
+
+-- name: longest_bound
+SELECT max(GREATEST(COALESCE(max_runtime, 0), COALESCE(expires, 0))) AS seconds
+FROM goatbeat_schedule;
+
+-- name: refused_schedules
+-- Schedules not declared in code that a scheduler refused and took out of scheduling: a
+-- scheduler that knows their task now schedules them again.
+SELECT name, task FROM goatbeat_schedule
+WHERE enabled AND NOT paused AND source <> 'code' AND next_run_at IS NULL
+  AND last_status = 'refused'
+ORDER BY name;
+
+-- name: retry_now
+-- The backend is back (a submission succeeded after failures): the rows backing off from
+-- failed submissions are due now rather than at the end of their backoff. The pending index.
+UPDATE goatbeat_execution SET retry_at = now()
+WHERE status = 'claimed' AND retry_at > now();

@@ -244,7 +244,7 @@ UPDATE goatbeat_execution SET
     attempts = attempts + 1,
     retry_at = CASE WHEN :ok OR :final THEN NULL ELSE :retry_at END
 WHERE id = :id AND (status = 'claimed' OR (:ok AND status IN (
-    'running', 'retried', 'succeeded', 'failed')))
+    'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')))
 RETURNING schedule_id, scheduled_at, status;
 
 -- name: claim_manual_run
@@ -469,7 +469,8 @@ UPDATE goatbeat_schedule SET
     last_status = CASE WHEN :scheduled_at >= COALESCE(last_run_at, :scheduled_at)
                        THEN :status ELSE last_status END,
     last_success_at = CASE WHEN :status = 'succeeded' THEN :now ELSE last_success_at END,
-    last_failure_at = CASE WHEN :status = 'failed' THEN :now ELSE last_failure_at END,
+    last_failure_at = CASE WHEN :status IN ('failed', 'lost') THEN :now
+                           ELSE last_failure_at END,
     consecutive_failures = CASE
         WHEN :status = 'succeeded' THEN 0
         WHEN :counts_failure THEN consecutive_failures + 1
@@ -528,7 +529,7 @@ SELECT
      WHERE status = 'claimed' AND scheduled_at <= :now) AS pending,
     (SELECT COALESCE(sum(missed), 0) FROM goatbeat_miss WHERE recorded_at > :since) AS missed,
     (SELECT count(*) FROM goatbeat_execution
-     WHERE status IN ('failed', 'submit_failed')
+     WHERE status IN ('failed', 'submit_failed', 'lost', 'expired')
        AND scheduled_at > :since AND scheduled_at <= :now) AS failed;
 
 -- name: status_oldest
@@ -586,3 +587,39 @@ UPDATE goatbeat_execution SET schedule_name = :new_name WHERE schedule_id = :id;
 
 -- name: schedule_rename_misses
 UPDATE goatbeat_miss SET schedule_name = :new_name WHERE schedule_id = :id;
+
+-- name: open_runs_started
+-- Runs a worker started and did not end (running, retried); see ../postgres/queries.sql.
+SELECT e.id, e.idempotency_key, e.schedule_name, e.status, e.claimed_at, e.submitted_at,
+       e.started_at, e.finished_at, s.max_runtime, s.expires
+FROM goatbeat_execution AS e JOIN goatbeat_schedule AS s ON s.id = e.schedule_id
+WHERE e.status IN ('running', 'retried')
+ORDER BY e.id
+LIMIT :limit;
+
+-- name: open_runs_submitted
+SELECT e.id, e.idempotency_key, e.schedule_name, e.status, e.claimed_at, e.submitted_at,
+       e.started_at, e.finished_at, s.max_runtime, s.expires
+FROM goatbeat_execution AS e JOIN goatbeat_schedule AS s ON s.id = e.schedule_id
+WHERE e.status = 'submitted' AND e.scheduled_at > :since
+  AND (s.last_success_at IS NOT NULL OR s.last_failure_at IS NOT NULL)
+ORDER BY e.id
+LIMIT :limit;
+
+-- name: longest_bound
+SELECT max(max(COALESCE(max_runtime, 0), COALESCE(expires, 0))) AS seconds
+FROM goatbeat_schedule;
+
+-- name: refused_schedules
+-- Schedules not declared in code that a scheduler refused and took out of scheduling: a
+-- scheduler that knows their task now schedules them again.
+SELECT name, task FROM goatbeat_schedule
+WHERE enabled AND NOT paused AND source <> 'code' AND next_run_at IS NULL
+  AND last_status = 'refused'
+ORDER BY name;
+
+-- name: retry_now
+-- The backend is back (a submission succeeded after failures): the rows backing off from
+-- failed submissions are due now rather than at the end of their backoff. The pending index.
+UPDATE goatbeat_execution SET retry_at = :now
+WHERE status = 'claimed' AND retry_at > :now;
