@@ -591,19 +591,29 @@ class FieldRule:
 
 _ZERO = timedelta(0)
 _TASK_NAME = re.compile(r"\S+\Z")  # non-empty, no whitespace at all
-_MISFIRES: dict[Any, MisfirePolicy] = {p.value: p for p in MisfirePolicy}
-_OVERLAPS: dict[Any, OverlapPolicy] = {p.value: p for p in OverlapPolicy}
 _SOURCES: dict[Any, Source] = {s.value: s for s in Source}
 
 
-def _policy[P: (MisfirePolicy, OverlapPolicy)](field: str, value: Any, kind: type[P]) -> P:
-    """``value`` as a member of the policy enum ``kind``, or InvalidSchedule naming ``field``."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidSchedule(
-            field, value, f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}"
-        ) from None
+def _policy(field: str, kind: type[MisfirePolicy] | type[OverlapPolicy]) -> Callable[[Any], Any]:
+    """The normaliser of a policy field: a member of ``kind``, from itself or its value."""
+    members: dict[Any, Any] = {p.value: p for p in kind}
+
+    def normalise(value: Any) -> Any:
+        if type(value) is kind:
+            return value
+        policy = members.get(value) if type(value) is str else None
+        if policy is not None:
+            return policy
+        try:
+            return kind(value)
+        except ValueError:
+            raise InvalidSchedule(
+                field,
+                value,
+                f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}",
+            ) from None
+
+    return normalise
 
 
 # Each normaliser keeps a valid value of the final form as it is (the same object: that is
@@ -665,13 +675,6 @@ def _routing(value: Any) -> Any:
     raise InvalidSchedule("routing", value, f"{short_repr(value)} is not a Routing")
 
 
-def _misfire(value: Any) -> MisfirePolicy:
-    if type(value) is MisfirePolicy:
-        return value
-    policy = _MISFIRES.get(value) if type(value) is str else None
-    return policy if policy is not None else _policy("misfire", value, MisfirePolicy)
-
-
 def _grace(value: Any) -> Any:
     if isinstance(value, timedelta) and value >= _ZERO:
         return value
@@ -724,13 +727,6 @@ def _jitter(value: Any) -> Any:
     raise InvalidSchedule("jitter", value, f"{short_repr(value)} is not between 0 and 1 day")
 
 
-def _overlap(value: Any) -> OverlapPolicy:
-    if type(value) is OverlapPolicy:
-        return value
-    policy = _OVERLAPS.get(value) if type(value) is str else None
-    return policy if policy is not None else _policy("overlap", value, OverlapPolicy)
-
-
 def _max_runtime(value: Any) -> Any:
     if value is None or (isinstance(value, timedelta) and value > _ZERO):
         return value
@@ -778,7 +774,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         FieldRule("args", _args),
         FieldRule("kwargs", _kwargs),
         FieldRule("routing", _routing),
-        FieldRule("misfire", _misfire),
+        FieldRule("misfire", _policy("misfire", MisfirePolicy)),
         FieldRule("misfire_grace", _grace),
         FieldRule("catch_up_limit", _catch_up),
         FieldRule("start_at", _instant("start_at")),
@@ -790,7 +786,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         FieldRule("source", _source),
         FieldRule("description", _text("description")),
         FieldRule("jitter", _jitter),
-        FieldRule("overlap", _overlap),
+        FieldRule("overlap", _policy("overlap", OverlapPolicy)),
         FieldRule("max_runtime", _max_runtime),
         FieldRule("pause_on_failure", _pause_on_failure),
         FieldRule("paused_at", _instant("paused_at", named=False)),
