@@ -19,6 +19,14 @@ from typing import Any
 
 from goatbeat.core.errors import DamagedRow, InvalidSchedule, InvalidValue, short_repr
 from goatbeat.core.jitter import MAX_JITTER
+from goatbeat.core.jsonvalues import (
+    MAX_JSON_DEPTH,
+    NOT_PLAIN,
+    check_json,
+    json_form,
+    json_problem,
+    plain_copy,
+)
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.core.triggers import Trigger
 
@@ -181,7 +189,7 @@ class Routing:
             raise InvalidSchedule(
                 "headers", self.headers, f"{short_repr(self.headers)} is not a mapping"
             )
-        _check_json("headers", dict(self.headers))
+        check_json("headers", dict(self.headers))
         object.__setattr__(self, "headers", dict(self.headers))
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,8 +239,6 @@ class Routing:
         return self
 
 
-MAX_JSON_DEPTH = 100
-
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
 _TRIGGER_TYPES: set[type] = set()
@@ -246,139 +252,6 @@ def _is_trigger(value: object) -> bool:
     if type(value).__module__.startswith("goatbeat."):
         _TRIGGER_TYPES.add(type(value))
     return True
-
-
-def _check_json(field_name: str, value: Any) -> None:
-    """``value`` must survive a JSON round trip unchanged, since that is how it is stored and
-    sent: finite numbers, strings, lists, and objects with string keys, nested at most
-    MAX_JSON_DEPTH deep (tuples become lists, which backends already do)."""
-    if _plain_json(value, 0):
-        return
-    problem = _json_problem(value)
-    if problem is None:
-        try:
-            json.dumps(value, allow_nan=False, sort_keys=True)
-        except (TypeError, ValueError, RecursionError) as exc:
-            problem = str(exc)
-    if problem is not None:
-        raise InvalidSchedule(
-            field_name, value, f"{short_repr(value)} is not JSON-serialisable: {problem}"
-        )
-
-
-def _plain_json(value: Any, depth: int) -> bool:
-    """The common case, checked quickly: only lists, dicts with string keys, strings, finite
-    floats, ints of a sane size, booleans and None, of exactly those types (anything else
-    goes through :func:`_json_problem` and :func:`json.dumps`)."""
-    kind = type(value)
-    if kind is str or kind is bool or value is None:
-        return True
-    if kind is int:
-        return bool(value.bit_length() <= 10_000)
-    if kind is float:
-        return math.isfinite(value)
-    if depth >= MAX_JSON_DEPTH:
-        return False
-    # Loops rather than all(...): this runs for every argument of every declaration.
-    if kind is list:
-        for item in value:
-            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
-                continue
-            if not _plain_json(item, depth + 1):
-                return False
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                return False
-            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
-                continue
-            if not _plain_json(item, depth + 1):
-                return False
-        return True
-    return False
-
-
-_NOT_PLAIN: Any = object()
-"""What :func:`_plain_copy` returns for data that is not plain JSON."""
-
-
-def _plain_copy(value: Any, depth: int) -> Any:
-    """:func:`_json_form` of ``value`` when :func:`_plain_json` accepts it (the same rule, in
-    one walk: this runs for the arguments of every declaration), else :data:`_NOT_PLAIN`."""
-    kind = type(value)
-    if kind is list:
-        if depth >= MAX_JSON_DEPTH:
-            return _NOT_PLAIN
-        out = []
-        for item in value:
-            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
-                out.append(item)
-                continue
-            item = _plain_copy(item, depth + 1)
-            if item is _NOT_PLAIN:
-                return _NOT_PLAIN
-            out.append(item)
-        return out
-    if kind is dict:
-        if depth >= MAX_JSON_DEPTH:
-            return _NOT_PLAIN
-        copy = {}
-        for key, item in value.items():
-            if type(key) is not str:
-                return _NOT_PLAIN
-            if type(item) is str or (type(item) is int and item.bit_length() <= 10_000):
-                copy[key] = item
-                continue
-            item = _plain_copy(item, depth + 1)
-            if item is _NOT_PLAIN:
-                return _NOT_PLAIN
-            copy[key] = item
-        return copy
-    if kind is str or kind is bool or value is None:
-        return value
-    if kind is int:
-        return value if value.bit_length() <= 10_000 else _NOT_PLAIN
-    if kind is float:
-        return value if math.isfinite(value) else _NOT_PLAIN
-    return _NOT_PLAIN
-
-
-def _json_form(value: Any) -> Any:
-    """A deep copy of checked JSON data with tuples as lists and mappings as dicts."""
-    if isinstance(value, (list, tuple)):
-        return [_json_form(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _json_form(v) for k, v in value.items()}
-    return value
-
-
-def _json_problem(value: Any) -> str | None:
-    # Iterative, so a hostile nesting depth cannot exhaust the interpreter's stack.
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"nested deeper than {MAX_JSON_DEPTH} levels"
-        if item is None or isinstance(item, (bool, str)):
-            continue
-        if isinstance(item, int):
-            if item.bit_length() > 10_000:
-                return f"an integer of {item.bit_length()} bits is too large"
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return f"{item!r} is not a finite number"
-        elif isinstance(item, (list, tuple)):
-            stack.extend((v, depth + 1) for v in item)
-        elif isinstance(item, Mapping):
-            for key, v in item.items():
-                if not isinstance(key, str):
-                    # JSON would silently turn 1 into "1": the task would get other kwargs.
-                    return f"key {short_repr(key)} is not a string"
-                stack.append((v, depth + 1))
-        else:
-            return f"{type(item).__name__} is not a JSON type"
-    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -610,19 +483,29 @@ class FieldRule:
 
 _ZERO = timedelta(0)
 _TASK_NAME = re.compile(r"\S+\Z")  # non-empty, no whitespace at all
-_MISFIRES: dict[Any, MisfirePolicy] = {p.value: p for p in MisfirePolicy}
-_OVERLAPS: dict[Any, OverlapPolicy] = {p.value: p for p in OverlapPolicy}
 _SOURCES: dict[Any, Source] = {s.value: s for s in Source}
 
 
-def _policy[P: (MisfirePolicy, OverlapPolicy)](field: str, value: Any, kind: type[P]) -> P:
-    """``value`` as a member of the policy enum ``kind``, or InvalidSchedule naming ``field``."""
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidSchedule(
-            field, value, f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}"
-        ) from None
+def _policy(field: str, kind: type[MisfirePolicy] | type[OverlapPolicy]) -> Callable[[Any], Any]:
+    """The normaliser of a policy field: a member of ``kind``, from itself or its value."""
+    members: dict[Any, Any] = {p.value: p for p in kind}
+
+    def normalise(value: Any) -> Any:
+        if type(value) is kind:
+            return value
+        policy = members.get(value) if type(value) is str else None
+        if policy is not None:
+            return policy
+        try:
+            return kind(value)
+        except ValueError:
+            raise InvalidSchedule(
+                field,
+                value,
+                f"{short_repr(value)} is not one of {', '.join(p.value for p in kind)}",
+            ) from None
+
+    return normalise
 
 
 # Each normaliser keeps a valid value of the final form as it is (the same object: that is
@@ -658,37 +541,30 @@ def _args(value: Any) -> tuple[Any, ...]:
     # Stored and sent as JSON, so keep the JSON form: a nested tuple would come back as a
     # list and the schedule would never equal its stored self. Always a deep copy.
     if type(value) is list or type(value) is tuple:
-        args = _plain_copy(value if type(value) is list else list(value), 0)
-        if args is not _NOT_PLAIN:
+        args = plain_copy(value if type(value) is list else list(value), 0)
+        if args is not NOT_PLAIN:
             return tuple(args)
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise InvalidSchedule("args", value, f"{short_repr(value)} must be a list")
-    _check_json("args", list(value))
-    return tuple(_json_form(list(value)))
+    check_json("args", list(value))
+    return tuple(json_form(list(value)))
 
 
 def _kwargs(value: Any) -> Any:
     if type(value) is dict:
-        kwargs = _plain_copy(value, 0)
-        if kwargs is not _NOT_PLAIN:
+        kwargs = plain_copy(value, 0)
+        if kwargs is not NOT_PLAIN:
             return kwargs
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise InvalidSchedule("kwargs", value, f"{short_repr(value)} must be a JSON object")
-    _check_json("kwargs", dict(value))
-    return _json_form(dict(value))
+    check_json("kwargs", dict(value))
+    return json_form(dict(value))
 
 
 def _routing(value: Any) -> Any:
     if isinstance(value, Routing):
         return value
     raise InvalidSchedule("routing", value, f"{short_repr(value)} is not a Routing")
-
-
-def _misfire(value: Any) -> MisfirePolicy:
-    if type(value) is MisfirePolicy:
-        return value
-    policy = _MISFIRES.get(value) if type(value) is str else None
-    return policy if policy is not None else _policy("misfire", value, MisfirePolicy)
 
 
 def _grace(value: Any) -> Any:
@@ -743,13 +619,6 @@ def _jitter(value: Any) -> Any:
     raise InvalidSchedule("jitter", value, f"{short_repr(value)} is not between 0 and 1 day")
 
 
-def _overlap(value: Any) -> OverlapPolicy:
-    if type(value) is OverlapPolicy:
-        return value
-    policy = _OVERLAPS.get(value) if type(value) is str else None
-    return policy if policy is not None else _policy("overlap", value, OverlapPolicy)
-
-
 def _max_runtime(value: Any) -> Any:
     if value is None or (isinstance(value, timedelta) and value > _ZERO):
         return value
@@ -797,7 +666,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         FieldRule("args", _args),
         FieldRule("kwargs", _kwargs),
         FieldRule("routing", _routing),
-        FieldRule("misfire", _misfire),
+        FieldRule("misfire", _policy("misfire", MisfirePolicy)),
         FieldRule("misfire_grace", _grace),
         FieldRule("catch_up_limit", _catch_up),
         FieldRule("start_at", _instant("start_at")),
@@ -809,7 +678,7 @@ FIELD_RULES: dict[str, FieldRule] = {
         FieldRule("source", _source),
         FieldRule("description", _text("description")),
         FieldRule("jitter", _jitter),
-        FieldRule("overlap", _overlap),
+        FieldRule("overlap", _policy("overlap", OverlapPolicy)),
         FieldRule("max_runtime", _max_runtime),
         FieldRule("pause_on_failure", _pause_on_failure),
         FieldRule("paused_at", _instant("paused_at", named=False)),
@@ -946,7 +815,7 @@ def json_safe(value: Any) -> Any:
     bounded repr: stored values shown to an operator may be anything."""
     if isinstance(value, datetime):
         return value.isoformat()
-    if _json_problem(value) is None:
+    if json_problem(value) is None:
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError, RecursionError):
