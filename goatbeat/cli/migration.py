@@ -421,8 +421,17 @@ def _print(report: ImportReport, lines: list[str]) -> None:
             )
         else:
             click.echo(f"{prefix}update  {name}")
+    unrun = set(report.changed_unrun)
     for name in report.refreshed:
-        click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
+        if name in unrun:
+            click.echo(
+                f"{prefix}refresh {name}  (it never ran, and the source changed the row since: "
+                "its next run counts from that change, as celery counts it)"
+            )
+        else:
+            click.echo(
+                f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)"
+            )
     for name in report.unchanged:
         click.echo(f"unchanged {name}")
     for name, reason in report.conflicts:

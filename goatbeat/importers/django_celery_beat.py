@@ -313,6 +313,7 @@ def _entry(
         celery_schedule=celery_sched,
         celery_tz=celery_tz,
         last_run_at=anchor,
+        ran=last_run_at is not None,
         enabled=enabled,
         task=task,
         args=schedule.args,
