@@ -41,7 +41,7 @@ optional toolkits plug in without ``goatbeat.cli`` importing them. A command fin
 ``ctx.find_object(CliContext).app()`` (or ``.store()``), and raises :class:`UserError` (or any
 ``GoatbeatError``) to report a mistake in one line. Django's management command reuses the
 group: ``cli.main(args, obj=CliContext(django=True, verbosity=...))``; the group then hides and
-refuses ``--app``, ``--database`` and ``demo``, and lists Django's options in its help.
+refuses ``--app`` and ``demo`` (``--database`` is the target, as everywhere), and lists Django's options in its help.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ _LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 _CHATTY = frozenset({"scheduler", "demo"})
 _VERBOSITY_LEVELS = {0: "ERROR", 2: "INFO", 3: "DEBUG"}
 """Django's ``-v``: 1 keeps the command's default level."""
-_NOT_UNDER_DJANGO = frozenset({"app_spec", "database", "listen_database", "pooled"})
+_NOT_UNDER_DJANGO = frozenset({"app_spec", "listen_database", "pooled"})
 """Group options ``manage.py goatbeat`` hides and refuses: the app and its database are the
 Django project's."""
 DJANGO_OPTIONS_HELP = [
@@ -244,12 +244,6 @@ def cli(
             raise UserError(
                 "--app cannot be used with manage.py goatbeat: the app is this Django project "
                 "(its schedules.py files); run the standalone goatbeat command for another app"
-            )
-        if existing.django and database:
-            raise UserError(
-                "--database cannot be used with manage.py goatbeat: the database is "
-                "GOATBEAT['database'] (a DATABASES alias); run the standalone goatbeat command "
-                "for another database"
             )
         if existing.django and (listen_database or pooled):
             raise UserError(

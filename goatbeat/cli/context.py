@@ -8,7 +8,8 @@ the :class:`BeatLike` surface will do. A command reaches it with :func:`open_app
 it when the command ends) or ``ctx.find_object(CliContext).app()``.
 
 ``manage.py goatbeat`` makes ``CliContext(django=True)``: the app is always the Django project,
-and ``--app`` and ``--database`` are refused (the group says why). The Django project's
+and ``--app`` is refused (the group says why). ``--database`` is always the target, the Django
+project's included (its declarations on that database instead of ``GOATBEAT['database']``). The Django project's
 ``LOGGING`` then owns goatbeat's log records (:func:`goatbeat.cli.logs.defer_to_project_logging`).
 """
 
@@ -112,16 +113,16 @@ class CliContext:
         ``DJANGO_SETTINGS_MODULE`` for the fallback (the demo never runs on a project)."""
         if self._app is None:
             self._app = self._load(fallback, allow_django=allow_django)
-            if self.database and self.django:
-                raise UserError(
-                    "--database cannot be used with the Django project: its database is "
-                    "GOATBEAT['database'] (a DATABASES alias); pass --app for another app"
-                )
             if self.database:
+                # An explicit --database is always the target, the Django project's included
+                # (DjangoRegistry.use_database): never GOATBEAT['database'] behind its back.
                 use = getattr(self._app, "use_database", None)
                 if not callable(use):
                     raise UserError("--database cannot be used with this app")
-                use(self.database)
+                try:
+                    use(self.database)
+                except GoatbeatError as exc:
+                    raise UserError(str(exc)) from None
             self._configure_pooling()
         return self._app
 

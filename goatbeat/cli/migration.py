@@ -421,8 +421,17 @@ def _print(report: ImportReport, lines: list[str]) -> None:
             )
         else:
             click.echo(f"{prefix}update  {name}")
+    unrun = set(report.changed_unrun)
     for name in report.refreshed:
-        click.echo(f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)")
+        if name in unrun:
+            click.echo(
+                f"{prefix}refresh {name}  (it never ran, and the source changed the row since: "
+                "its next run counts from that change, as celery counts it)"
+            )
+        else:
+            click.echo(
+                f"{prefix}refresh {name}  (celery ran it since: its next run follows that run)"
+            )
     for name in report.unchanged:
         click.echo(f"unchanged {name}")
     for name, reason in report.conflicts:
@@ -512,6 +521,11 @@ def export_last_runs(
     else:
         conn, label = to_dcb, redact_url(to_dcb)
     click.echo(f"to: django-celery-beat's tables ({label}){' (dry run)' if dry_run else ''}")
+    click.echo(
+        "check: django-celery-beat's beat must be stopped (its DatabaseScheduler would write "
+        "its own last runs over these at its next sync): look for 'celery ... beat' in your "
+        "process manager or `ps -ef | grep beat`; goatbeat cannot see it from the database"
+    )
     naive = naive_timezone or beat_sources.naive_timezone()
     try:
         changed = django_celery_beat.hand_back(
@@ -533,6 +547,11 @@ def export_last_runs(
         f"summary: {len(changed)} row(s) {'would be ' if dry_run else ''}moved forward, "
         f"{len(ran) - len(changed)} already at or past goatbeat's last run"
     )
+    if changed and not dry_run:
+        click.echo(
+            "django_celery_beat_periodictasks.last_update moved to now: a DatabaseScheduler "
+            "reads the rows again as written"
+        )
 
 
 # -- diff ------------------------------------------------------------------------------------

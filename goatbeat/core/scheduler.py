@@ -1237,7 +1237,8 @@ class Scheduler:
                 scheduler_id=self.scheduler_id,
                 fencing_token=grant.token,
                 missed=result.missed,
-                schedules=sorted({o.schedule_name for o in occurrences}) or None,
+                # The schedules that missed something, not every one the batch claimed.
+                schedules=sorted({m.schedule_name for m in result.misses if m.count}) or None,
             )
         for name, count in result.skipped.items():
             # The overlap policy: the previous run of the schedule is still running.

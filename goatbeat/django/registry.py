@@ -21,6 +21,7 @@ path. The registry remembers which backend each declared task object belongs to
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import threading
 import traceback
@@ -101,6 +102,8 @@ class DjangoRegistry(Beat):
         self.problems: list[str] = []
         """What discovery found wrong, each naming the app and the schedule."""
         self._app: str | None = None  # the app whose register() runs (discovery only)
+        self._target: str | None = None  # --database: a URL or a DATABASES alias
+        self._target_store: ScheduleStore | None = None
         routing = DjangoRoutingSubmitter(
             pinned=django_settings.submitter,
             options=django_settings.submitter_options,
@@ -118,8 +121,9 @@ class DjangoRegistry(Beat):
 
     @property
     def store(self) -> ScheduleStore:
-        """This thread's store over Django's connection for ``GOATBEAT['database']``."""
-        store = get_store()
+        """This thread's store over Django's connection for ``GOATBEAT['database']``; with
+        :meth:`use_database`, that database's."""
+        store = get_store() if self._target is None else self._target_opened()
         capability(self.submitter, "bind")(store)
         return store
 
@@ -196,9 +200,61 @@ class DjangoRegistry(Beat):
         """The names declared in code, in declaration order."""
         return [s.name for s in self.schedules]
 
+    def use_database(self, database: str) -> None:
+        """The CLI's ``--database`` (``goatbeat --database URL ...`` with
+        ``DJANGO_SETTINGS_MODULE`` set, ``manage.py goatbeat --database URL ...``): every
+        command works on that database instead of ``GOATBEAT['database']``, the project's
+        ``schedules.py`` declarations included. A URL (``postgresql://...``, ``sqlite:///...``)
+        gets a store of its own; a name is a ``DATABASES`` alias, reached through Django's
+        connection. Until :meth:`close`."""
+        if not isinstance(database, str) or not database.strip():
+            raise InvalidValue("database", database, f"{database!r} is not a database URL")
+        if "://" not in database:
+            from django.db import connections
+
+            if database not in connections:
+                raise InvalidValue(
+                    "database",
+                    database,
+                    f"{database!r} is neither a URL nor an alias of DATABASES "
+                    f"({', '.join(sorted(connections))})",
+                )
+        self._close_target()
+        self._target = database
+        self.settings = dataclasses.replace(self.settings, database=database)
+
+    def _target_opened(self) -> ScheduleStore:
+        assert self._target is not None
+        if self._target_store is None:
+            if "://" in self._target:
+                from goatbeat.stores import open_store
+
+                self._target_store = open_store(self._target)
+            else:
+                from goatbeat.django.connection import DjangoConnectionProvider
+                from goatbeat.stores.postgres import PostgresStore
+
+                self._target_store = PostgresStore(
+                    connection_provider=DjangoConnectionProvider(self._target)
+                )
+        return self._target_store
+
+    def _close_target(self) -> None:
+        if self._target_store is not None:
+            self._target_store.close()
+        self._target_store = None
+        self._target = None
+        self.settings = dataclasses.replace(
+            self.settings, database=self.django_settings.core.database
+        )
+
     def close(self) -> None:
-        """Close the submitters; the connection belongs to Django."""
-        self.submitter.close()
+        """Close the submitters and the ``--database`` store (the project's own connection
+        belongs to Django), and forget ``--database``."""
+        try:
+            self.submitter.close()
+        finally:
+            self._close_target()
 
 
 _registry: DjangoRegistry | None = None

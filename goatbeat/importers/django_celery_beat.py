@@ -313,6 +313,7 @@ def _entry(
         celery_schedule=celery_sched,
         celery_tz=celery_tz,
         last_run_at=anchor,
+        ran=last_run_at is not None,
         enabled=enabled,
         task=task,
         args=schedule.args,
@@ -580,6 +581,8 @@ def _hand_back(
                 f"WHERE name = {marker}",
                 (value, total, name),
             )
+        if changed and not dry_run:
+            _bump_changes(cursor, marker, naive, naive_timezone)
     except GoatbeatError:
         _rollback(conn)
         raise
@@ -595,6 +598,30 @@ def _hand_back(
     else:
         conn.commit()
     return changed
+
+
+CHANGES_TABLE = "django_celery_beat_periodictasks"
+"""django-celery-beat's change marker: its DatabaseScheduler reloads every row when
+``last_update`` moves (what ``PeriodicTasks.update_changed()`` does after an admin edit)."""
+
+
+def _bump_changes(cursor: Any, marker: str, naive: bool, naive_timezone: str) -> None:
+    """Move ``last_update`` to now, so a DatabaseScheduler started (or, wrongly, still running)
+    reads the rows as written, not its own copy of them."""
+    from datetime import UTC
+
+    now: Any = datetime.now(UTC)
+    if naive:
+        now = now.astimezone(get_zone(naive_timezone)).replace(tzinfo=None).isoformat(sep=" ")
+    cursor.execute(
+        f"UPDATE {CHANGES_TABLE} SET last_update = {marker} WHERE ident = 1",  # noqa: S608
+        (now,),
+    )
+    if cursor.rowcount == 0:
+        cursor.execute(
+            f"INSERT INTO {CHANGES_TABLE} (ident, last_update) VALUES (1, {marker})",  # noqa: S608
+            (now,),
+        )
 
 
 def _is_sqlite(conn: Any) -> bool:

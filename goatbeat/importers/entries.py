@@ -108,6 +108,9 @@ class SourceEntry:
     """The zone celery evaluates ``celery_schedule`` in."""
     last_run_at: datetime | None = None
     """celery's last run (django-celery-beat's column; unknown for beat_schedule entries)."""
+    ran: bool = True
+    """Whether ``last_run_at`` is a run: False for a django-celery-beat row that never ran,
+    whose ``last_run_at`` is the row's last change (``date_changed``), where it counts from."""
     enabled: bool = True
     task: str | None = None
     args: Any = None
@@ -131,6 +134,9 @@ class ImportReport:
     """The definition changed in the source (its next run follows the later last run)."""
     refreshed: list[str] = field(default_factory=list)
     """Unchanged definitions that celery ran since the last import: phase moved forward."""
+    changed_unrun: list[str] = field(default_factory=list)
+    """Those of ``refreshed`` that never ran in the source: it changed the row since the last
+    import (``date_changed``), which the phase counts from. Celery did not run them."""
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     """Rows edited in goatbeat since the last import, whose source changed: kept as edited."""
@@ -185,6 +191,7 @@ class ImportReport:
             "failed": [{"name": n, "reason": r} for n, r in self.failed],
             "notes": [{"name": n, "note": r} for n, r in self.notes],
             "toggled": [{"name": n, "enabled": e} for n, e in self.toggled],
+            "changed_unrun": self.changed_unrun,
         }
 
 
@@ -371,6 +378,8 @@ def import_entries(
                 if change.field == "enabled":
                     toggled[name] = bool(change.new)
     report.toggled.extend(sorted(toggled.items()))
+    unrun = {e.name for e in entries if not e.ran}
+    report.changed_unrun.extend(n for n in report.refreshed if n in unrun)
     for entry in entries:
         if entry.schedule is None or entry.name not in plan.stored_enabled:
             continue

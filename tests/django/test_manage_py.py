@@ -8,14 +8,20 @@ subprocess against the test project and the throwaway PostgreSQL."""
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from tests.django.conftest import manage
+from tests.django.conftest import ROOT, SETTINGS_MODULE, manage
 
 
 def _events(stderr: str) -> list[str]:
@@ -95,24 +101,71 @@ def test_call_command_honours_verbosity_and_accepts_django_options(
     assert "schedule.published" in [r.getMessage() for r in caplog.records]
 
 
-@pytest.mark.parametrize(
-    ("args", "reason"),
-    [
-        (
-            ["--app", "examples.demo:beat", "schedule", "list"],
-            "--app cannot be used with manage.py",
-        ),
-        (
-            ["--database", "sqlite:///x.db", "schedule", "list"],
-            "--database cannot be used with manage.py",
-        ),
-    ],
-)
-def test_app_and_database_are_refused_naming_the_reason(
-    store: Any, args: list[str], reason: str
+def test_app_is_refused_naming_the_reason(store: Any) -> None:
+    with pytest.raises(CommandError, match="--app cannot be used with manage.py"):
+        call_command(
+            "goatbeat",
+            "--app",
+            "examples.demo:beat",
+            "schedule",
+            "list",
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+
+
+def _tables(path: Path) -> set[str]:
+    with closing(sqlite3.connect(path)) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def test_database_is_the_target_of_manage_py_goatbeat(store: Any, tmp_path: Path) -> None:
+    # #27 item 6: the README says an explicit --database is always the target.
+    target = tmp_path / "other.sqlite3"
+    url = f"sqlite:///{target}"
+    done = manage("goatbeat", "--database", url, "migrate")
+    assert done.returncode == 0, done.stderr
+    assert "goatbeat_schedule" in _tables(target)
+    listed = manage("goatbeat", "--database", url, "schedule", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {row["name"] for row in json.loads(listed.stdout)} >= {"daily-report", "ping"}
+    once = manage("goatbeat", "--database", url, "scheduler", "--once")
+    assert once.returncode == 0, once.stderr
+    assert store.list_schedules() == []  # GOATBEAT['database'] untouched
+    with closing(sqlite3.connect(target)) as conn:
+        assert conn.execute("SELECT count(*) FROM goatbeat_lease").fetchone()[0] >= 1
+
+
+def test_database_is_the_target_with_django_settings_module_exported(
+    store: Any, tmp_path: Path
 ) -> None:
-    with pytest.raises(CommandError, match=reason):
-        call_command("goatbeat", *args, stdout=StringIO(), stderr=StringIO())
+    from django.db import connection
+
+    target = tmp_path / "exported.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-m", "goatbeat", "--database", f"sqlite:///{target}", "migrate"],
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": SETTINGS_MODULE,
+            "GOATBEAT_TEST_DB_NAME": str(connection.settings_dict["NAME"]),
+        },
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "goatbeat_schedule" in _tables(target)
+    assert store.list_schedules() == []
+
+
+def test_a_database_that_is_neither_url_nor_alias_is_one_line(store: Any) -> None:
+    done = manage("goatbeat", "--database", "nosuchalias", "schedule", "list")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "neither a URL nor an alias of DATABASES" in line
 
 
 def test_demo_never_runs_on_the_project_database(store: Any) -> None:
@@ -127,12 +180,12 @@ def test_demo_never_runs_on_the_project_database(store: Any) -> None:
     assert store.list_schedules() == []
 
 
-def test_help_under_django_hides_app_database_and_demo_and_lists_django_options(
+def test_help_under_django_hides_app_and_demo_and_lists_django_options(
     store: Any,
 ) -> None:
     helped = manage("goatbeat", "--help")
     assert helped.returncode == 0
-    for hidden in ("--app", "--database", "demo"):
+    for hidden in ("--app", "demo"):
         assert hidden not in helped.stdout, hidden
     for shown in ("scheduler", "--verbosity", "--settings", "--no-color"):
         assert shown in helped.stdout, shown

@@ -329,10 +329,17 @@ def test_export_last_runs_hands_goatbeats_runs_back_to_django_celery_beat(
     )
     assert code == 0, out
     assert "would set  every-10s: last_run_at 2026-06-10T12:00:30Z" in out
+    with closing(sqlite3.connect(tmp_path / "dcb.sqlite3")) as conn:
+        marker = conn.execute("SELECT last_update FROM django_celery_beat_periodictasks").fetchall()
     code, out = run("export_last_runs", "--to-django-celery-beat", url, "--database", db)
     assert code == 0, out
     assert "set  every-10s: last_run_at 2026-06-10T12:00:30Z (was 2026-06-10T12:00:00Z)" in out
     assert "never-ran-here" not in out
+    assert "check: django-celery-beat's beat must be stopped" in out
+    assert "django_celery_beat_periodictasks.last_update moved to now" in out
+    with closing(sqlite3.connect(tmp_path / "dcb.sqlite3")) as conn:
+        (bumped,) = conn.execute("SELECT last_update FROM django_celery_beat_periodictasks")
+    assert bumped[0] is not None and [bumped] != marker  # #27 item 7: the scheduler reloads
     with closing(sqlite3.connect(tmp_path / "dcb.sqlite3")) as conn:
         rows = dict(
             (name, (last, count))

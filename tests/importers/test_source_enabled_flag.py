@@ -169,3 +169,17 @@ def test_an_interval_disabled_on_both_sides_shows_no_run_at_once(dcb: str, tmp_p
         assert hourly.status == "equal", hourly.to_dict()
     finally:
         store.close()
+
+
+def test_a_row_changed_but_never_run_is_not_said_to_have_been_run_by_celery(
+    dcb: str, tmp_path: Path
+) -> None:
+    # #27 item 7: "refresh ... celery ran it since" only when celery ran it, not on date_changed.
+    db = f"sqlite:///{tmp_path / 'gb.sqlite3'}"
+    assert _import(dcb, db)[0] == 0
+    _set(dcb, "nightly", date_changed="2030-01-01 00:00:00")
+    code, out = _import(dcb, db)
+    assert code == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("refresh nightly"))
+    assert "it never ran, and the source changed the row since" in line, out
+    assert "celery ran it" not in line

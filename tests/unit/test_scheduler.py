@@ -316,6 +316,18 @@ def test_missed_occurrences_are_counted_and_logged(store, submitter, clock, capl
     assert record.goatbeat["scheduler_id"] == "s1"  # type: ignore[attr-defined]
 
 
+def test_the_missed_event_names_only_the_schedules_that_missed(store, submitter, clock, caplog):
+    # #27 item 7: it named every schedule the batch claimed, and none that SKIP dropped.
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    store.publish([every("often", 10, misfire=MisfirePolicy.SKIP), every("hourly", 3600)])
+    sched = make(store, submitter, clock)
+    sched.run_once()
+    clock.advance(timedelta(hours=1))
+    sched.run_once()
+    record = next(r for r in caplog.records if r.getMessage() == "occurrence.missed")
+    assert record.goatbeat["schedules"] == ["often"]  # type: ignore[attr-defined]
+
+
 def test_submitted_event_carries_the_structured_fields(store, submitter, clock, caplog):
     caplog.set_level(logging.INFO, logger="goatbeat")
     store.publish([every("a", 10)])

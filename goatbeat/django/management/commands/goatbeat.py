@@ -12,7 +12,8 @@ Django's standard options are taken out of the line first, wherever they stand, 
 ``--no-color``/``--force-color``, ``--traceback`` (an error keeps its traceback) and
 ``--skip-checks`` (Django's system checks run first otherwise, as for Django's own commands;
 never for the probe ``status --check``, which answers in one line).
-The group hides and refuses ``--app``, ``--database`` and ``demo``, which make no sense here.
+The group hides and refuses ``--app`` and ``demo``, which make no sense here; ``--database``
+is the target, as for the standalone command (instead of ``GOATBEAT["database"]``).
 """
 
 from __future__ import annotations
