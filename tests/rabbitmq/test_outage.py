@@ -34,7 +34,7 @@ pytestmark = [
     pytest.mark.timeout(180),
 ]
 
-TROUBLE = 12.0
+TROUBLE = 8.0
 DEADLINE = 90.0
 
 
