@@ -229,6 +229,8 @@ class CelerySubmitter:
             # from here (goatbeat's own retry resends it later, with the same id).
             self._retry_policy["errback"] = _no_retry_after_timeout
         self._retryable, self._permanent = _error_classes()
+        if publish_timeout is not None:
+            _bound_redis_sockets(self.app, float(publish_timeout))
         from celery.exceptions import QueueNotFound
 
         self._missing_queue: type[BaseException] = QueueNotFound
@@ -520,6 +522,24 @@ class CelerySubmitter:
             _release(producer)
         if self._owns_app:
             self.app.close()
+
+
+def _bound_redis_sockets(app: Any, seconds: float) -> None:
+    """On Redis, kombu takes no per-publish timeout: a frozen server (SIGSTOP, a stalled
+    host) holds the publish for as long as it lasts. Give this process's Redis connections a
+    socket timeout instead, unless the app sets one (``broker_transport_options``); the
+    scheduler never blocks on a Redis read for longer (it consumes nothing)."""
+    try:
+        url = str(app.conf.broker_url or "")
+        if not url.startswith(("redis://", "rediss://", "redis+socket://")):
+            return
+        options = dict(app.conf.broker_transport_options or {})
+        if "socket_timeout" in options:
+            return
+        options["socket_timeout"] = seconds
+        app.conf.broker_transport_options = options
+    except Exception:  # an app unlike Celery's: left as it is
+        return
 
 
 class PublishTimedOut(RetryableSubmitError):
