@@ -135,9 +135,9 @@ def amqp_url(rabbitmq_server: RabbitMQServer | str) -> Iterator[str]:
     yield rabbitmq_server if isinstance(rabbitmq_server, str) else rabbitmq_server.url
     # kombu keeps one connection pool per broker URL for the process, and with each pooled
     # connection its record of the queues it declared: the next test's queues may be new.
-    import kombu
+    from kombu import pools
 
-    kombu.pools.reset()
+    pools.reset()
 
 
 @pytest.fixture

@@ -28,10 +28,12 @@ router function, task protocol 1, inside a Celery task).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import re
 import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
@@ -227,6 +229,8 @@ class CelerySubmitter(BaseSubmitter):
             # from here (goatbeat's own retry resends it later, with the same id).
             self._retry_policy["errback"] = _no_retry_after_timeout
         self._retryable, self._permanent = _error_classes()
+        if publish_timeout is not None:
+            _bound_redis_sockets(self.app, float(publish_timeout))
         from celery.exceptions import QueueNotFound
 
         self._missing_queue: type[BaseException] = QueueNotFound
@@ -236,6 +240,8 @@ class CelerySubmitter(BaseSubmitter):
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
+        # A publish timed out: probe before the next one (_still_blocked).
+        self._blocked = False
         self._modules_loaded = False
         self._publisher = Publisher(self.app)
 
@@ -281,6 +287,7 @@ class CelerySubmitter(BaseSubmitter):
     def submit(self, occurrence: Occurrence) -> str | None:
         producer = self._check_out()
         try:
+            self._still_blocked(producer)
             task_id = self._send(producer, occurrence, direct=self._publisher.usable())
         except PermanentSubmitError:
             self._check_in(producer)
@@ -300,6 +307,11 @@ class CelerySubmitter(BaseSubmitter):
         failure: resubmitted with the same key, at least once. Without batch support (an older
         kombu, ``batch_publish=False``) the messages go one by one."""
         producer = self._check_out()
+        try:
+            self._still_blocked(producer)
+        except RetryableSubmitError as exc:
+            _release(producer)
+            return [exc] * len(occurrences)
         batch = getattr(producer, "batch", None) if self._batch_publish else None
         results: list[str | None | Exception] = []
         healthy = True
@@ -426,7 +438,40 @@ class CelerySubmitter(BaseSubmitter):
             ) from exc
         return str(result.id)
 
+    def _still_blocked(self, producer: Any) -> None:
+        """After a publish timed out, first ask whether the broker takes messages again: a
+        probe to a routing key no queue is bound to (the broker drops it), with its confirm
+        awaited. While the broker still blocks publishers, each resend would leave one more
+        copy waiting in it; the probe is what waits instead, and the submission fails
+        (retryable) without publishing anything. Raises RetryableSubmitError then."""
+        if not self._blocked:
+            return
+        try:
+            with producer.connection._reraise_as_library_errors():
+                producer.publish(
+                    b"",
+                    exchange="",
+                    routing_key=f"goatbeat.probe.{uuid.uuid4().hex}",
+                    serializer=None,
+                    content_type="application/octet-stream",
+                    content_encoding="binary",
+                    retry=False,
+                    declare=[],
+                    **self._timeouts,
+                )
+        except Exception as exc:
+            # Dropped, not closed: the probe still waits in the broker, and its late confirm
+            # must not be read as another message's.
+            with contextlib.suppress(Exception):
+                producer.connection.collect()
+            raise RetryableSubmitError(
+                f"celery broker still blocks publishers (probe: {type(exc).__name__}: {exc}); "
+                "nothing sent, retried later"
+            ) from exc
+        self._blocked = False
+
     def _timed_out_error(self, occurrence: Occurrence, exc: BaseException) -> PublishTimedOut:
+        self._blocked = True
         log_event(
             "submitter.publish_timeout",
             level=logging.WARNING,
@@ -502,6 +547,24 @@ class CelerySubmitter(BaseSubmitter):
             _release(producer)
         if self._owns_app:
             self.app.close()
+
+
+def _bound_redis_sockets(app: Any, seconds: float) -> None:
+    """On Redis, kombu takes no per-publish timeout: a frozen server (SIGSTOP, a stalled
+    host) holds the publish for as long as it lasts. Give this process's Redis connections a
+    socket timeout instead, unless the app sets one (``broker_transport_options``); the
+    scheduler never blocks on a Redis read for longer (it consumes nothing)."""
+    try:
+        url = str(app.conf.broker_url or "")
+        if not url.startswith(("redis://", "rediss://", "redis+socket://")):
+            return
+        options = dict(app.conf.broker_transport_options or {})
+        if "socket_timeout" in options:
+            return
+        options["socket_timeout"] = seconds
+        app.conf.broker_transport_options = options
+    except Exception:  # an app unlike Celery's: left as it is
+        return
 
 
 class PublishTimedOut(RetryableSubmitError):

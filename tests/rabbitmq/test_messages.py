@@ -313,3 +313,23 @@ def test_a_queue_missing_from_task_queues_is_refused_at_publish(
     message = str(caught.value)
     assert "'nowhere'" in message and "'nightly'" in message and "task_queues" in message
     assert isinstance(result, PermanentSubmitError)
+
+
+def test_an_exchange_of_another_type_is_a_retryable_failure_naming_the_broker_error(
+    app: Any, amqp_url: str
+) -> None:
+    """The workers declared ``mismatch`` as a topic exchange; the scheduler's app says direct:
+    RabbitMQ refuses the declaration (406 PRECONDITION_FAILED), which goatbeat reports, as
+    docs/rabbitmq.md says, as a retryable failure carrying the broker's text."""
+    from goatbeat.core.errors import RetryableSubmitError
+
+    with kombu.Connection(amqp_url) as conn:
+        Exchange("mismatch", type="topic")(conn.default_channel).declare()
+    app.conf.task_queues = [Queue("mismatch", Exchange("mismatch", type="direct"))]
+    submitter = CelerySubmitter(app)
+    try:
+        with pytest.raises(RetryableSubmitError) as caught:
+            submitter.submit(_occurrence("proj.tasks.report", Routing(queue="mismatch")))
+    finally:
+        submitter.close()
+    assert "PRECONDITION_FAILED" in str(caught.value)
