@@ -255,7 +255,11 @@ class Watchdog:
                 left = self._deadline - now
                 if left > 0:
                     self._cond.wait(left)
-                    self._woke_late = _CLOCK.monotonic() - self._deadline > _OVERSLEPT
+                    # (Disarmed or armed again meanwhile: the deadline is None, or new.)
+                    deadline = self._deadline
+                    self._woke_late = (
+                        deadline is not None and _CLOCK.monotonic() - deadline > _OVERSLEPT
+                    )
                     continue
                 if self._woke_late and self._seconds > 0:
                     # This process itself was stopped (SIGSTOP, a VM pause) past the deadline:

@@ -37,7 +37,7 @@ class ChaosPostgres(PostgresServer):
         self._pg_ctl("start")
 
 
-class StandbyPostgres(PostgresServer):
+class StandbyPostgres(ChaosPostgres):
     """A streaming standby of ``primary``: ``pg_basebackup -R`` as the postgres user into a
     temp dir of its own, on a free loopback port, started. ``synchronous``: the primary waits
     for it at every commit (``synchronous_standby_names`` naming it, ``synchronous_commit``
@@ -46,8 +46,12 @@ class StandbyPostgres(PostgresServer):
     :meth:`promote` makes it a primary (``pg_ctl promote``). :func:`crash_host` kills a server
     the way a lost host does: every process SIGKILLed at once."""
 
-    def __init__(self, primary: PostgresServer, *, synchronous: bool) -> None:
-        super().__init__(synchronous_commit=True, max_connections=primary.max_connections)
+    def __init__(
+        self, primary: PostgresServer, *, synchronous: bool, port: int | None = None
+    ) -> None:
+        super().__init__()
+        if port is not None:
+            self.port = port
         self.primary = primary
         self.synchronous = synchronous
 

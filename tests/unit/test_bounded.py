@@ -98,3 +98,16 @@ def test_the_watchdog_shuts_a_silent_socket_down_and_a_blocked_read_returns() ->
     finally:
         server.close()
         client.close()
+
+
+def test_the_watchdog_survives_calls_disarmed_while_it_waits() -> None:
+    # A disarm between its wake-up and its look at the deadline once killed its thread.
+    dog = Watchdog("race")
+    pause = threading.Event().wait
+    dog.arm(1.0, lambda: None)
+    pause(0.02)  # the thread is waiting for that deadline
+    dog.arm(0.05, lambda: None)
+    pause(0.01)  # now for this one
+    dog.disarm()
+    pause(0.15)  # it wakes at the old deadline and finds none
+    assert dog._thread is not None and dog._thread.is_alive()
