@@ -36,7 +36,7 @@ from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.misfire import plan
-from goatbeat.core.model import DamagedSchedule, MisfirePolicy, Schedule, Source, StoredSchedule
+from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
@@ -206,19 +206,20 @@ def goatbeat_fire_times(
     return out
 
 
-def _runs_at_once(schedule: Schedule, start: datetime) -> bool:
+def _runs_at_once(schedule: Schedule, start: datetime, *, spaced: bool = True) -> bool:
     """Whether goatbeat's scheduler, at ``start``, claims the occurrence owed since the last
     run (enabled or not: the flags are compared on their own)."""
-    return bool(plan(replace(schedule, enabled=True, paused=False), start).run_at)
+    live = replace(schedule, enabled=True, paused=False)
+    return bool(plan(live, start, spaced=spaced).run_at)
 
 
 def _coalesced_at(schedule: Schedule, start: datetime) -> bool:
-    """An interval's catch-up owed at ``start`` that goatbeat coalesces into its next slot."""
+    """A catch-up owed at ``start`` that goatbeat coalesces into its next slot (the misfire
+    policy alone would run it)."""
     return (
-        isinstance(schedule.trigger, IntervalTrigger)
-        and schedule.misfire is not MisfirePolicy.RUN_ALL
-        and schedule.next_run_at is not None
+        schedule.next_run_at is not None
         and schedule.next_run_at <= start
+        and _runs_at_once(schedule, start, spaced=False)
         and not _runs_at_once(schedule, start)
     )
 

@@ -62,7 +62,8 @@ ON_TIME_CAP = 10_000
 oldest beyond it are dropped and counted as missed."""
 
 COALESCE_FLOOR = timedelta(seconds=1)
-"""An interval's catch-up is coalesced into the next slot only when more than this late: below it, lateness is the scheduler's own latency."""
+"""An interval's catch-up is coalesced into the next slot only when more than this late: below
+it, lateness is the scheduler's own latency."""
 
 _TICK = timedelta(microseconds=1)
 
@@ -83,9 +84,10 @@ class Plan:
         return bool(self.run_at) or self.missed > 0
 
 
-def plan(schedule: Schedule, now: datetime) -> Plan:
+def plan(schedule: Schedule, now: datetime, *, spaced: bool = True) -> Plan:
     """What to claim for ``schedule`` at ``now`` (aware). Nothing due: an empty plan that
-    keeps ``next_run_at``."""
+    keeps ``next_run_at``. ``spaced`` False: without coalescing a catch-up into the next slot
+    (what the policy alone would claim; ``diff`` uses it to name the reason)."""
     first = schedule.next_run_at
     if first is None or first > now or not schedule.enabled or schedule.paused:
         return Plan(next_run_at=first)
@@ -106,7 +108,7 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
             # The hot path of every claim: exactly one instant due, and it is on time.
             # One next_after call; nothing lies between first and nxt, so nxt is also the
             # first instant after now.
-            return _spaced(schedule, now, Plan(run_at=[first], next_run_at=nxt))
+            return _spaced(schedule, now, Plan(run_at=[first], next_run_at=nxt), spaced)
     horizon = now + _TICK  # on-time instants are <= now
 
     keep = 0
@@ -136,15 +138,17 @@ def plan(schedule: Schedule, now: datetime) -> Plan:
             missed_first=late.dropped_first or on_time.dropped_first,
             missed_last=on_time.dropped_last or late.dropped_last,
         ),
+        spaced,
     )
 
 
-def _spaced(schedule: Schedule, now: datetime, p: Plan) -> Plan:
+def _spaced(schedule: Schedule, now: datetime, p: Plan, spaced: bool) -> Plan:
     """``p``, or its runs coalesced into the next slot when the newest is a catch-up closer
     than half an interval to it (see the module docstring)."""
     trigger = schedule.trigger
     if (
-        not p.run_at
+        not spaced
+        or not p.run_at
         or p.next_run_at is None
         or schedule.misfire is MisfirePolicy.RUN_ALL
         or not isinstance(trigger, IntervalTrigger)

@@ -336,6 +336,8 @@ def test_a_catch_up_next_to_the_slot_is_coalesced_into_it() -> None:
     result = plan(schedule, T0 + timedelta(seconds=4.97))
     assert result == Plan(next_run_at=T0 + FIVE, missed=1, missed_first=T0, missed_last=T0)
     assert result.due
+    # What the policy alone would claim (diff names the reason with it).
+    assert plan(schedule, T0 + timedelta(seconds=4.97), spaced=False).run_at == [T0]
 
 
 def test_a_long_outage_under_run_once_is_coalesced_into_the_next_slot() -> None:
