@@ -84,12 +84,6 @@ CELERY_BUGS: dict[str, str] = {
         "catch-up runs (a beat started after an instant passed) move it off the start_time the "
         "row declares; goatbeat keeps start_time's phase: every interval from start_time"
     ),
-    "catch_up_coalesced": (
-        "celery runs an interval's catch-up at once and counts on from it; goatbeat keeps the "
-        "phase, and a catch-up that would come less than half an interval before its next "
-        "slot is coalesced into that slot (counted as missed), so the runs stay at least half "
-        "an interval apart"
-    ),
     "dusk_sign": (
         "celery < 5.3 used +18 degrees as the dusk_astronomical horizon (sign error); goatbeat "
         "uses -18 degrees like later celery"

@@ -35,7 +35,6 @@ from typing import Any
 from goatbeat.conversion import CELERY_BUGS, describe_exception, plain_repr
 from goatbeat.core.durations import format_duration
 from goatbeat.core.errors import InvalidValue
-from goatbeat.core.misfire import plan
 from goatbeat.core.model import DamagedSchedule, Schedule, Source, StoredSchedule
 from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
@@ -169,16 +168,9 @@ def goatbeat_fire_times(
     first ``start`` itself when the stored ``next_run_at`` is already due then (a run the
     scheduler makes at once: the occurrence owed since the last run). ``at_once`` False (a
     window that starts in the future, with both schedulers running until then): no such run,
-    only the instants after ``start``. No run at once either when the scheduler's plan at
-    ``start`` claims nothing (an interval's catch-up coalesced into the next slot, less than
-    half an interval away; a late instant under ``skip``): goatbeat.core.misfire."""
+    only the instants after ``start``."""
     out: list[datetime] = []
-    if (
-        at_once
-        and schedule.next_run_at is not None
-        and schedule.next_run_at <= start
-        and _runs_at_once(schedule, start)
-    ):
+    if at_once and schedule.next_run_at is not None and schedule.next_run_at <= start:
         out.append(start)
         if schedule.one_off:
             return out
@@ -204,24 +196,6 @@ def goatbeat_fire_times(
             t = nxt
             nxt = schedule.first_run_after(t)
     return out
-
-
-def _runs_at_once(schedule: Schedule, start: datetime, *, spaced: bool = True) -> bool:
-    """Whether goatbeat's scheduler, at ``start``, claims the occurrence owed since the last
-    run (enabled or not: the flags are compared on their own)."""
-    live = replace(schedule, enabled=True, paused=False)
-    return bool(plan(live, start, spaced=spaced).run_at)
-
-
-def _coalesced_at(schedule: Schedule, start: datetime) -> bool:
-    """A catch-up owed at ``start`` that goatbeat coalesces into its next slot (the misfire
-    policy alone would run it)."""
-    return (
-        schedule.next_run_at is not None
-        and schedule.next_run_at <= start
-        and _runs_at_once(schedule, start, spaced=False)
-        and not _runs_at_once(schedule, start)
-    )
 
 
 def _celery_app(zone: str) -> Any:
@@ -565,8 +539,6 @@ def _compare_one(
                 reason = "celery never schedules this entry"
         if reason is None and at != start and _keeps_start_time_phase(entry, new):
             reason, known = CELERY_BUGS["start_time_phase"], True
-        if reason is None and at == start and in_old and _coalesced_at(new, start):
-            reason, known = CELERY_BUGS["catch_up_coalesced"], True
         if reason is None and at == start:
             side = "celery" if in_old else "goatbeat"
             reason = (

@@ -19,14 +19,6 @@ A paused (or disabled) schedule plans nothing. With ``jitter`` an instant is lat
 ``now`` is more than ``misfire_grace + jitter`` past it: an occurrence is sent up to ``jitter``
 after its instant anyway, so a scheduler that comes back within that window still owes it.
 
-Spacing after a catch-up: an interval keeps its phase, so a catch-up run made at ``now`` would
-come less than one interval before the next slot. Under ``run_once`` and ``skip``, when the
-newest instant a plan would claim for an :class:`~goatbeat.core.triggers.IntervalTrigger` is
-more than :data:`COALESCE_FLOOR` behind ``now`` and the next slot is less than half the
-interval after ``now``, the plan claims nothing: the next slot stands for those instants,
-which are counted as missed. So a catch-up run never comes closer than half an interval to
-the next run. ``run_all`` asks for every occurrence and is left as it is.
-
 Instants before ``start_at`` or after ``end_at`` are not occurrences at all. What the policy
 drops is counted (exactly when that is cheap, else as a lower bound) so the store can record it
 and the scheduler can log ``occurrence.missed``.
@@ -44,15 +36,7 @@ from datetime import UTC, datetime, timedelta
 from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.triggers import IntervalTrigger, Trigger
 
-__all__ = [
-    "Plan",
-    "plan",
-    "count_instants",
-    "instants_between",
-    "COUNT_CAP",
-    "ON_TIME_CAP",
-    "COALESCE_FLOOR",
-]
+__all__ = ["Plan", "plan", "count_instants", "instants_between", "COUNT_CAP", "ON_TIME_CAP"]
 
 COUNT_CAP = 20_000
 """Beyond this many dropped instants, a non-interval trigger reports a lower bound."""
@@ -60,10 +44,6 @@ COUNT_CAP = 20_000
 ON_TIME_CAP = 10_000
 """At most this many on-time occurrences per plan (a 1 ms interval with a long grace...); the
 oldest beyond it are dropped and counted as missed."""
-
-COALESCE_FLOOR = timedelta(seconds=1)
-"""An interval's catch-up is coalesced into the next slot only when more than this late: below
-it, lateness is the scheduler's own latency."""
 
 _TICK = timedelta(microseconds=1)
 
@@ -84,10 +64,9 @@ class Plan:
         return bool(self.run_at) or self.missed > 0
 
 
-def plan(schedule: Schedule, now: datetime, *, spaced: bool = True) -> Plan:
+def plan(schedule: Schedule, now: datetime) -> Plan:
     """What to claim for ``schedule`` at ``now`` (aware). Nothing due: an empty plan that
-    keeps ``next_run_at``. ``spaced`` False: without coalescing a catch-up into the next slot
-    (what the policy alone would claim; ``diff`` uses it to name the reason)."""
+    keeps ``next_run_at``."""
     first = schedule.next_run_at
     if first is None or first > now or not schedule.enabled or schedule.paused:
         return Plan(next_run_at=first)
@@ -108,7 +87,7 @@ def plan(schedule: Schedule, now: datetime, *, spaced: bool = True) -> Plan:
             # The hot path of every claim: exactly one instant due, and it is on time.
             # One next_after call; nothing lies between first and nxt, so nxt is also the
             # first instant after now.
-            return _spaced(schedule, now, Plan(run_at=[first], next_run_at=nxt), spaced)
+            return Plan(run_at=[first], next_run_at=nxt)
     horizon = now + _TICK  # on-time instants are <= now
 
     keep = 0
@@ -127,41 +106,13 @@ def plan(schedule: Schedule, now: datetime, *, spaced: bool = True) -> Plan:
         late = _Tail.empty()
 
     missed = late.dropped + on_time.dropped
-    return _spaced(
-        schedule,
-        now,
-        Plan(
-            run_at=late.kept + on_time.kept,
-            next_run_at=_next(trigger, now, end),
-            missed=missed,
-            missed_is_lower_bound=missed > 0 and (late.lower_bound or on_time.lower_bound),
-            missed_first=late.dropped_first or on_time.dropped_first,
-            missed_last=on_time.dropped_last or late.dropped_last,
-        ),
-        spaced,
-    )
-
-
-def _spaced(schedule: Schedule, now: datetime, p: Plan, spaced: bool) -> Plan:
-    """``p``, or its runs coalesced into the next slot when the newest is a catch-up closer
-    than half an interval to it (see the module docstring)."""
-    trigger = schedule.trigger
-    if (
-        not spaced
-        or not p.run_at
-        or p.next_run_at is None
-        or schedule.misfire is MisfirePolicy.RUN_ALL
-        or not isinstance(trigger, IntervalTrigger)
-    ):
-        return p
-    if now - p.run_at[-1] <= COALESCE_FLOOR or (p.next_run_at - now) * 2 >= trigger.every:
-        return p
     return Plan(
-        next_run_at=p.next_run_at,
-        missed=p.missed + len(p.run_at),
-        missed_is_lower_bound=p.missed_is_lower_bound,
-        missed_first=p.missed_first or p.run_at[0],
-        missed_last=p.run_at[-1],
+        run_at=late.kept + on_time.kept,
+        next_run_at=_next(trigger, now, end),
+        missed=missed,
+        missed_is_lower_bound=missed > 0 and (late.lower_bound or on_time.lower_bound),
+        missed_first=late.dropped_first or on_time.dropped_first,
+        missed_last=on_time.dropped_last or late.dropped_last,
     )
 
 

@@ -15,7 +15,6 @@ from celery.schedules import crontab, solar  # noqa: E402
 from goatbeat import diff as diff_module  # noqa: E402
 from goatbeat.core.clock import FakeClock  # noqa: E402
 from goatbeat.core.model import Schedule  # noqa: E402
-from goatbeat.core.triggers import IntervalTrigger  # noqa: E402
 from goatbeat.diff import SOLAR_TOLERANCE, compute_diff  # noqa: E402
 from goatbeat.importers import import_entries, read_beat_schedule  # noqa: E402
 from goatbeat.importers.entries import SourceEntry  # noqa: E402
@@ -188,38 +187,3 @@ def test_django_celery_beats_run_at_start_time_of_a_crontab_is_a_known_differenc
     assert compute_diff(
         [entry], store.list_schedules(), start=start, horizon=timedelta(days=2), accept_known=True
     ).equal
-
-
-def test_a_catch_up_goatbeat_coalesces_into_the_next_slot_is_no_run_at_once() -> None:
-    # #27 item 5: due since 12:00:00, diffed at 12:00:07 with the next slot at 12:00:10 (less
-    # than half of 10 s away): goatbeat's scheduler runs nothing at once, so diff must not
-    # say it does. At 12:00:04 (6 s from the slot) it does run it at once.
-    due = datetime(2026, 6, 10, 12, 0, 0, tzinfo=UTC)
-    row = Schedule(name="e", task="t", trigger=IntervalTrigger(10), next_run_at=due)
-    late = due + timedelta(seconds=7)
-    assert diff_module.goatbeat_fire_times(row, late, late + timedelta(seconds=15)) == [
-        due + timedelta(seconds=10),
-        due + timedelta(seconds=20),
-    ]
-    early = due + timedelta(seconds=4)
-    assert diff_module.goatbeat_fire_times(row, early, early + timedelta(seconds=7)) == [
-        early,
-        due + timedelta(seconds=10),
-    ]
-
-
-def test_diff_names_a_coalesced_catch_up_as_a_known_difference() -> None:
-    # celery ran at 12:00:00 and stopped; at 12:00:17 both owe 12:00:10. celery runs it at
-    # once; goatbeat coalesces it into 12:00:20 (3 s away, under half of 10 s).
-    last = datetime(2026, 6, 10, 12, 0, 0, tzinfo=UTC)
-    start = last + timedelta(seconds=17)
-    beat = {"e": {"task": "t", "schedule": timedelta(seconds=10)}}
-    old, new = entries_and_rows(beat, "UTC", start, last_runs={"e": last})
-    report = compute_diff(old, new, start=start, horizon=timedelta(minutes=1))
-    ((difference,),) = [s.fire_times for s in report.schedules]
-    assert (difference.at, difference.old, difference.new) == (start, True, False)
-    assert difference.known and "coalesced into that slot" in difference.reason
-    # 6 s from the slot (at 12:00:14) goatbeat runs it at once too: no difference.
-    early = last + timedelta(seconds=14)
-    old, new = entries_and_rows(beat, "UTC", early, last_runs={"e": last})
-    assert compute_diff(old, new, start=early, horizon=timedelta(minutes=1)).equal

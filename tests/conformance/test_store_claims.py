@@ -214,31 +214,6 @@ def test_misfire_policy_after_an_outage(
     assert store.claim_due(grant, scheduler_id="s1", limit=10, now=now).schedules_seen == 0
 
 
-def test_a_catch_up_next_to_a_slot_is_coalesced_into_it(store: ScheduleStore) -> None:
-    # #27 item 5: back at T0 + 5h 40m, the run_once catch-up (T0 + 5h) would come 20 minutes
-    # before the T0 + 6h slot, less than half the interval: that slot stands for it, the five
-    # owed instants are counted as missed, and the slot itself is claimed once, on time.
-    store.publish([hourly("late"), hourly("runall", misfire=MisfirePolicy.RUN_ALL)])
-    grant = lease(store)
-    now = T0 + 5 * HOUR + timedelta(minutes=40)
-
-    result = store.claim_due(grant, scheduler_id="s1", limit=10, now=now)
-
-    assert [(o.schedule_name, o.scheduled_at) for o in result.occurrences] == [
-        ("runall", T0 + k * HOUR) for k in range(1, 6)
-    ]
-    assert result.missed == 5
-    after = store.get("late")
-    assert (after.next_run_at, after.missed_count, after.total_run_count) == (T0 + 6 * HOUR, 5, 0)
-    assert store.claim_due(grant, scheduler_id="s1", limit=10, now=now).schedules_seen == 0
-    slot = store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + 6 * HOUR)
-    assert [(o.schedule_name, o.scheduled_at) for o in slot.occurrences] == [
-        ("late", T0 + 6 * HOUR),
-        ("runall", T0 + 6 * HOUR),
-    ]
-    assert keys(store.executions(name="late")) == [f"late:{iso_z(T0 + 6 * HOUR)}"]
-
-
 def test_run_all_is_capped_by_catch_up_limit(store: ScheduleStore) -> None:
     store.publish([hourly("capped", misfire=MisfirePolicy.RUN_ALL, catch_up_limit=3)])
     grant = lease(store)

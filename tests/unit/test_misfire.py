@@ -324,69 +324,6 @@ def test_sparse_cron_with_long_outage_counts_exactly() -> None:
     assert not result.missed_is_lower_bound
 
 
-# --- spacing after a catch-up (#27 item 5) ---------------------------------------------------
-
-FIVE = timedelta(seconds=5)
-
-
-def test_a_catch_up_next_to_the_slot_is_coalesced_into_it() -> None:
-    # The cutover gap: due at T0, goatbeat starts 0.03 s before the next slot. The catch-up
-    # would run 0.03 s before T0 + 5 s; the slot stands for it and T0 is counted as missed.
-    schedule = make(IntervalTrigger(every=FIVE), T0)
-    result = plan(schedule, T0 + timedelta(seconds=4.97))
-    assert result == Plan(next_run_at=T0 + FIVE, missed=1, missed_first=T0, missed_last=T0)
-    assert result.due
-    # What the policy alone would claim (diff names the reason with it).
-    assert plan(schedule, T0 + timedelta(seconds=4.97), spaced=False).run_at == [T0]
-
-
-def test_a_long_outage_under_run_once_is_coalesced_into_the_next_slot() -> None:
-    # Down 95.5 s on a 10 s interval: T0+90 (on time) would run 4.5 s before T0+100.
-    ten = timedelta(seconds=10)
-    schedule = make(IntervalTrigger(every=ten), T0)
-    result = plan(schedule, T0 + timedelta(seconds=95.5))
-    assert result.run_at == []
-    assert result.next_run_at == T0 + 10 * ten
-    assert (result.missed, result.missed_first, result.missed_last) == (10, T0, T0 + 9 * ten)
-
-
-def test_skip_coalesces_its_on_time_catch_up_too() -> None:
-    schedule = make(IntervalTrigger(every=FIVE), T0, misfire=MisfirePolicy.SKIP)
-    assert plan(schedule, T0 + timedelta(seconds=3)).run_at == []
-
-
-def test_a_catch_up_half_an_interval_or_more_from_the_slot_runs() -> None:
-    schedule = make(IntervalTrigger(every=FIVE), T0)
-    assert plan(schedule, T0 + timedelta(seconds=2.5)).run_at == [T0]
-    assert plan(schedule, T0 + timedelta(seconds=1.2)).run_at == [T0]
-
-
-def test_lateness_within_the_floor_is_never_coalesced() -> None:
-    # A 1 s interval claimed 0.8 s late: the scheduler's latency, not a catch-up.
-    schedule = make(IntervalTrigger(every=SECOND), T0)
-    assert plan(schedule, T0 + timedelta(seconds=0.8)).run_at == [T0]
-    subsecond = make(IntervalTrigger(every=timedelta(milliseconds=100), allow_subsecond=True), T0)
-    assert plan(subsecond, T0 + timedelta(milliseconds=950)).run_at[-1] == T0 + 9 * (
-        timedelta(milliseconds=100)
-    )
-
-
-def test_run_all_keeps_every_catch_up() -> None:
-    schedule = make(IntervalTrigger(every=FIVE), T0, misfire=MisfirePolicy.RUN_ALL)
-    assert plan(schedule, T0 + timedelta(seconds=4.97)).run_at == [T0]
-
-
-def test_without_a_next_slot_the_catch_up_runs() -> None:
-    schedule = make(IntervalTrigger(every=FIVE), T0, end_at=T0 + SECOND)
-    result = plan(schedule, T0 + timedelta(seconds=4.97))
-    assert result.run_at == [T0] and result.next_run_at is None
-
-
-def test_a_cron_catch_up_is_not_coalesced() -> None:
-    schedule = make(CronTrigger("* * * * *"), T0)
-    assert plan(schedule, T0 + timedelta(seconds=59)).run_at == [T0]
-
-
 # --- invariants against a brute-force reference ------------------------------------------------
 
 
@@ -422,18 +359,6 @@ def reference(schedule: Schedule, now: datetime) -> Reference:
         kept = []
     # catch_up_limit caps the whole catch-up, on-time instants included.
     run_at = (kept + on_time)[-schedule.catch_up_limit :]
-    # Spacing: an interval's catch-up closer than half an interval (and more than a second
-    # late) to an existing next slot is coalesced into it, except under run_all.
-    trigger = schedule.trigger
-    if (
-        run_at
-        and nxt is not None
-        and isinstance(trigger, IntervalTrigger)
-        and schedule.misfire is not MisfirePolicy.RUN_ALL
-        and now - run_at[-1] > SECOND
-        and nxt - now < trigger.every / 2
-    ):
-        run_at = []
     dropped = [i for i in instants if i not in run_at]
     return Reference(
         run_at=run_at,
@@ -511,11 +436,6 @@ def test_plan_matches_brute_force_reference(scenario: tuple[Schedule, datetime])
     assert result.missed + len(result.run_at) == len(ref.late) + len(ref.on_time)
     if schedule.misfire is MisfirePolicy.SKIP:
         assert late_kept == []
-    if result.run_at and result.next_run_at is not None:
-        if isinstance(schedule.trigger, IntervalTrigger):
-            if schedule.misfire is not MisfirePolicy.RUN_ALL and now - result.run_at[-1] > SECOND:
-                # Spacing: a catch-up run never comes closer than half an interval to the next.
-                assert (result.next_run_at - now) * 2 >= schedule.trigger.every
     if schedule.misfire is MisfirePolicy.RUN_ONCE:
         assert len(late_kept) <= 1
         if len(late_kept) == 1:

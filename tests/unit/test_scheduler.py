@@ -328,24 +328,6 @@ def test_the_missed_event_names_only_the_schedules_that_missed(store, submitter,
     assert record.goatbeat["schedules"] == ["often"]  # type: ignore[attr-defined]
 
 
-def test_a_catch_up_next_to_a_slot_is_coalesced_into_it(store, submitter, clock):
-    # #27 item 5: published at 12:00:00 (first slot 12:00:10), the scheduler is away until
-    # 12:00:29.5. The catch-up for 12:00:10 and 12:00:20 would run 0.5 s before the 12:00:30
-    # slot; that slot stands for them (counted as missed), so the runs stay 10 s apart.
-    store.publish([every("a", 10)])
-    sched = make(store, submitter, clock)
-    sched.run_once()
-    clock.advance(29.5)
-    result = sched.run_once()
-    assert result.missed == 2 and store.get("a").missed_count == 2
-    clock.advance(0.5)
-    sched.run_once()
-    clock.advance(10)
-    sched.run_once()
-    assert submitter.keys == ["a:2026-03-01T12:00:30Z", "a:2026-03-01T12:00:40Z"]
-    assert set(statuses(store)) == set(submitter.keys)  # claimed once each, nothing else
-
-
 def test_submitted_event_carries_the_structured_fields(store, submitter, clock, caplog):
     caplog.set_level(logging.INFO, logger="goatbeat")
     store.publish([every("a", 10)])
