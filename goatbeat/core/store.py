@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.health import (
     Outcome,
+    Refusals,
     ScheduleHealth,
     SchedulerBeat,
     StatusSnapshot,
@@ -682,6 +683,15 @@ class ScheduleStore(Protocol):
         falls within ``window`` before ``now``. ``now`` defaults to the store's clock.
         Cost follows what is due, pending or recent (indexed), never the number of
         schedules. Read-only."""
+        ...
+
+    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
+        """The schedules that stay refused (:func:`~goatbeat.core.health.is_refused`), by
+        name: their ``total`` and the first ``limit`` (None: all), each with the reason of its
+        latest refused run and since when it is refused (the first refused run after its
+        latest run of any other outcome; the row's ``updated_at`` when those runs are gone).
+        ``name``: that schedule only (total 0 when it is not refused). One pass over the
+        schedule table, then the refused rows' runs by index. Read-only."""
         ...
 
     def schedule_health(

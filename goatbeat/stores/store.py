@@ -26,6 +26,8 @@ from goatbeat.core.health import (
     STATUS_WINDOW,
     LeaseState,
     Outcome,
+    Refusal,
+    Refusals,
     ScheduleHealth,
     SchedulerBeat,
     StatusSnapshot,
@@ -900,6 +902,24 @@ class DialectStore:
             missed=int(counts["missed"]),
             failed=int(counts["failed"]),
             window=window,
+        )
+
+    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
+        limit = ops.check_limit(limit)
+        with self.dialect.session() as tx:
+            rows = tx.refusals(name, limit)
+        return Refusals(
+            total=int(rows[0]["total"]) if rows else 0,
+            schedules=tuple(
+                Refusal(
+                    name=str(r["name"]),
+                    task=str(r["task"]),
+                    source=str(r["source"]),
+                    reason=r["reason"],
+                    since=r["refused_at"],
+                )
+                for r in rows
+            ),
         )
 
     def schedule_health(
