@@ -599,8 +599,10 @@ class ScheduleStore(Protocol):
         :meth:`record_completion` records ``lost`` or ``expired``, with the reason as its
         error, only if it is still open (a report that came meanwhile wins). ``submitted``
         runs are judged only for schedules whose workers report (a success or failure
-        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after their bound.
-        At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
+        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after the longest
+        bound of any schedule (a store may keep that bound a few minutes, reading it again
+        after a definition change it wrote or was notified of: a stale one only delays
+        ending runs older than its window). At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
         execution rows and their schedules (a ``lost`` run counts as a failure, and may
         pause its schedule by ``pause_on_failure``)."""
         ...
