@@ -994,7 +994,8 @@ class _Tx:
         return self._fetch("refused_schedules")
 
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
-        rows = self._fetch("refusals", {"name": name, "limit": limit})
+        query = "refusals" if name is None else "refusal_named"
+        rows = self._fetch(query, {"name": name, "limit": limit})
         for row in rows:
             if row["refused_at"] is not None:
                 row["refused_at"] = row["refused_at"].astimezone(UTC)

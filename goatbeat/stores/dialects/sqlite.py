@@ -878,7 +878,8 @@ class _Tx:
         return self._rows("refused_schedules")
 
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
-        return self._rows("refusals", {"name": name, "limit": -1 if limit is None else limit})
+        query = "refusals" if name is None else "refusal_named"
+        return self._rows(query, {"name": name, "limit": -1 if limit is None else limit})
 
     def longest_bound(self) -> float:
         row = self._run("longest_bound").fetchone()

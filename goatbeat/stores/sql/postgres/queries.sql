@@ -987,6 +987,29 @@ SELECT s.name, s.task, s.source, count(*) OVER () AS total,
 FROM goatbeat_schedule AS s
 WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
   AND (s.source = 'code' OR s.next_run_at IS NULL)
-  AND (%(name)s::text IS NULL OR s.name = %(name)s::text)
+ORDER BY s.name
+LIMIT %(limit)s::bigint;
+
+-- name: refusal_named
+-- One schedule's refusal, as refusals: the name index.
+SELECT s.name, s.task, s.source, count(*) OVER () AS total,
+       (SELECT e.error FROM goatbeat_execution AS e
+        WHERE e.schedule_id = s.id AND e.status = 'submit_failed' AND e.error LIKE 'refused:%%'
+        ORDER BY e.scheduled_at DESC, e.id DESC LIMIT 1) AS reason,
+       COALESCE(
+           (SELECT min(e.claimed_at) FROM goatbeat_execution AS e
+            WHERE e.schedule_id = s.id AND e.status = 'submit_failed'
+              AND e.error LIKE 'refused:%%'
+              AND e.scheduled_at > COALESCE(
+                  (SELECT x.scheduled_at FROM goatbeat_execution AS x
+                   WHERE x.schedule_id = s.id AND x.status <> 'claimed'
+                     AND NOT (x.status = 'submit_failed' AND COALESCE(x.error, '') LIKE 'refused:%%')
+                   ORDER BY x.scheduled_at DESC LIMIT 1),
+                  '-infinity'::timestamptz)),
+           s.updated_at) AS refused_at
+FROM goatbeat_schedule AS s
+WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
+  AND (s.source = 'code' OR s.next_run_at IS NULL)
+  AND s.name = %(name)s::text
 ORDER BY s.name
 LIMIT %(limit)s::bigint;
