@@ -205,8 +205,11 @@ def _refusal(obj: ScheduleRow) -> Refusal | None:
     try:
         found = _store().refusals(name=obj.name).schedules
     except GoatbeatError:
-        return None
-    return found[0] if found else None
+        found = ()
+    if found:
+        return found[0]
+    # Refused by its columns, its details unread: still shown refused.
+    return Refusal(name=obj.name, task=obj.task, source=obj.source, reason=None, since=None)
 
 
 class RefusedFilter(admin.SimpleListFilter):  # type: ignore[misc]
