@@ -9,25 +9,94 @@ it may hold: one with a single lease, one per shard with ``shards`` > 1. Every s
 current shard".
 
 :class:`ShardBalance` renews, releases and takes the shard reigns so that every live member
-holds its fair share (docs/scaling.md).
+holds its fair share (docs/scaling.md); :class:`SingleLease` renews the one reign of a
+scheduler without shards, and logs and sleeps as a standby while another holds it.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
+from typing import cast
 
 from goatbeat.core.clock import Clock
+from goatbeat.core.config import Settings
+from goatbeat.core.dbwatch import DatabaseWatch
+from goatbeat.core.errors import InvalidValue, StoreError
+from goatbeat.core.instance import split_instance
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import LeaseGrant, Occurrence
 from goatbeat.core.observability import log_event
 from goatbeat.core.shards import ALL, Shard, fair_share
 from goatbeat.core.store import ScheduleStore, ShardedStore
 
-__all__ = ["Reign", "ShardBalance", "MIN_IDLE_SLEEP"]
+__all__ = [
+    "Reign",
+    "SingleLease",
+    "ShardBalance",
+    "lease_plan",
+    "MIN_IDLE_SLEEP",
+    "ERROR_BACKOFF_BASE",
+]
 
 MIN_IDLE_SLEEP = 0.01
 """Floor for the sleep of an iteration that did nothing, so a due row that cannot be claimed
 (a lost compare-and-set, a renewal that keeps failing) never turns into a busy loop."""
+ERROR_BACKOFF_BASE = 0.5
+"""The first sleep after a store error (it doubles with each one in a row)."""
+
+
+def lease_plan(
+    store: ScheduleStore,
+    settings: Settings,
+    *,
+    instance: str,
+    clock: Clock,
+    name: str,
+    watch: DatabaseWatch,
+) -> SingleLease | ShardBalance:
+    """The reigns of a scheduler with ``settings`` (held by ``instance``) and how they are
+    taken: the single lease ``name``, or one lease per shard (``shards`` > 1, which needs a
+    store that runs shards: PostgreSQL)."""
+
+    def lease(lease_name: str) -> LeaseManager:
+        return LeaseManager(
+            store,
+            holder=instance,
+            ttl=settings.lease_ttl,
+            renew_interval=settings.lease_renew_interval,
+            name=lease_name,
+            clock=clock,
+        )
+
+    if settings.shards <= 1:
+        return SingleLease(
+            Reign(lease(name), store),
+            store,
+            instance=instance,
+            scheduler_id=settings.scheduler_id,
+            max_sleep=settings.max_sleep,
+            watch=watch,
+        )
+    if not getattr(store, "supports_shards", False):
+        kind = type(store).__name__
+        raise InvalidValue(
+            "shards",
+            settings.shards,
+            f"{settings.shards} needs PostgreSQL: {kind} runs a single shard "
+            "(one process); set shards to 1",
+        )
+    sharded = cast(ShardedStore, store)
+    shards = [Shard(index=i, count=settings.shards) for i in range(settings.shards)]
+    return ShardBalance(
+        sharded,
+        [Reign(lease(shard.lease), store, shard=shard, sharded=sharded) for shard in shards],
+        instance=instance,
+        scheduler_id=settings.scheduler_id,
+        lease_ttl=settings.lease_ttl,
+        renew_interval=settings.lease_renew_interval,
+        clock=clock,
+    )
 
 
 class Reign:
@@ -101,6 +170,102 @@ class Reign:
         if self._sharded is None:
             return self._store.next_retry_at()
         return self._sharded.next_retry_at(shard=self.shard)
+
+
+class SingleLease:
+    """The one reign of a scheduler without shards: acquired or renewed when due, and while
+    another scheduler holds it, the standby's log records and its sleep."""
+
+    def __init__(
+        self,
+        reign: Reign,
+        store: ScheduleStore,
+        *,
+        instance: str,
+        scheduler_id: str,
+        max_sleep: timedelta,
+        watch: DatabaseWatch,
+    ) -> None:
+        self.reign = reign
+        self.reigns = [reign]
+        self.store = store
+        self.instance = instance
+        self.scheduler_id = scheduler_id
+        self.max_sleep = max_sleep
+        self.watch = watch
+        self._standby_logged = False
+        self._standby_iterations = 0
+
+    def renew(self) -> bool:
+        """Acquire or renew the lease when due; whether this scheduler became leader."""
+        reign = self.reign
+        # Past the local deadline we renew at once rather than wait for the renewal slot.
+        if not (reign.lease.due_for_renewal() or not reign.held()):
+            return False
+        self.watch.watch()
+        grant = reign.lease.acquire()
+        if grant is None:
+            self._on_standby()
+            return False
+        if reign.took(grant):
+            self._standby_logged = False
+            self._standby_iterations = 0
+            return True
+        log_event(
+            "lease.renewed",
+            level=logging.DEBUG,
+            scheduler_id=self.scheduler_id,
+            fencing_token=grant.token,
+            lease=reign.name,
+        )
+        return False
+
+    def _on_standby(self) -> None:
+        self.reign.token = None
+        self._standby_iterations += 1
+        if self._standby_logged:
+            # A heartbeat: at DEBUG an operator sees the standby is alive and still trying.
+            log_event(
+                "lease.standby",
+                level=logging.DEBUG,
+                scheduler_id=self.scheduler_id,
+                lease=self.reign.name,
+                heartbeat=True,
+                iterations=self._standby_iterations,
+            )
+            return
+        self._standby_logged = True
+        holder: str | None = None
+        try:
+            current = self.store.read_lease(self.reign.name)
+        except StoreError:
+            current = None
+        if current is not None:
+            holder = current[0]
+        log_event(
+            "lease.standby",
+            scheduler_id=self.scheduler_id,
+            instance=self.instance,
+            lease=self.reign.name,
+            holder=None if holder is None else split_instance(holder)[0],
+            holder_instance=holder,
+        )
+
+    def standby_sleep(self) -> float:
+        """Until the holder's lease could expire (a release NOTIFY ends the wait sooner)."""
+        max_sleep = self.max_sleep.total_seconds()
+        try:
+            current = self.store.read_lease(self.reign.name)
+            if current is None:
+                return MIN_IDLE_SLEEP
+            _holder, _token, expires_at, expired = current
+            if expired:
+                return MIN_IDLE_SLEEP
+            until = (expires_at - self.store.now()).total_seconds()
+        except StoreError:
+            return min(max_sleep, ERROR_BACKOFF_BASE)
+        # Wake just after the expiry; a release NOTIFY ends the wait sooner.
+        return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
 
 
 class ShardBalance:

@@ -42,13 +42,8 @@ runs, alerts, refused schedules readmitted) of :mod:`goatbeat.core.upkeep`, and 
 :class:`SchedulerObserver` (the Prometheus metrics). A graceful stop deletes the row. The
 database's own identity (a promotion, a restore) is watched by :mod:`goatbeat.core.dbwatch`.
 
-Refusal. A scheduler built with an allow-list (:class:`~goatbeat.core.allowlist.TaskAllowList`;
-``Beat.scheduler()`` always gives one) checks the task of every occurrence before anything is
-sent. An occurrence of a stored schedule whose task is outside it (an admin row, an import, a
-row written with SQL) is refused through the store (``refuse``: the claimed executions
-``submit_failed`` with the reason, ``last_status='refused'``, and a schedule not declared in
-code taken out of scheduling), ``schedule.refused`` is logged once per schedule and process,
-and nothing of it reaches the backend.
+Refusal. A scheduler built with an allow-list checks the task of every occurrence before
+anything is sent: see :mod:`goatbeat.core.upkeep`.
 
 Reigns. Every lease the scheduler may hold is a :class:`~goatbeat.core.reign.Reign` (its lease,
 shard, fencing token, due read and retry flag), and each step above is given the reign it works
@@ -85,18 +80,18 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import FrameType
-from typing import Any, Protocol, cast
+from typing import Any
 
-from goatbeat.core.alerts import Alert, Alerter
+from goatbeat.core.alerts import Alerter
 from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.bounded import bound_calls, io_timeout
 from goatbeat.core.clock import Clock, SystemClock
-from goatbeat.core.config import MAX_CLAIM_AHEAD, Settings
+from goatbeat.core.config import Settings
 from goatbeat.core.dbwatch import DatabaseWatch
-from goatbeat.core.errors import InvalidValue, StoreError, short_repr
-from goatbeat.core.instance import new_instance, split_instance
+from goatbeat.core.errors import StoreError
+from goatbeat.core.instance import new_instance
 from goatbeat.core.lease import LeaseManager
 from goatbeat.core.model import (
     ClaimResult,
@@ -106,19 +101,30 @@ from goatbeat.core.model import (
     SubmitOutcome,
 )
 from goatbeat.core.observability import log_event, logger
-from goatbeat.core.reign import MIN_IDLE_SLEEP, Reign, ShardBalance
-from goatbeat.core.shards import Shard
-from goatbeat.core.store import ScheduleStore, ShardedStore
+from goatbeat.core.reign import (
+    ERROR_BACKOFF_BASE,
+    MIN_IDLE_SLEEP,
+    Reign,
+    ShardBalance,
+    SingleLease,
+    lease_plan,
+)
+from goatbeat.core.store import ScheduleStore
 from goatbeat.core.submission import (
     BatchCounts,
     Sent,
+    StoreTime,
     Submission,
-    lateness,
-    occurrence_fields,
-    store_skew,
 )
 from goatbeat.core.submit import TaskSubmitter
-from goatbeat.core.upkeep import ALERT_CHECK_INTERVAL, LOST_CHECK_INTERVAL, Upkeep
+from goatbeat.core.upkeep import (
+    ALERT_CHECK_INTERVAL,
+    LOST_CHECK_INTERVAL,
+    IterationResult,
+    SchedulerObserver,
+    Tally,
+    Upkeep,
+)
 
 __all__ = [
     "Scheduler",
@@ -129,44 +135,11 @@ __all__ = [
     "MIN_IDLE_SLEEP",
 ]
 
-ERROR_BACKOFF_BASE = 0.5
 ERROR_BACKOFF_CAP = 30.0
 _REQUESTED = frozenset({ExecutionKind.MANUAL, ExecutionKind.BACKFILL})
 """Kinds of the executions that arrive unclaimed, on request."""
 STOP_POLL = 0.2
 """Longest single wait, so a stop request (signal or another thread) is seen promptly."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class IterationResult:
-    """What one iteration did, and how long the loop should sleep before the next."""
-
-    leader: bool
-    """Whether this scheduler held the lease (within its local deadline) during the iteration."""
-    fencing_token: int | None = None
-    became_leader: bool = False
-    claimed: int = 0
-    submitted: int = 0
-    """Successful submissions, resubmissions and manual runs included."""
-    resubmitted: int = 0
-    """Pending rows (left ``claimed`` earlier, or manual requests) submitted successfully."""
-    retrying: int = 0
-    """Failed submissions that will be retried."""
-    failed: int = 0
-    """Failed submissions marked ``submit_failed`` (missed ones included)."""
-    missed: int = 0
-    """Occurrences dropped by misfire policies, and those whose grace ran out while their
-    submission was being retried."""
-    conflicts: int = 0
-    skipped: int = 0
-    """Occurrences the overlap policy recorded as skipped, or buffered."""
-    refused: bool = False
-    """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
-    refused_schedules: int = 0
-    """Stored schedules refused for the first time (by this scheduler) because their task is
-    not allowed."""
-    error: str | None = None
-    sleep: float = 0.0
 
 
 def _takes_keyword(function: Any, name: str) -> bool:
@@ -182,74 +155,12 @@ def _takes_keyword(function: Any, name: str) -> bool:
     )
 
 
-class SchedulerObserver(Protocol):
-    """What a scheduler tells an observer (the Prometheus adapter, ``goatbeat.metrics``).
-
-    Called on the scheduler's threads, so it must be quick; an exception is logged and
-    ignored, never the loop's problem."""
-
-    def iteration(self, result: IterationResult, duration: float) -> None:
-        """One iteration ended after ``duration`` seconds (monotonic)."""
-        ...
-
-    def submitted(self, lateness: float) -> None:
-        """An occurrence was accepted by the backend ``lateness`` seconds after its instant
-        (by the store's clock; negative: early, which never happens)."""
-        ...
-
-
-class _Tally:
-    __slots__ = (
-        "claimed",
-        "submitted",
-        "resubmitted",
-        "retrying",
-        "failed",
-        "missed",
-        "conflicts",
-        "skipped",
-        "refused_schedules",
-        "refused",
-    )
-
-    def __init__(self) -> None:
-        self.claimed = 0
-        self.submitted = 0
-        self.resubmitted = 0
-        self.retrying = 0
-        self.failed = 0
-        self.missed = 0
-        self.conflicts = 0
-        self.skipped = 0
-        self.refused_schedules = 0
-        self.refused = False
-
-    def add(self, batch: BatchCounts) -> None:
-        self.submitted += batch.submitted
-        self.resubmitted += batch.resubmitted
-        self.retrying += batch.retrying
-        self.failed += batch.failed
-        self.missed += batch.missed
-
-    def merge(self, other: _Tally) -> None:
-        for name in self.__slots__:
-            if name == "refused":
-                self.refused = self.refused or other.refused
-            else:
-                setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def result(self, **fields: Any) -> IterationResult:
-        """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
-        counts = {name: getattr(self, name) for name in self.__slots__ if name != "refused"}
-        return IterationResult(**counts, **fields)
-
-
 @dataclass(slots=True, eq=False)
 class _Pass:
     """One reign's claims in one iteration (see :meth:`Scheduler._claim_step`)."""
 
     reign: Reign
-    tally: _Tally
+    tally: Tally
     overlap: bool
     """Send full batches from a submission thread while the next is claimed, and leave their
     outcomes to the next claim; off, each batch is sent and recorded before the next claim."""
@@ -282,7 +193,6 @@ class Scheduler:
         self.store = store
         self.allowed = allowed
         """The tasks stored schedules may name; None: every task (no check)."""
-        self._refusals_logged: set[tuple[int, str]] = set()
         self.submitter = submitter
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -292,47 +202,29 @@ class Scheduler:
         """This process: what holds the lease, its fencing token and the heartbeat row."""
         self.lease_name = lease_name
         """The single lease's name (with shards, each shard's lease has its own)."""
-        # One reign per lease this scheduler may hold (docs/scaling.md for shards).
-        self._balance: ShardBalance | None = None
-        if settings.shards > 1:
-            if not getattr(store, "supports_shards", False):
-                kind = type(store).__name__
-                raise InvalidValue(
-                    "shards",
-                    settings.shards,
-                    f"{settings.shards} needs PostgreSQL: {kind} runs a single shard "
-                    "(one process); set shards to 1",
-                )
-            sharded = cast(ShardedStore, store)
-            shards = [Shard(index=i, count=settings.shards) for i in range(settings.shards)]
-            self.reigns = [
-                Reign(self._lease(shard.lease), store, shard=shard, sharded=sharded)
-                for shard in shards
-            ]
-            self._balance = ShardBalance(
-                sharded,
-                self.reigns,
-                instance=self.instance,
-                scheduler_id=self.scheduler_id,
-                lease_ttl=settings.lease_ttl,
-                renew_interval=settings.lease_renew_interval,
-                clock=self.clock,
-            )
-        else:
-            self.reigns = [Reign(self._lease(lease_name), store)]
-        self._stop = threading.Event()
-        self._standby_logged = False
-        self._standby_iterations = 0
-        # (local monotonic, store clock) read together: when a claimed occurrence is due here.
-        self._store_ref: tuple[float, datetime] | None = None
-        self._error_streak = 0
-        self._stage = "lease"  # what the iteration is doing, for its error's log record
         self._watch = DatabaseWatch(
             store,
             clock=self.clock,
             scheduler_id=self.scheduler_id,
             every=settings.lease_renew_interval,
         )
+        # One reign per lease this scheduler may hold (docs/scaling.md for shards).
+        leases = lease_plan(
+            store,
+            settings,
+            instance=self.instance,
+            clock=self.clock,
+            name=lease_name,
+            watch=self._watch,
+        )
+        self.reigns: list[Reign] = leases.reigns
+        self._single = leases if isinstance(leases, SingleLease) else None
+        self._balance = leases if isinstance(leases, ShardBalance) else None
+        self._stop = threading.Event()
+        # When a claimed occurrence is due here (see StoreTime).
+        self._store_time = StoreTime(store, self.clock)
+        self._error_streak = 0
+        self._stage = "lease"  # what the iteration is doing, for its error's log record
         # Whether the store's claims write the outcomes of the batch before (``record``): a
         # store written before that parameter gets its outcomes recorded separately.
         self._claims_record = _takes_keyword(store.claim_due, "record")
@@ -348,7 +240,7 @@ class Scheduler:
             clock=self.clock,
             scheduler_id=settings.scheduler_id,
             max_submit_retries=settings.max_submit_retries,
-            wait_for_instant=self._wait_for_instant,
+            wait_for_instant=self._store_time.wait_for_instant,
         )
         self.alerter = alerter
         self.version = _version()
@@ -362,17 +254,6 @@ class Scheduler:
             version=self.version,
             alerter=alerter,
             allowed=allowed,
-        )
-        self._observers: list[SchedulerObserver] = []
-
-    def _lease(self, name: str) -> LeaseManager:
-        return LeaseManager(
-            self.store,
-            holder=self.instance,
-            ttl=self.settings.lease_ttl,
-            renew_interval=self.settings.lease_renew_interval,
-            name=name,
-            clock=self.clock,
         )
 
     @property
@@ -392,8 +273,8 @@ class Scheduler:
 
     def observe(self, observer: SchedulerObserver) -> None:
         """Tell ``observer`` about every iteration and submission from now on."""
-        self._observers.append(observer)
-        self.submission.on_submitted = self._on_submitted
+        self.upkeep.observers.append(observer)
+        self.submission.on_submitted = self.upkeep.submitted
 
     def release(self) -> bool:
         """Give the lease up now (graceful stop) so a standby takes over at once, and take
@@ -539,24 +420,23 @@ class Scheduler:
         return [reign for reign in self.reigns if reign.held()]
 
     def _iterate(self) -> IterationResult:
-        self._store_ref = None  # each iteration maps the store's clock afresh
+        self._store_time.forget()  # each iteration maps the store's clock afresh
         for reign in self.reigns:
             reign.due_read = None
-        tallies = {reign: _Tally() for reign in self.reigns}
-        total = _Tally()
+        tallies = {reign: Tally() for reign in self.reigns}
+        total = Tally()
         became_leader = False
         grant: LeaseGrant | None = None
         sleeps: list[float] = []
         self._stage = "lease"
         try:
-            if self._balance is None:
-                single = self.reigns[0]
-                became_leader = self._renew(single)
-                if not single.held():
+            if self._single is not None:
+                became_leader = self._single.renew()
+                if not self._single.reign.held():
                     self._error_streak = 0
-                    return IterationResult(leader=False, sleep=self._standby_sleep())
-                grant = single.grant
-            else:
+                    return IterationResult(leader=False, sleep=self._single.standby_sleep())
+                grant = self._single.reign.grant
+            elif self._balance is not None:
                 self._watch.watch()
                 became_leader, standby_sleep = self._balance.balance()
                 sleeps += [self.settings.lease_renew_interval.total_seconds(), standby_sleep]
@@ -608,29 +488,6 @@ class Scheduler:
             sleep=sleep,
         )
 
-    def _renew(self, reign: Reign) -> bool:
-        """Acquire or renew the single lease when due; whether this scheduler became leader."""
-        # Past the local deadline we renew at once rather than wait for the renewal slot.
-        if not (reign.lease.due_for_renewal() or not reign.held()):
-            return False
-        self._watch.watch()
-        grant = reign.lease.acquire()
-        if grant is None:
-            self._on_standby(reign)
-            return False
-        if reign.took(grant):
-            self._standby_logged = False
-            self._standby_iterations = 0
-            return True
-        log_event(
-            "lease.renewed",
-            level=logging.DEBUG,
-            scheduler_id=self.scheduler_id,
-            fencing_token=grant.token,
-            lease=reign.name,
-        )
-        return False
-
     def _drop(self, reign: Reign) -> None:
         reign.drop()
         # After a store error the connection may lead to another server (a promoted standby):
@@ -641,40 +498,9 @@ class Scheduler:
         for reign in self.reigns:
             self._drop(reign)
 
-    def _on_standby(self, reign: Reign) -> None:
-        reign.token = None
-        self._standby_iterations += 1
-        if self._standby_logged:
-            # A heartbeat: at DEBUG an operator sees the standby is alive and still trying.
-            log_event(
-                "lease.standby",
-                level=logging.DEBUG,
-                scheduler_id=self.scheduler_id,
-                lease=reign.name,
-                heartbeat=True,
-                iterations=self._standby_iterations,
-            )
-            return
-        self._standby_logged = True
-        holder: str | None = None
-        try:
-            current = self.store.read_lease(reign.name)
-        except StoreError:
-            current = None
-        if current is not None:
-            holder = current[0]
-        log_event(
-            "lease.standby",
-            scheduler_id=self.scheduler_id,
-            instance=self.instance,
-            lease=reign.name,
-            holder=None if holder is None else split_instance(holder)[0],
-            holder_instance=holder,
-        )
-
     # -- pending rows: resubmissions, retries, manual runs --------------------------------------
 
-    def _submit_pending(self, reign: Reign, tally: _Tally) -> None:
+    def _submit_pending(self, reign: Reign, tally: Tally) -> None:
         """Submit ``claimed`` rows page by page while pages come back full. Rows backing off
         from a failed submission are left out by the store (their ``retry_at``), so every
         page is ready however many wait, and this always ends: a row leaves the next page by
@@ -685,9 +511,9 @@ class Scheduler:
             rows = reign.pending(limit)
             if not rows:
                 return
-            if self._store_ref is None:
+            if not self._store_time.mapped:
                 # Another scheduler may have claimed some ahead of their instant.
-                self._store_reference()
+                self._store_time.reference()
             page = len(rows)
             rows = self._claim_manual_runs(rows, grant)
             allowed = self._screen(rows, grant, tally)
@@ -715,7 +541,7 @@ class Scheduler:
 
     # -- claiming -------------------------------------------------------------------------------
 
-    def _claim_all(self, tallies: dict[Reign, _Tally]) -> None:
+    def _claim_all(self, tallies: dict[Reign, Tally]) -> None:
         """Claim for every reign held: batch after batch, overlapped, when one is held; one
         batch per reign in turn when several are (see the module docstring)."""
         held = self._held()
@@ -826,50 +652,11 @@ class Scheduler:
         )
 
     def _screen(
-        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: _Tally
+        self, occurrences: Sequence[Occurrence], grant: LeaseGrant, tally: Tally
     ) -> Sequence[Occurrence]:
-        """``occurrences`` whose task is allowed; the schedules of the others are refused by
-        the store (once each), so nothing of theirs is ever submitted."""
-        allow = self.allowed
-        if allow is None or all(allow.allows(occ.task) for occ in occurrences):
-            return occurrences
-        kept: list[Occurrence] = []
-        refused: dict[int, Occurrence] = {}
-        for occ in occurrences:
-            if allow.allows(occ.task):
-                kept.append(occ)
-            else:
-                refused.setdefault(occ.schedule_id, occ)
-        for occ in refused.values():
-            reason = f"refused: {allow.reason(occ.task)}"
-            if not self.store.refuse(occ.schedule_id, occ.task, reason=reason):
-                # An edit named another task meanwhile (its claimed rows go out with it on the
-                # next pass), or the schedule is gone (its rows ended with it).
-                continue
-            if (occ.schedule_id, occ.task) in self._refusals_logged:
-                continue
-            self._refusals_logged.add((occ.schedule_id, occ.task))
-            tally.refused_schedules += 1
-            if self.alerter is not None:
-                self.alerter.emit_all(
-                    [
-                        Alert.refused(
-                            occ.schedule_name,
-                            reason,
-                            at=self.clock.now(),
-                            scheduler_id=self.scheduler_id,
-                        )
-                    ]
-                )
-            log_event(
-                "schedule.refused",
-                level=logging.ERROR,
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                schedule=occ.schedule_name,
-                task=short_repr(occ.task),
-                error=reason,
-            )
+        """``occurrences`` whose task is allowed (see :meth:`Upkeep.screen`)."""
+        kept, refused = self.upkeep.screen(occurrences, grant)
+        tally.refused_schedules += refused
         return kept
 
     def _claim(
@@ -880,7 +667,7 @@ class Scheduler:
         *,
         record: Sequence[SubmitOutcome] = (),
     ) -> ClaimResult:
-        if target is not None and self._store_now() >= target:
+        if target is not None and self._store_time.now() >= target:
             # The instant chosen to claim ahead has come while the pass went on (a batch sent
             # to a slow broker): claim what is due now, that instant included, so a claim never
             # judges due-ness at a moment already past.
@@ -902,104 +689,16 @@ class Scheduler:
         reign.due_read = (nxt,)
         if nxt is None:
             return None
-        now = self._store_reference()
+        now = self._store_time.reference()
         return nxt if now < nxt <= now + ahead else None
 
-    def _store_reference(self) -> datetime:
-        """Read the store's clock and pair it with the local monotonic clock read *after* the
-        answer came back: mapped through the pair, an instant can only come out late."""
-        now = self.store.now()
-        self._store_ref = (self.clock.monotonic(), now)
-        return now
-
-    def _store_now(self) -> datetime:
-        """The store's clock: read through this iteration's reference when there is one (no
-        round trip), else asked."""
-        ref = self._store_ref
-        if ref is None:
-            return self.store.now()
-        mono, store_now = ref
-        return store_now + timedelta(seconds=self.clock.monotonic() - mono)
-
-    def _wait_for_instant(self, occ: Occurrence) -> None:
-        """Block until the occurrence is due (``occ.due``: its instant, or its jittered
-        instant) by the store's clock when it was claimed ahead."""
-        ref = self._store_ref
-        if ref is None:
-            return
-        mono, store_now = ref
-        ahead = (occ.due - store_now).total_seconds()
-        if ahead <= 0:
-            return
-        # Never more than the largest claim_ahead any replica may use: a clock that jumped
-        # must not park a submission for hours.
-        ahead = min(ahead, MAX_CLAIM_AHEAD.total_seconds())
-        remaining = mono + ahead - self.clock.monotonic()
-        if remaining > 0:
-            self.clock.sleep(remaining)
-
-    def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: _Tally) -> None:
-        occurrences = result.occurrences
+    def _log_claim(self, result: ClaimResult, grant: LeaseGrant, tally: Tally) -> None:
         # Occurrences left waiting for their jittered instant are claimed too.
-        tally.claimed += len(occurrences) + result.deferred
+        tally.claimed += len(result.occurrences) + result.deferred
         tally.skipped += sum(result.skipped.values()) + result.buffered
-        for damaged in result.quarantined:
-            # Once per damage: a quarantined row is no longer due until it is repaired.
-            log_event(
-                "schedule.invalid",
-                level=logging.ERROR,
-                scheduler_id=self.scheduler_id,
-                schedule=damaged.name,
-                column=damaged.column,
-                value=short_repr(damaged.value),
-                error=damaged.detail,
-            )
-        self.upkeep.misses.extend(result.misses)
-        if result.missed:
-            tally.missed += result.missed
-            log_event(
-                "occurrence.missed",
-                level=logging.WARNING,
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                missed=result.missed,
-                # The schedules that missed something, not every one the batch claimed.
-                schedules=sorted({m.schedule_name for m in result.misses if m.count}) or None,
-            )
-        for name, count in result.skipped.items():
-            # The overlap policy: the previous run of the schedule is still running.
-            log_event(
-                "occurrence.skipped",
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                schedule=name,
-                skipped=count,
-                reason="overlap",
-            )
-        if result.buffered:
-            log_event(
-                "occurrence.buffered",
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                buffered=result.buffered,
-            )
-        if result.conflicts:
-            tally.conflicts += result.conflicts
-            log_event(
-                "claim.conflict",
-                scheduler_id=self.scheduler_id,
-                fencing_token=grant.token,
-                conflicts=result.conflicts,
-            )
-        if occurrences and logger.isEnabledFor(logging.DEBUG):
-            skew = store_skew(self.store, self.clock)
-            for occ in occurrences:
-                log_event(
-                    "occurrence.claimed",
-                    level=logging.DEBUG,
-                    **occurrence_fields(occ, self.scheduler_id, grant),
-                    lateness=lateness(self.clock.now() + skew, occ.due),
-                )
+        tally.missed += result.missed
+        tally.conflicts += result.conflicts
+        self.upkeep.log_claim(result, grant)
 
     # -- submission -----------------------------------------------------------------------------
 
@@ -1008,7 +707,7 @@ class Scheduler:
         reign: Reign,
         occurrences: Sequence[Occurrence],
         grant: LeaseGrant,
-        tally: _Tally,
+        tally: Tally,
         *,
         pending: bool,
         sent: list[Sent | None] | None = None,
@@ -1036,7 +735,7 @@ class Scheduler:
 
     # -- sleeping -------------------------------------------------------------------------------
 
-    def _leader_sleep(self, reign: Reign, tally: _Tally) -> float:
+    def _leader_sleep(self, reign: Reign, tally: Tally) -> float:
         max_sleep = self.settings.max_sleep.total_seconds()
         candidates = [max_sleep]
         if reign.lease.grant is None or not reign.held():
@@ -1050,33 +749,18 @@ class Scheduler:
         if nxt is not None:
             # Due-ness is judged by the store's clock, so the distance is too; wake early
             # enough to claim ahead of the instant.
-            until = nxt - self._store_now() - self.settings.claim_ahead
+            until = nxt - self._store_time.now() - self.settings.claim_ahead
             candidates.append(until.total_seconds())
         if reign.retries_possible:
             retry_at = reign.next_retry_at()
             if retry_at is None:
                 reign.retries_possible = False
             else:
-                candidates.append((retry_at - self._store_now()).total_seconds())
+                candidates.append((retry_at - self._store_time.now()).total_seconds())
         sleep = max(0.0, min(candidates))
         if sleep < MIN_IDLE_SLEEP and not (tally.claimed or tally.submitted or tally.failed):
             sleep = MIN_IDLE_SLEEP
         return sleep
-
-    def _standby_sleep(self) -> float:
-        max_sleep = self.settings.max_sleep.total_seconds()
-        try:
-            current = self.store.read_lease(self.lease.name)
-            if current is None:
-                return MIN_IDLE_SLEEP
-            _holder, _token, expires_at, expired = current
-            if expired:
-                return MIN_IDLE_SLEEP
-            until = (expires_at - self.store.now()).total_seconds()
-        except StoreError:
-            return min(max_sleep, ERROR_BACKOFF_BASE)
-        # Wake just after the expiry; a release NOTIFY ends the wait sooner.
-        return max(MIN_IDLE_SLEEP, min(max_sleep, until + MIN_IDLE_SLEEP))
 
     # -- operations: heartbeat, misses, leader's checks, observers ------------------------------
 
@@ -1095,18 +779,7 @@ class Scheduler:
             self.upkeep.leading()
         else:
             self.upkeep.not_leading()
-        for observer in self._observers:
-            try:
-                observer.iteration(result, duration)
-            except Exception:
-                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
-
-    def _on_submitted(self, lateness: float) -> None:
-        for observer in self._observers:
-            try:
-                observer.submitted(lateness)
-            except Exception:
-                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
+        self.upkeep.iteration_ended(result, duration)
 
 
 def _version() -> str:

@@ -48,6 +48,7 @@ from typing import Any, Protocol, TypeVar
 
 from goatbeat.core.bounded import BoundedCall, CallTimedOut
 from goatbeat.core.clock import Clock
+from goatbeat.core.config import MAX_CLAIM_AHEAD
 from goatbeat.core.errors import PermanentSubmitError, RetryableSubmitError, StoreError
 from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, SubmitOutcome
 from goatbeat.core.observability import log_event, logger
@@ -68,6 +69,7 @@ __all__ = [
     "LOG_EACH_LIMIT",
     "BatchCounts",
     "Sent",
+    "StoreTime",
     "Submission",
     "lateness",
     "occurrence_fields",
@@ -513,6 +515,59 @@ class Submission:
         if crash:
             # Test hook: die between submission and bookkeeping (see module docstring).
             os._exit(137)
+
+
+class StoreTime:
+    """The store's clock as one iteration of the loop maps it onto the local monotonic clock
+    (a claimed occurrence is sent when it is due by the store's clock). Read from submission
+    threads too (:meth:`wait_for_instant`)."""
+
+    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        # (local monotonic, store clock) read together.
+        self._store_ref: tuple[float, datetime] | None = None
+
+    def forget(self) -> None:
+        """Drop the mapping (each iteration maps the store's clock afresh)."""
+        self._store_ref = None
+
+    @property
+    def mapped(self) -> bool:
+        return self._store_ref is not None
+
+    def reference(self) -> datetime:
+        """Read the store's clock and pair it with the local monotonic clock read *after* the
+        answer came back: mapped through the pair, an instant can only come out late."""
+        now = self.store.now()
+        self._store_ref = (self.clock.monotonic(), now)
+        return now
+
+    def now(self) -> datetime:
+        """The store's clock: read through this iteration's reference when there is one (no
+        round trip), else asked."""
+        ref = self._store_ref
+        if ref is None:
+            return self.store.now()
+        mono, store_now = ref
+        return store_now + timedelta(seconds=self.clock.monotonic() - mono)
+
+    def wait_for_instant(self, occ: Occurrence) -> None:
+        """Block until the occurrence is due (``occ.due``: its instant, or its jittered
+        instant) by the store's clock when it was claimed ahead."""
+        ref = self._store_ref
+        if ref is None:
+            return
+        mono, store_now = ref
+        ahead = (occ.due - store_now).total_seconds()
+        if ahead <= 0:
+            return
+        # Never more than the largest claim_ahead any replica may use: a clock that jumped
+        # must not park a submission for hours.
+        ahead = min(ahead, MAX_CLAIM_AHEAD.total_seconds())
+        remaining = mono + ahead - self.clock.monotonic()
+        if remaining > 0:
+            self.clock.sleep(remaining)
 
 
 def store_skew(store: ScheduleStore, clock: Clock) -> timedelta:

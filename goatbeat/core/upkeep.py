@@ -8,13 +8,23 @@ the loop goes on. After each iteration (:meth:`Upkeep.heartbeat` and the rest, c
   once per ``lease_renew_interval`` and at once when its role changes), and on the first one
   a WARNING when another live process runs under the same scheduler id;
 - the record of the occurrences the iteration's claims dropped (misses), and their alerts;
+- each :class:`SchedulerObserver` (the Prometheus metrics), told the :class:`IterationResult`;
 - the leader only (with shards, the holder of shard 0): stored schedules an earlier scheduler
   refused and this one allows go back in, once per process; runs no report will end are ended
   ``lost`` or ``expired`` (every :data:`LOST_CHECK_INTERVAL`); failing and overdue schedules
   are alerted (every :data:`ALERT_CHECK_INTERVAL`).
 
-And between submissions: once the backend accepts again after retryable failures, the
-retries waiting out their backoff are brought forward (:meth:`Upkeep.backend_answered`).
+On the hot path, refusal (:meth:`Upkeep.screen`). A scheduler built with an allow-list
+(:class:`~goatbeat.core.allowlist.TaskAllowList`; ``Beat.scheduler()`` always gives one) checks
+the task of every occurrence before anything is sent. An occurrence of a stored schedule whose
+task is outside it (an admin row, an import, a row written with SQL) is refused through the
+store (``refuse``: the claimed executions ``submit_failed`` with the reason,
+``last_status='refused'``, and a schedule not declared in code taken out of scheduling),
+``schedule.refused`` is logged once per schedule and process, and nothing of it reaches the
+backend. And what each claim reported is logged (:meth:`Upkeep.log_claim`).
+
+Between submissions: once the backend accepts again after retryable failures, the retries
+waiting out their backoff are brought forward (:meth:`Upkeep.backend_answered`).
 """
 
 from __future__ import annotations
@@ -22,7 +32,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from goatbeat.core.alerts import Alert, Alerter, AlertTracker
 from goatbeat.core.allowlist import TaskAllowList
@@ -30,13 +42,21 @@ from goatbeat.core.clock import Clock
 from goatbeat.core.config import Settings
 from goatbeat.core.errors import GoatbeatError, short_repr
 from goatbeat.core.health import Role, SchedulerBeat
-from goatbeat.core.model import Miss
-from goatbeat.core.observability import log_event
+from goatbeat.core.model import ClaimResult, LeaseGrant, Miss, Occurrence
+from goatbeat.core.observability import log_event, logger
 from goatbeat.core.store import ScheduleStore
-from goatbeat.core.submission import BatchCounts
+from goatbeat.core.submission import BatchCounts, lateness, occurrence_fields, store_skew
 from goatbeat.core.submit import TaskSubmitter
 
-__all__ = ["Upkeep", "ALERT_CHECK_INTERVAL", "ALERT_SCAN_LIMIT", "LOST_CHECK_INTERVAL"]
+__all__ = [
+    "Upkeep",
+    "IterationResult",
+    "SchedulerObserver",
+    "Tally",
+    "ALERT_CHECK_INTERVAL",
+    "ALERT_SCAN_LIMIT",
+    "LOST_CHECK_INTERVAL",
+]
 
 ALERT_CHECK_INTERVAL = 30.0
 """How often (seconds, at least) the leader looks for failing and overdue schedules, when
@@ -46,6 +66,103 @@ ALERT_SCAN_LIMIT = 1000
 LOST_CHECK_INTERVAL = 5.0
 """How often (seconds, at least) the leader ends the runs no report will end (lost, expired:
 :meth:`~goatbeat.core.store.ScheduleStore.end_lost_runs`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IterationResult:
+    """What one iteration did, and how long the loop should sleep before the next."""
+
+    leader: bool
+    """Whether this scheduler held the lease (within its local deadline) during the iteration."""
+    fencing_token: int | None = None
+    became_leader: bool = False
+    claimed: int = 0
+    submitted: int = 0
+    """Successful submissions, resubmissions and manual runs included."""
+    resubmitted: int = 0
+    """Pending rows (left ``claimed`` earlier, or manual requests) submitted successfully."""
+    retrying: int = 0
+    """Failed submissions that will be retried."""
+    failed: int = 0
+    """Failed submissions marked ``submit_failed`` (missed ones included)."""
+    missed: int = 0
+    """Occurrences dropped by misfire policies, and those whose grace ran out while their
+    submission was being retried."""
+    conflicts: int = 0
+    skipped: int = 0
+    """Occurrences the overlap policy recorded as skipped, or buffered."""
+    refused: bool = False
+    """The claim was refused: this scheduler's lease (fencing token) is no longer current."""
+    refused_schedules: int = 0
+    """Stored schedules refused for the first time (by this scheduler) because their task is
+    not allowed."""
+    error: str | None = None
+    sleep: float = 0.0
+
+
+class Tally:
+    """What one iteration did so far, counted as it goes; :meth:`result` makes the
+    :class:`IterationResult`."""
+
+    __slots__ = (
+        "claimed",
+        "submitted",
+        "resubmitted",
+        "retrying",
+        "failed",
+        "missed",
+        "conflicts",
+        "skipped",
+        "refused_schedules",
+        "refused",
+    )
+
+    def __init__(self) -> None:
+        self.claimed = 0
+        self.submitted = 0
+        self.resubmitted = 0
+        self.retrying = 0
+        self.failed = 0
+        self.missed = 0
+        self.conflicts = 0
+        self.skipped = 0
+        self.refused_schedules = 0
+        self.refused = False
+
+    def add(self, batch: BatchCounts) -> None:
+        self.submitted += batch.submitted
+        self.resubmitted += batch.resubmitted
+        self.retrying += batch.retrying
+        self.failed += batch.failed
+        self.missed += batch.missed
+
+    def merge(self, other: Tally) -> None:
+        for name in self.__slots__:
+            if name == "refused":
+                self.refused = self.refused or other.refused
+            else:
+                setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def result(self, **fields: Any) -> IterationResult:
+        """The iteration's result: these counts plus ``fields`` (leader, sleep, ...)."""
+        counts = {name: getattr(self, name) for name in self.__slots__ if name != "refused"}
+        return IterationResult(**counts, **fields)
+
+
+class SchedulerObserver(Protocol):
+    """What a scheduler tells an observer (the Prometheus adapter, ``goatbeat.metrics``).
+
+    Called on the scheduler's threads, so it must be quick; an exception is logged and
+    ignored, never the loop's problem."""
+
+    def iteration(self, result: IterationResult, duration: float) -> None:
+        """One iteration ended after ``duration`` seconds (monotonic)."""
+        ...
+
+    def submitted(self, lateness: float) -> None:
+        """An occurrence was accepted by the backend ``lateness`` seconds after its instant
+        (by the store's clock; negative: early, which never happens)."""
+        ...
 
 
 class Upkeep:
@@ -73,6 +190,9 @@ class Upkeep:
         self.version = version
         self.alerter = alerter
         self.allowed = allowed
+        self._refusals_logged: set[tuple[int, str]] = set()
+        self.observers: list[SchedulerObserver] = []
+        """Told of every iteration and submission (:meth:`iteration_ended`, :meth:`submitted`)."""
         self.misses: list[Miss] = []
         """Occurrences this iteration's claims dropped, recorded after it."""
         self._alerts = AlertTracker(after_failures=settings.alert_after_failures)
@@ -110,6 +230,132 @@ class Upkeep:
         self._alert_check_at = None
         self._lost_check_at = None
         self._readmitted = False  # looked at again when it leads again
+
+    # -- claims: refusals and what they reported ------------------------------------------------
+
+    def screen(
+        self, occurrences: Sequence[Occurrence], grant: LeaseGrant
+    ) -> tuple[Sequence[Occurrence], int]:
+        """``occurrences`` whose task is allowed; the schedules of the others are refused by
+        the store (once each), so nothing of theirs is ever submitted. And how many schedules
+        were refused for the first time (by this process)."""
+        allow = self.allowed
+        if allow is None or all(allow.allows(occ.task) for occ in occurrences):
+            return occurrences, 0
+        newly_refused = 0
+        kept: list[Occurrence] = []
+        refused: dict[int, Occurrence] = {}
+        for occ in occurrences:
+            if allow.allows(occ.task):
+                kept.append(occ)
+            else:
+                refused.setdefault(occ.schedule_id, occ)
+        for occ in refused.values():
+            reason = f"refused: {allow.reason(occ.task)}"
+            if not self.store.refuse(occ.schedule_id, occ.task, reason=reason):
+                # An edit named another task meanwhile (its claimed rows go out with it on the
+                # next pass), or the schedule is gone (its rows ended with it).
+                continue
+            if (occ.schedule_id, occ.task) in self._refusals_logged:
+                continue
+            self._refusals_logged.add((occ.schedule_id, occ.task))
+            newly_refused += 1
+            if self.alerter is not None:
+                self.alerter.emit_all(
+                    [
+                        Alert.refused(
+                            occ.schedule_name,
+                            reason,
+                            at=self.clock.now(),
+                            scheduler_id=self.scheduler_id,
+                        )
+                    ]
+                )
+            log_event(
+                "schedule.refused",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                schedule=occ.schedule_name,
+                task=short_repr(occ.task),
+                error=reason,
+            )
+        return kept, newly_refused
+
+    def log_claim(self, result: ClaimResult, grant: LeaseGrant) -> None:
+        """What a claim reported: damaged rows, misses (kept for :meth:`record_misses`),
+        occurrences the overlap policy skipped or buffered, conflicts; each claimed
+        occurrence at DEBUG."""
+        occurrences = result.occurrences
+        for damaged in result.quarantined:
+            # Once per damage: a quarantined row is no longer due until it is repaired.
+            log_event(
+                "schedule.invalid",
+                level=logging.ERROR,
+                scheduler_id=self.scheduler_id,
+                schedule=damaged.name,
+                column=damaged.column,
+                value=short_repr(damaged.value),
+                error=damaged.detail,
+            )
+        self.misses.extend(result.misses)
+        if result.missed:
+            log_event(
+                "occurrence.missed",
+                level=logging.WARNING,
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                missed=result.missed,
+                # The schedules that missed something, not every one the batch claimed.
+                schedules=sorted({m.schedule_name for m in result.misses if m.count}) or None,
+            )
+        for name, count in result.skipped.items():
+            # The overlap policy: the previous run of the schedule is still running.
+            log_event(
+                "occurrence.skipped",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                schedule=name,
+                skipped=count,
+                reason="overlap",
+            )
+        if result.buffered:
+            log_event(
+                "occurrence.buffered",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                buffered=result.buffered,
+            )
+        if result.conflicts:
+            log_event(
+                "claim.conflict",
+                scheduler_id=self.scheduler_id,
+                fencing_token=grant.token,
+                conflicts=result.conflicts,
+            )
+        if occurrences and logger.isEnabledFor(logging.DEBUG):
+            skew = store_skew(self.store, self.clock)
+            for occ in occurrences:
+                log_event(
+                    "occurrence.claimed",
+                    level=logging.DEBUG,
+                    **occurrence_fields(occ, self.scheduler_id, grant),
+                    lateness=lateness(self.clock.now() + skew, occ.due),
+                )
+
+    def iteration_ended(self, result: IterationResult, duration: float) -> None:
+        for observer in self.observers:
+            try:
+                observer.iteration(result, duration)
+            except Exception:
+                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
+
+    def submitted(self, lateness: float) -> None:
+        for observer in self.observers:
+            try:
+                observer.submitted(lateness)
+            except Exception:
+                logger.exception("scheduler.error", extra={"goatbeat": {"stage": "observer"}})
 
     # -- the heartbeat row ----------------------------------------------------------------------
 

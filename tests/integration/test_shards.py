@@ -347,6 +347,12 @@ def _sharded(pg_dsn: str, sid: str, **settings: Any) -> tuple[Beat, Scheduler]:
     return beat, scheduler
 
 
+def _every_second(store: PostgresStore, prefix: str, count: int) -> None:
+    every = IntervalTrigger(every=timedelta(seconds=1))
+    for i in range(count):
+        store.create(Schedule(name=f"{prefix}-{i}", task="json.dumps", trigger=every))
+
+
 def _logged(caplog: pytest.LogCaptureFixture, name: str, sid: str) -> list[logging.LogRecord]:
     return [
         r
@@ -359,14 +365,11 @@ def test_a_sharded_start_beside_a_twin_warns_whichever_shard_it_works(
     store: PostgresStore, pg_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="goatbeat")
-    for i in range(8):
-        store.create(
-            Schedule(name=f"w-{i}", task="json.dumps", trigger=IntervalTrigger(every=timedelta(1)))
-        )
+    _every_second(store, "w", 8)
     first, a = _sharded(pg_dsn, "web-1")
     second, b = _sharded(pg_dsn, "web-1")
     try:
-        assert a.run_once().leader  # alone: it holds all four shards, the last one worked on
+        assert a.run_once().leader  # alone: it holds all four shards
         assert not _logged(caplog, "scheduler.duplicate_id", "web-1")
         b.run_once()
         [warning] = _logged(caplog, "scheduler.duplicate_id", "web-1")
@@ -385,10 +388,7 @@ def test_an_unexpected_error_in_a_sharded_loop_drops_every_shard_lease(
     # Single lease or shards alike: after a bug (not an outage) the loop trusts no lease it
     # holds, since it cannot know what the failed iteration did under them.
     caplog.set_level(logging.INFO, logger="goatbeat")
-    for i in range(8):
-        store.create(
-            Schedule(name=f"e-{i}", task="json.dumps", trigger=IntervalTrigger(every=timedelta(1)))
-        )
+    _every_second(store, "e", 8)
     beat, sch = _sharded(pg_dsn, "buggy")
     try:
         assert sch.run_once().leader
