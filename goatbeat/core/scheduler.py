@@ -53,8 +53,8 @@ PostgreSQL; docs/scaling.md) there is one per shard and each iteration first bal
 of its fair share, take free ones up to this scheduler's share, or any shard left free for a
 renewal interval), then does steps 3-5 for each reign held: pending rows, claims, the sleep (the
 earliest of every reign's, at most a renewal interval, so the heartbeat that makes this
-scheduler a member is written in time). A graceful stop removes the heartbeat row, then
-releases every lease; a store error or a bug in the loop drops every lease held.
+scheduler a member is written in time); a graceful stop then removes the heartbeat row
+first, then releases every lease. A store error or a bug in the loop drops every lease held.
 
 Claims go through one path (:meth:`Scheduler._claim_step`, one batch of one reign). One reign
 held claims batch after batch with the submission overlapped (a full batch sent from a
