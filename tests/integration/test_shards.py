@@ -361,7 +361,7 @@ def _logged(caplog: pytest.LogCaptureFixture, name: str, sid: str) -> list[loggi
     ]
 
 
-def test_a_sharded_start_beside_a_twin_warns_whichever_shard_it_works(
+def test_a_sharded_start_beside_a_live_twin_warns_naming_both(
     store: PostgresStore, pg_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="goatbeat")
