@@ -7,6 +7,8 @@
         [--from-app module:app]                 a Celery app's beat_schedule
         [--from-django-celery-beat [URL]]       django-celery-beat's tables (URL, or Django's
                                                 default database when run under Django)
+        [--from-redbeat URL [--redbeat-key-prefix P] [--redbeat-timezone ZONE]]
+                                                celery-redbeat's keys in Redis
         [--last-runs JSON_FILE] [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
         [--json] [--max-instants N] [--accept-known-bugs] [--accept-refused NAME]...
@@ -17,7 +19,8 @@
                                                 celery-redbeat's keys (import_celery_beat
                                                 --from-redbeat URL does the same)
 
-    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
+    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE
+        | --to-redbeat URL [--redbeat-key-prefix P] [--redbeat-timezone ZONE])
         [--dry-run]                             goatbeat's last runs back to celery beat, before
                                                 a rollback
 
@@ -668,6 +671,29 @@ def import_redbeat(
     help="Write {name: ISO instant} of the beat_schedule entries goatbeat ran, for stock "
     "beat's celerybeat-schedule (see docs/migration).",
 )
+@click.option(
+    "--to-redbeat",
+    "to_redbeat",
+    metavar="URL",
+    default=None,
+    help="Write them into celery-redbeat's meta (last_run_at) in this Redis (redis:// URL).",
+)
+@click.option(
+    "--redbeat-key-prefix",
+    "redbeat_prefix",
+    metavar="PREFIX",
+    default="redbeat:",
+    show_default=True,
+    help="redbeat_key_prefix of --to-redbeat.",
+)
+@click.option(
+    "--redbeat-timezone",
+    "redbeat_timezone",
+    metavar="ZONE",
+    default="UTC",
+    show_default=True,
+    help="The Celery app's zone, which redbeat stamps its last runs in.",
+)
 @click.option("--database", default=None, help="The goatbeat database to read.")
 @click.option(
     "--naive-timezone",
@@ -680,6 +706,9 @@ def export_last_runs(
     ctx: click.Context,
     to_dcb: str | None,
     to_json: str | None,
+    to_redbeat: str | None,
+    redbeat_prefix: str,
+    redbeat_timezone: str,
     database: str | None,
     naive_timezone: str | None,
     dry_run: bool,
@@ -689,8 +718,10 @@ def export_last_runs(
     from goatbeat.django import beat_sources
     from goatbeat.importers import django_celery_beat
 
-    if (to_dcb is None) == (to_json is None):
-        raise UserError("say where to: --to-django-celery-beat [URL] or --to-json FILE")
+    if [to_dcb, to_json, to_redbeat].count(None) != 2:
+        raise UserError(
+            "say where to: --to-django-celery-beat [URL], --to-json FILE or --to-redbeat URL"
+        )
     with open_target_store(ctx, database) as target:
         click.echo(f"from: {target.label}")
         source = Source.DJANGO_CELERY_BEAT if to_dcb is not None else Source.CELERY
@@ -714,6 +745,9 @@ def export_last_runs(
                 raise UserError(f"cannot write {to_json!r}: {exc}") from None
         verb = "would write" if dry_run else "wrote"
         click.echo(f"{verb} the last runs of {len(runs)} entries to {to_json}")
+        return
+    if to_redbeat is not None:
+        _hand_back_to_redbeat(ran, to_redbeat, redbeat_prefix, redbeat_timezone, dry_run)
         return
     assert to_dcb is not None
     if to_dcb == "default":
@@ -755,6 +789,43 @@ def export_last_runs(
             "django_celery_beat_periodictasks.last_update moved to now: a DatabaseScheduler "
             "reads the rows again as written"
         )
+
+
+def _hand_back_to_redbeat(ran: list[Any], url: str, prefix: str, zone: str, dry_run: bool) -> None:
+    from goatbeat.importers import redbeat
+
+    click.echo(
+        f"to: redbeat's meta under {prefix!r} ({redact_url(url)}){' (dry run)' if dry_run else ''}"
+    )
+    click.echo(
+        "check: every redbeat beat must be stopped (a running one writes its own meta over "
+        "these): look for 'celery ... beat -S redbeat...' in your process manager"
+    )
+    config = redbeat.RedbeatConfig(
+        key_prefix=prefix, lock_key=redbeat.RedbeatConfig.default_lock(prefix)
+    )
+    try:
+        changed = redbeat.hand_back(
+            url,
+            {s.name: (s.last_run_at, s.total_run_count) for s in ran if s.last_run_at},
+            config=config,
+            timezone=zone,
+            dry_run=dry_run,
+        )
+    except GoatbeatError as exc:
+        raise OperationalError(_one_line(exc)) from None
+    prefix_word = "would set" if dry_run else "set"
+    for row in changed:
+        was = "never" if row.before is None else iso_z(row.before)
+        click.echo(
+            f"{prefix_word}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
+            f"total_run_count {row.total_run_count}"
+        )
+    click.echo(
+        f"summary: {len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
+        f"{'would be ' if dry_run else ''}moved forward, {len(ran) - len(changed)} already at "
+        "or past goatbeat's last run or not in redbeat"
+    )
 
 
 # -- diff ------------------------------------------------------------------------------------

@@ -26,17 +26,27 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from goatbeat.conversion import UnsupportedSchedule, describe_exception, timing_overrides
 from goatbeat.conversion import to_trigger as _to_trigger
 from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.model import Source
+from goatbeat.core.timeutil import get_zone
 from goatbeat.importers.celery_beat import _read_entry
+from goatbeat.importers.django_celery_beat import HandBack
 from goatbeat.importers.entries import SourceEntry, celery_instant
 from goatbeat.stores import redact_url
 
-__all__ = ["DEFAULT_KEY_PREFIX", "RedbeatConfig", "RedbeatRead", "config_of", "read_redbeat"]
+__all__ = [
+    "DEFAULT_KEY_PREFIX",
+    "RedbeatConfig",
+    "RedbeatRead",
+    "config_of",
+    "hand_back",
+    "read_redbeat",
+]
 
 DEFAULT_KEY_PREFIX = "redbeat:"
 _DEFINITION_KEYS = {"name", "task", "args", "kwargs", "options", "schedule", "enabled"}
@@ -354,3 +364,78 @@ def _refuse_custom(entry: SourceEntry, beat_schedule: Mapping[str, Any] | None) 
         task=entry.task,
         enabled=entry.enabled,
     )
+
+
+# -- handing goatbeat's runs back (rollback) --------------------------------------------------
+
+
+def hand_back(
+    client_or_url: Any,
+    runs: dict[str, tuple[datetime, int]],
+    *,
+    config: RedbeatConfig | None = None,
+    timezone: str = "UTC",
+    dry_run: bool = False,
+) -> list[HandBack]:
+    """Write goatbeat's last runs into redbeat's ``meta`` before rolling back, so redbeat does
+    not run again what goatbeat ran (it counts an interval from ``meta.last_run_at``, and runs
+    at once what is due since).
+
+    ``runs``: name -> (goatbeat's last run, goatbeat's run count). Only entries redbeat has (a
+    ``definition`` at ``<key_prefix><name>``) whose own ``last_run_at`` is earlier (or unset)
+    change: ``meta`` becomes goatbeat's last run, stamped in ``timezone`` as redbeat stamps
+    ``app.now()``, and the larger run count. The score in ``<key_prefix>:schedule`` is left: it
+    is earlier than the new due time, so redbeat loads the entry at its first tick, finds it
+    not due yet and moves it when it runs. Run it while every redbeat beat is stopped (a
+    running one writes its own ``meta`` over these). Returns what changed (what would change
+    with ``dry_run``). Raises ``StoreError`` when Redis cannot be read or written."""
+    import redis
+
+    decoder = _decoder()
+    from redbeat.decoder import RedBeatJSONEncoder
+
+    conf = config or RedbeatConfig()
+    zone = get_zone(timezone, "timezone")
+    client = _client(client_or_url) if isinstance(client_or_url, str) else client_or_url
+    label = redact_url(client_or_url) if isinstance(client_or_url, str) else "Redis"
+    changed: list[HandBack] = []
+    try:
+        names = sorted(runs)
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(conf.key_prefix + name, "definition", "meta")
+        values = pipe.execute()
+        write = client.pipeline(transaction=True)
+        for name, (definition, raw_meta) in zip(names, values, strict=True):
+            if definition is None:
+                continue  # not one of redbeat's entries
+            ours, our_count = runs[name]
+            try:
+                meta = json.loads(raw_meta, cls=decoder) if raw_meta else {}
+                theirs = celery_instant(meta.get("last_run_at"), "last_run_at")
+                count = int(meta.get("total_run_count") or 0)
+            except Exception as exc:  # redbeat's decoder on whatever the key holds
+                raise StoreError(
+                    f"{conf.key_prefix}{name} meta: redbeat cannot decode it "
+                    f"({describe_exception(exc)})"
+                ) from None
+            if theirs is not None and theirs >= ours:
+                continue
+            total = max(count, our_count)
+            changed.append(HandBack(name, theirs, ours, total))
+            stamp = ours.astimezone(zone)
+            write.hset(
+                conf.key_prefix + name,
+                "meta",
+                json.dumps(
+                    {"last_run_at": stamp, "total_run_count": total}, cls=RedBeatJSONEncoder
+                ),
+            )
+        if changed and not dry_run:
+            write.execute()
+    except redis.RedisError as exc:
+        raise StoreError(f"cannot write redbeat's meta in {label}: {exc}") from None
+    finally:
+        if isinstance(client_or_url, str):
+            client.close()
+    return changed

@@ -286,3 +286,47 @@ def test_without_redbeat_installed_it_refuses_in_one_line(
     assert out.count("\n") == 1 and "celery-redbeat is not installed" in out, out
     code, out = run("import", "redbeat", "--redis", "http://nope", "--database", db)
     assert code == 2 and out.count("\n") == 1, out
+
+
+def test_export_last_runs_hands_goatbeats_runs_back_to_redbeat(app: Celery, db: str) -> None:
+    from tests.conformance.helpers import claim_all, lease
+
+    url = app.conf.redbeat_redis_url
+    save(app, "every-30s", schedule(timedelta(seconds=30)), last_run_at=RAN)
+    save(app, "daily-9", crontab(minute=0, hour=9), last_run_at=RAN)
+    args = ("--redis", url, "--key-prefix", "rb:", "--timezone", "Europe/Paris")
+    code, out = run("import", "redbeat", *args, "--database", db)
+    assert code == 0, out
+    ran = RAN.astimezone(UTC)
+    store = open_store(db)
+    try:
+        claim_all(store, lease(store), ran + timedelta(seconds=65))
+        ours = store.get("every-30s")
+    finally:
+        store.close()
+    assert ours.last_run_at == ran + timedelta(seconds=60)
+    assert ours.total_run_count >= 1
+
+    export = ("export_last_runs", "--to-redbeat", url, "--redbeat-key-prefix", "rb:")
+    zone = ("--redbeat-timezone", "Europe/Paris")
+    code, out = run(*export, *zone, "--database", db, "--dry-run")
+    assert code == 0 and "would set  every-30s: last_run_at " in out, out
+    assert RedBeatSchedulerEntry.from_key("rb:every-30s", app=app).last_run_at == RAN
+    code, out = run(*export, *zone, "--database", db)
+    assert code == 0, out
+    assert "check: every redbeat beat must be stopped" in out
+    assert "set  every-30s: last_run_at 2026-12-02T09:00:30.003021Z (was 2026-12-02T08:59:30" in out
+    assert "daily-9" not in out.split("summary")[0]  # goatbeat never ran it: left as it was
+    # redbeat reads it back as its own: its next run is one interval after goatbeat's last.
+    entry = RedBeatSchedulerEntry.from_key("rb:every-30s", app=app)
+    assert entry.last_run_at == ours.last_run_at
+    assert entry.last_run_at.tzinfo == PARIS  # stamped as redbeat stamps app.now()
+    assert entry.total_run_count == ours.total_run_count  # redbeat's 0, goatbeat's runs
+    last = ours.last_run_at
+    entry.schedule.nowfun = lambda: last + timedelta(seconds=29)
+    assert not entry.is_due().is_due  # not again before one interval after goatbeat's run
+    entry.schedule.nowfun = lambda: last + timedelta(seconds=30)
+    assert entry.is_due().is_due
+    # The re-cutover import then changes nothing: the later last run is goatbeat's own.
+    code, out = run("import", "redbeat", *args, "--database", db)
+    assert code == 0 and "0 created, 0 updated, 0 refreshed" in out, out
