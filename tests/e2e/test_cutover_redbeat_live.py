@@ -10,7 +10,8 @@ of the lock is stopped, the standby takes the lock over and runs on (what a team
 restart does) -> rehearsal import while it runs (the lock is reported held) -> every redbeat
 beat stopped (the lock is released) -> each send ran once (redbeat's own ``total_run_count``)
 -> cutover import (the lock is free) -> diff exits 0 -> goatbeat runs from redbeat's
-``meta.last_run_at``.
+``meta.last_run_at`` -> stop -> ``export_last_runs --to-redbeat`` + redbeat again (rollback:
+its first run one interval after goatbeat's last) -> stop -> import -> goatbeat again.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from tests.e2e.test_cutover_live import (  # noqa: E402
     INTERVALS,
     Era,
     Ledger,
+    _instant,
     check,
     drain,
+    goatbeat_rows,
     handed_over,
     project,  # noqa: F401 - the fixture
 )
@@ -142,16 +145,59 @@ def test_redbeat_to_goatbeat_cutover_live(project: Project) -> None:  # noqa: F8
         check=False,
     )  # fmt: skip
     assert diff.returncode == 0, diff.stdout + diff.stderr
+    # The handed-over last runs are redbeat's, to the microsecond.
+    assert ledger.eras[-1].handed == celery_last
     gb = project.start("gb-1", "manage.py", "goatbeat", "scheduler")
     since = time.time()
     project.wait_for("every-3s under goatbeat", lambda: project.count("every-3s", since) >= 3,
                      "gb-1", "worker")  # fmt: skip
     project.stop(gb)
     ledger.eras[-1].stop(project)
+
+    # 6. Rollback: goatbeat's last runs go back into redbeat's meta, and redbeat runs again.
+    rows = goatbeat_rows(project)
+    handed = project.run(
+        "manage.py", "goatbeat", "export_last_runs", "--to-redbeat", project.redis_url,
+        "--redbeat-key-prefix", PREFIX, "--redbeat-timezone", "Europe/Paris",
+    ).stdout  # fmt: skip
+    assert "set  every-2s" in handed, handed
+    back = last_runs(project)
+    assert back == {n: rows[n].last_run_at for n in INTERVALS}, (back, rows)
+    before = sends(project)
+    ledger.eras.append(Era("celery", time.time(), back))
+    again = redbeat("rb-3")
+    since = time.time()
+    project.wait_for("every-2s under redbeat again",
+                     lambda: project.count("every-2s", since) >= 2, "rb-3", "worker")  # fmt: skip
+    project.stop(again)
+    era = ledger.eras[-1]
+
+    def sent_in_era(name: str) -> int:
+        return sum(
+            1
+            for r in project.runs()
+            if r["label"] == name and _instant(r) is None and r["at"] >= era.started
+        )
+
+    after = sends(project)
+    project.wait_for("each redbeat send to run once",
+                     lambda: all(after[n] - before[n] == sent_in_era(n) for n in INTERVALS),
+                     "worker")  # fmt: skip
+
+    # 7. Cutover again: nothing redbeat ran during the rollback runs again.
+    recutover = project.run(
+        "manage.py", "goatbeat", "import", "redbeat", "--app", "proj.celery:app"
+    )
+    assert "FAILED  " not in recutover.stdout, recutover.stdout
+    ledger.eras.append(Era("goatbeat", time.time(), handed_over(project, last_runs(project))))
+    gb = project.start("gb-2", "manage.py", "goatbeat", "scheduler")
+    since = time.time()
+    project.wait_for("every-2s under goatbeat again",
+                     lambda: project.count("every-2s", since) >= 3, "gb-2", "worker")  # fmt: skip
+    project.stop(gb)
+    ledger.eras[-1].stop(project)
     drain(project)
     project.stop(worker)
 
-    # The handed-over last runs are redbeat's, to the microsecond.
-    assert ledger.eras[-1].handed == celery_last
     figures = check(project, ledger)
     print(json.dumps({"seconds": round(time.monotonic() - began, 1), **figures}))
