@@ -19,6 +19,10 @@ custom schedule class (a ``schedule`` or ``crontab`` subclass) as its parent's f
 entry of the app's ``beat_schedule`` declared with such a class fails here, naming it (entries
 created at run time carry no class to check: redbeat itself runs what Redis holds). Its
 ``rrule`` schedule has no goatbeat equivalent and fails; it cannot store a ``solar`` at all.
+
+:func:`hand_back` writes goatbeat's last runs into the entries' ``meta`` for a rollback
+(``goatbeat export_last_runs --to-redbeat``). The commands live with the CLI, in
+:mod:`goatbeat.cli.migration` (``goatbeat import redbeat``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from goatbeat.conversion import to_trigger as _to_trigger
 from goatbeat.core.errors import InvalidValue, StoreError
 from goatbeat.core.model import Source
 from goatbeat.core.timeutil import get_zone
-from goatbeat.importers.celery_beat import _read_entry
+from goatbeat.importers.celery_beat import read_entry
 from goatbeat.importers.django_celery_beat import HandBack
 from goatbeat.importers.entries import SourceEntry, celery_instant
 from goatbeat.stores import redact_url
@@ -192,9 +196,12 @@ def _read(
             pipe.hmget(key, "definition", "meta")
         values = pipe.execute()
         ttl = client.pttl(conf.lock_key) if conf.lock_key else -2
-        hashes = {str(k) for k in client.scan_iter(match=_glob(conf.key_prefix), _type="HASH")}
     except redis.RedisError as exc:
         raise StoreError(f"cannot read redbeat's keys in {label}: {exc}") from None
+    try:
+        hashes = {str(k) for k in client.scan_iter(match=_glob(conf.key_prefix), _type="HASH")}
+    except redis.ResponseError:  # SCAN ... TYPE needs Redis 6: the keys listed are enough
+        hashes = set()
     listed = {str(key) for key, _ in members}
     for (key, score), (definition, meta) in zip(members, values, strict=True):
         key = str(key)
@@ -310,13 +317,7 @@ def _entry(
     for key, empty in (("args", ()), ("kwargs", {}), ("options", {})):
         if declared.get(key) is None:
             declared[key] = empty  # redbeat saves what the entry was given: null for none
-    entry = _read_entry(
-        name,
-        declared,
-        zone,
-        tasks,
-        last_run_at,
-    )
+    entry = read_entry(name, declared, timezone=zone, known_tasks=tasks, last_run_at=last_run_at)
     entry = replace(entry, enabled=enabled)
     if entry.schedule is None:
         return entry
