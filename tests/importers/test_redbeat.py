@@ -61,9 +61,9 @@ def app(redis_url: str) -> Iterator[Celery]:
     app.conf.redbeat_redis_url = redis_url
     app.conf.redbeat_key_prefix = "rb:"
     app.conf.beat_schedule = {
-        "weekdays-10m": {"task": "ping", "schedule": WeekdaysOnly(timedelta(minutes=10))},
+        "weekdays-10m": {"task": "rb.ping", "schedule": WeekdaysOnly(timedelta(minutes=10))},
     }
-    for name in ("ping", "reports.daily"):
+    for name in ("rb.ping", "rb.daily"):
         app.task(name=name)(_noop)
     yield app
     client = getattr(app, "redbeat_redis", None)
@@ -72,7 +72,7 @@ def app(redis_url: str) -> Iterator[Celery]:
 
 
 def save(app: Celery, name: str, sched: Any, **fields: Any) -> RedBeatSchedulerEntry:
-    entry = RedBeatSchedulerEntry(name, fields.pop("task", "ping"), sched, app=app, **fields)
+    entry = RedBeatSchedulerEntry(name, fields.pop("task", "rb.ping"), sched, app=app, **fields)
     return entry.save()
 
 
@@ -86,7 +86,7 @@ def populate(app: Celery) -> None:
         options={"queue": "reports", "priority": 5, "expires": 600},
         last_run_at=RAN,
     )
-    save(app, "daily-9", crontab(minute=0, hour=9), task="reports.daily", last_run_at=RAN)
+    save(app, "daily-9", crontab(minute=0, hour=9), task="rb.daily", last_run_at=RAN)
     save(app, "off-5m", schedule(timedelta(minutes=5)), enabled=False, last_run_at=RAN)
     save(app, "weekdays-10m", WeekdaysOnly(timedelta(minutes=10)), last_run_at=RAN)
 
@@ -125,7 +125,7 @@ def test_redbeats_entries_import_with_their_meaning_phase_and_flag(app: Celery) 
     )
     # A crontab is read in the Celery app's zone (redbeat evaluates it there).
     assert store.get("daily-9").trigger == CronTrigger("0 9 * * *", timezone="Europe/Paris")
-    assert store.get("daily-9").task == "reports.daily"
+    assert store.get("daily-9").task == "rb.daily"
     # Disabled in redbeat's definition: disabled in goatbeat.
     assert store.get("off-5m").enabled is False and entries["off-5m"].enabled is False
 
@@ -138,7 +138,7 @@ def test_a_custom_schedule_class_rrule_and_unknown_types_are_refused(app: Celery
         save(app, "sunset", solar("sunset", 48.85, 2.35))
     # A definition of a type redbeat's decoder does not know (another tool wrote it).
     client = redis.Redis.from_url(app.conf.redbeat_redis_url)
-    definition = {"name": "odd", "task": "ping", "schedule": {"__type__": "solar", "event": "x"}}
+    definition = {"name": "odd", "task": "rb.ping", "schedule": {"__type__": "solar", "event": "x"}}
     client.hset("rb:odd", "definition", json.dumps(definition))
     client.zadd("rb::schedule", {"rb:odd": 0})
     client.close()
