@@ -178,6 +178,24 @@ def test_a_late_redbeat_run_keeps_goatbeats_grid_and_a_disable_is_followed(app: 
     assert store.get("daily-9").enabled is False
 
 
+def test_what_fell_due_while_redbeat_was_stopped_runs_once_at_the_cutover(app: Celery) -> None:
+    from tests.conformance.helpers import claim_all, lease
+
+    populate(app)
+    ran = RAN.astimezone(UTC)
+    cutover = ran + timedelta(seconds=95)  # redbeat stopped after RAN: 3 instants passed
+    store = MemoryStore(clock=FakeClock(cutover))
+    import_entries(store, read(app).entries)
+    assert store.get("every-30s").next_run_at == ran + timedelta(seconds=30)  # owed
+    claimed = [o for o in claim_all(store, lease(store), cutover) if o.schedule_name == "every-30s"]
+    # One run for the gap (as redbeat runs once after a stop), the others counted as missed;
+    # the phase stays redbeat's: the next instant is RAN + 120 s.
+    assert [o.scheduled_at for o in claimed] == [ran + timedelta(seconds=90)]
+    after = store.get("every-30s")
+    assert after.missed_count == 2
+    assert after.next_run_at == ran + timedelta(seconds=120)
+
+
 def test_an_operator_edit_in_goatbeat_is_a_conflict(app: Celery) -> None:
     populate(app)
     store = MemoryStore(clock=FakeClock(NOW))
