@@ -184,6 +184,10 @@ def collect_entries(
 
     entries: list[SourceEntry] = []
     lines: list[str] = []
+    if from_redbeat is not None and from_dcb is not None:
+        raise UserError(
+            "one scheduler's state at a time: --from-redbeat or --from-django-celery-beat"
+        )
     last_runs = None
     if last_runs_file:
         last_runs = celery_beat.read_last_runs(last_runs_file)

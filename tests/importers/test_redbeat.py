@@ -348,3 +348,11 @@ def test_export_last_runs_hands_goatbeats_runs_back_to_redbeat(app: Celery, db: 
     # The re-cutover import then changes nothing: the later last run is goatbeat's own.
     code, out = run("import", "redbeat", *args, "--database", db)
     assert code == 0 and "0 created, 0 updated, 0 refreshed" in out, out
+
+
+def test_redbeat_and_django_celery_beat_at_once_is_a_usage_error(db: str) -> None:
+    code, out = run(
+        "import_celery_beat", "--from-redbeat", "redis://localhost:1/0",
+        "--from-django-celery-beat", "sqlite:///x.sqlite3", "--database", db,
+    )  # fmt: skip
+    assert code == 2 and out.count("\n") == 1 and "--from-redbeat or --from-django" in out, out
