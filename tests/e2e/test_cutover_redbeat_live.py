@@ -121,9 +121,11 @@ def test_redbeat_to_goatbeat_cutover_live(project: Project) -> None:  # noqa: F8
     )
     assert f"read: the redbeat lock {PREFIX}:lock is held" in rehearsal.stdout, rehearsal.stdout
     assert "create  every-3s" in rehearsal.stdout, rehearsal.stdout
-    since = time.time()  # runs the rehearsal did not see (it read redbeat's keys before)
-    project.wait_for("every-2s under redbeat after the rehearsal",
-                     lambda: project.count("every-2s", since) >= 2, "rb-2", "worker")  # fmt: skip
+    rehearsed = goatbeat_rows(project)["every-2s"].last_run_at
+    assert rehearsed is not None
+    project.wait_for("a redbeat run the rehearsal did not see",  # redbeat's own record says
+                     lambda: (last_runs(project)["every-2s"] or rehearsed) > rehearsed,
+                     "rb-2", "worker")  # fmt: skip
 
     # 4. Stop every redbeat beat; each send ran once (redbeat's own counter says).
     project.stop(standby)
