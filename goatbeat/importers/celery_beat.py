@@ -31,6 +31,7 @@ __all__ = [
     "known_tasks",
     "read_beat_schedule",
     "read_app",
+    "read_entry",
     "read_last_runs",
 ]
 
@@ -197,6 +198,19 @@ def read_beat_schedule(
         _read_entry(str(name), entry, timezone, known_tasks, runs.get(str(name)))
         for name, entry in beat_schedule.items()
     ]
+
+
+def read_entry(
+    name: str,
+    entry: Any,
+    *,
+    timezone: str = "UTC",
+    known_tasks: Collection[str] | None = None,
+    last_run_at: datetime | None = None,
+) -> SourceEntry:
+    """One entry (a dict of the keys celery's ``ScheduleEntry`` takes) as
+    :func:`read_beat_schedule` reads each: celery-redbeat's definitions are such dicts."""
+    return _read_entry(name, entry, timezone, known_tasks, last_run_at)
 
 
 def _read_entry(
