@@ -38,7 +38,8 @@ import os
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -86,8 +87,9 @@ class CutoverSource(Protocol):
         """The goatbeat sources its entries land in (the rows the diff compares)."""
         ...
 
-    def read(self) -> tuple[list[SourceEntry], list[str]]:
-        """(entries, human lines about what was read). Raises ``GoatbeatError`` (one line)."""
+    def read(self, *, stopped: bool = True) -> tuple[list[SourceEntry], list[str]]:
+        """(entries, human lines about what was read). Raises ``GoatbeatError`` (one line).
+        ``stopped``: whether the old beat is stopped (False for the check before the stop)."""
         ...
 
 
@@ -113,14 +115,25 @@ class ImporterSource:
         # Under Django without a source option: the project's beat schedule and tables.
         return frozenset(out or (Source.CELERY, Source.DJANGO_CELERY_BEAT))
 
-    def read(self) -> tuple[list[SourceEntry], list[str]]:
+    def read(self, *, stopped: bool = True) -> tuple[list[SourceEntry], list[str]]:
+        """``stopped`` False (the check, the old beat running): a ``last_runs_file`` not
+        there yet is no error, the stop command writes it; intervals are then compared on
+        goatbeat's grid."""
+        last_runs = self.last_runs_file
+        pending = not stopped and last_runs is not None and not os.path.exists(last_runs)
         entries, lines = collect_entries(
             from_app=self.from_app,
             from_dcb=self.from_dcb,
             check_tasks=self.check_tasks,
             naive_timezone=self.naive_timezone,
-            last_runs_file=self.last_runs_file,
+            last_runs_file=None if pending else last_runs,
         )
+        if pending:
+            lines.append(
+                f"--last-runs {last_runs}: not there yet (the stop is to write it): read after "
+                "the stop"
+            )
+            return entries, lines
         if self.last_runs_file is None and any(e.source is Source.CELERY for e in entries):
             lines.append(
                 "no --last-runs: beat_schedule intervals are aligned on goatbeat's grid, not "
@@ -247,13 +260,16 @@ def check_entries(
     sources: frozenset[Source],
     *,
     report: ImportReport,
+    refused: Collection[str] | None = None,
     rows: Sequence[StoredSchedule],
     horizon: timedelta,
     accept_known: bool,
     accept_refused: Sequence[str],
 ) -> Check:
     """The checks of ``diff`` on ``rows`` (the import's result, predicted or written), and of
-    the import's ``report``: every reason not to hand over."""
+    the import's ``report``: every reason not to hand over. ``refused``: the names the importer
+    refuses among everything imported (default: among ``entries``), whose ``FAILED`` line the
+    diff's ``refused`` one stands for."""
     from goatbeat.diff import compute_diff
 
     now = datetime.now(UTC)
@@ -270,7 +286,8 @@ def check_entries(
         now=now,
     )
     check = Check(report=report, diff=diff)
-    refused = {e.name for e in entries if e.problem is not None}
+    if refused is None:
+        refused = {e.name for e in entries if e.problem is not None}
     for name, reason in report.failed:
         if name in refused:
             continue  # the diff's refused line says it, and --accept-refused accepts it
@@ -475,9 +492,9 @@ def cutover(
     out: dict[str, Any] = {"check_only": check_only}
     check_task = _allow_list_check(ctx)
 
-    def read() -> tuple[list[SourceEntry], list[str]]:
+    def read(stopped: bool) -> tuple[list[SourceEntry], list[str]]:
         try:
-            return source.read()
+            return source.read(stopped=stopped)
         except click.ClickException:
             raise
         except (GoatbeatError, ImportError) as exc:
@@ -505,8 +522,8 @@ def cutover(
             )
 
         # 2. Plan the import, check it as diff does; nothing written.
-        entries, lines = read()
-        for line in lines:
+        entries, first_lines = read(False)
+        for line in first_lines:
             _echo(as_json, f"read: {line}")
         check = _check_planned(
             store,
@@ -540,6 +557,9 @@ def cutover(
             if status != 0:
                 out["outcome"] = "stop_failed"
                 how = f"exit status {status}" if status >= 0 else said
+                if as_json:
+                    out["error"] = f"--stop-old-beat failed ({how})"
+                    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
                 raise OperationalError(
                     f"--stop-old-beat {stop_command!r} failed ({how}): "
                     "nothing imported, goatbeat not started; the old beat may still run: look "
@@ -550,81 +570,79 @@ def cutover(
             _echo(as_json, "the old beat is stopped (--old-beat-stopped): the gap before this "
                            "command is not counted")  # fmt: skip
 
-        # 4. Its last runs, imported for real; the changed entries checked again.
-        again, lines = read()
-        clock.lap("read", "the sources again, with the last runs celery made")
-        real = _checked(target, dry_run=False)
-        report = import_entries(real, again, overwrite=overwrite, check_task=check_task)
-        clock.lap("import", report.summary())
-        changed = _changed(entries, again)
-        rows = real.list_schedules()
-        recheck = check_entries(
-            changed,
-            frozenset(),
-            report=report,
-            rows=[s for s in rows if s.name in {e.name for e in changed}],
-            horizon=respan,
-            accept_known=accept_known_bugs,
-            accept_refused=[n for n in accept_refused if n in {e.name for e in changed}],
-        )
-        # A failure or conflict anywhere in the import refuses, changed or not.
-        names = {e.name for e in changed}
-        refused = {e.name for e in again if e.problem is not None}
-        for name, reason in report.failed:
-            if name not in names and name not in refused:
-                recheck.refusals.append((name, f"FAILED: {reason}"))
-        for name, reason in report.conflicts:
-            if name not in names:
-                recheck.refusals.append((name, f"conflict: {reason}"))
-        clock.lap("recheck", f"{len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
-                             "changed since the check")  # fmt: skip
-        out["recheck"] = recheck.to_dict()
-        out["recheck"]["changed"] = sorted(names)
-        for verb, names_ in (("create ", report.created), ("update ", report.updated),
-                             ("refresh", report.refreshed)):  # fmt: skip
-            for name in names_:
-                _echo(as_json, f"{verb} {name}")
-        _print_check(as_json, recheck, "recheck", respan)
-        if not recheck.ok:
-            out["outcome"] = "refused_after_stop"
-            _echo(as_json, "refused after the stop: the old beat is STOPPED and goatbeat is "
-                           "NOT started. Fix each line above and start goatbeat, or start the "
-                           "old beat again (nothing ran in goatbeat)")  # fmt: skip
-            finish(1)
+        with _after_the_stop():
+            # 4. Its last runs, imported for real; the changed entries checked again.
+            again, lines = read(True)
+            clock.lap("read", "the sources again, with the last runs celery made")
+            for line in lines:
+                if line not in first_lines:
+                    _echo(as_json, f"read: {line}")
+            real = _checked(target, dry_run=False)
+            report = import_entries(real, again, overwrite=overwrite, check_task=check_task)
+            clock.lap("import", report.summary())
+            changed = _changed(entries, again)
+            names = {e.name for e in changed}
+            # Only the changed entries are compared again; a failure or conflict anywhere in the
+            # import refuses, changed or not.
+            recheck = check_entries(
+                changed,
+                frozenset(),
+                report=report,
+                refused={e.name for e in again if e.problem is not None},
+                rows=[s for s in real.list_schedules() if s.name in names],
+                horizon=respan,
+                accept_known=accept_known_bugs,
+                accept_refused=[n for n in accept_refused if n in names],
+            )
+            clock.lap("recheck", f"{len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
+                                 "changed since the check")  # fmt: skip
+            out["recheck"] = recheck.to_dict()
+            out["recheck"]["changed"] = sorted(names)
+            for verb, names_ in (("create ", report.created), ("update ", report.updated),
+                                 ("refresh", report.refreshed)):  # fmt: skip
+                for name in names_:
+                    _echo(as_json, f"{verb} {name}")
+            _print_check(as_json, recheck, "recheck", respan)
+            if not recheck.ok:
+                out["outcome"] = "refused_after_stop"
+                _echo(as_json, "refused after the stop: the old beat is STOPPED and goatbeat is "
+                               "NOT started. Fix each line above and start goatbeat, or start the "
+                               "old beat again (nothing ran in goatbeat)")  # fmt: skip
+                finish(1)
 
-        # 5. goatbeat takes over.
-        started: subprocess.Popen[bytes] | None = None
-        if start_command:
-            _echo(as_json, f"starting goatbeat: {start_command}")
-            started = subprocess.Popen(
-                start_command, shell=True, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-            out["started_pid"] = started.pid
-        else:
-            _echo(as_json, f"start goatbeat now: {_scheduler_command(ctx, database)}")
-        clock.lap("start", "the --start-goatbeat command launched" if start_command
-                  else "printing the command to run")  # fmt: skip
-        leader = _wait_for_lease(real, target, live, started)
-        if leader is None:
-            out["outcome"] = "not_live"
-            out["gap"] = _gap_dict(clock, done=False)
-            why = ""
-            if started is not None and started.poll() not in (None, 0):
-                why = f" (--start-goatbeat exited with status {started.returncode})"
-            message = (
-                f"no goatbeat scheduler holds the lease on {target.label} after "
-                f"{live:g}s{why}: the old beat is STOPPED and goatbeat does not lead; look at "
-                "the scheduler's log and start it (or start the old beat again)"
-            )
+            # 5. goatbeat takes over.
+            started: subprocess.Popen[bytes] | None = None
+            if start_command:
+                _echo(as_json, f"starting goatbeat: {start_command}")
+                started = subprocess.Popen(
+                    start_command, shell=True, stdin=subprocess.DEVNULL, start_new_session=True
+                )
+                out["started_pid"] = started.pid
+            else:
+                _echo(as_json, f"start goatbeat now: {_scheduler_command(ctx, database)}")
+            clock.lap("start", "the --start-goatbeat command launched" if start_command
+                      else "printing the command to run")  # fmt: skip
+            leader = _wait_for_lease(real, target, live, started)
+            if leader is None:
+                out["outcome"] = "not_live"
+                out["gap"] = _gap_dict(clock, done=False)
+                why = ""
+                if started is not None and started.poll() not in (None, 0):
+                    why = f" (--start-goatbeat exited with status {started.returncode})"
+                message = (
+                    f"no goatbeat scheduler holds the lease on {target.label} after "
+                    f"{live:g}s{why}: the old beat is STOPPED and goatbeat does not lead; look at "
+                    "the scheduler's log and start it (or start the old beat again)"
+                )
+                if started is not None and started.poll() is None:
+                    _LEFT_RUNNING.append(started)
+                if as_json:
+                    out["error"] = message
+                    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+                raise OperationalError(message)
+            clock.lap("lease", f"until {leader} held the lease")
             if started is not None and started.poll() is None:
                 _LEFT_RUNNING.append(started)
-            if as_json:
-                out["error"] = message
-                click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
-            raise OperationalError(message)
-        clock.lap("lease", f"until {leader} held the lease")
-        if started is not None and started.poll() is None:
-            _LEFT_RUNNING.append(started)
     out["outcome"] = "handed_over"
     out["leader"] = leader
     out["gap"] = _gap_dict(clock, done=True)
@@ -638,6 +656,21 @@ def cutover(
         click.echo("handed over: goatbeat leads; an occurrence that fell due in the gap runs "
                    "once now")  # fmt: skip
     finish(0)
+
+
+@contextmanager
+def _after_the_stop() -> Iterator[None]:
+    """An error once the old beat is stopped says so: nothing schedules until someone acts."""
+    try:
+        yield
+    except click.ClickException as exc:
+        message = exc.format_message()
+        if "the old beat is STOPPED" in message:
+            raise
+        raise OperationalError(
+            f"{message} (after the stop: the old beat is STOPPED and goatbeat is NOT started: "
+            "fix it and start goatbeat, or start the old beat again)"
+        ) from None
 
 
 def _gap_dict(clock: _Clock, *, done: bool) -> dict[str, Any]:

@@ -350,14 +350,29 @@ def beat_app(monkeypatch: pytest.MonkeyPatch) -> str:
 def test_beat_schedule_last_runs_dumped_at_the_stop_set_the_phase(
     beat_app: str, target: str, tmp_path: Path
 ) -> None:
-    dump = tmp_path / "last-runs.json"
-    dump.write_text(json.dumps({"every-10m": EARLIER.isoformat()}))
-    ran = (NOW - timedelta(seconds=37)).isoformat()
-    stop = f"echo '{json.dumps({'every-10m': ran})}' > {shlex.quote(str(dump))}"
+    dump = tmp_path / "last-runs.json"  # not there before the stop: the stop command dumps it
+    ran = NOW - timedelta(seconds=37)
+    stop = f"echo '{json.dumps({'every-10m': ran.isoformat()})}' > {shlex.quote(str(dump))}"
     code, out = run("--database", target, "cutover", "--from-app", beat_app, "--no-check-tasks",
                     "--last-runs", str(dump), "--stop-old-beat", stop,
                     "--start-goatbeat", lease_command(target))  # fmt: skip
     assert code == 0, out
+    assert f"read: --last-runs {dump}: not there yet (the stop is to write it)" in out
+    assert f"read: last runs of 1 entries from {dump}" in out  # after the stop
     row = rows(target)["every-10m"]
-    assert row.last_run_at == NOW - timedelta(seconds=37)
-    assert row.next_run_at == NOW - timedelta(seconds=37) + timedelta(minutes=10)
+    assert row.last_run_at == ran
+    assert row.next_run_at == ran + timedelta(minutes=10)
+
+
+@pytest.mark.parametrize("dcb_url", ["sqlite"], indirect=True)
+def test_an_error_after_the_stop_says_the_old_beat_is_stopped(
+    beat_app: str, target: str, tmp_path: Path
+) -> None:
+    dump = tmp_path / "last-runs.json"
+    code, out = run("--database", target, "cutover", "--from-app", beat_app, "--no-check-tasks",
+                    "--last-runs", str(dump), "--stop-old-beat", "true")  # fmt: skip
+    assert code == 1, out
+    (error,) = [line for line in out.splitlines() if line.startswith("goatbeat: error:")]
+    assert "cannot read the source" in error and "last-runs.json" in error
+    assert "after the stop: the old beat is STOPPED and goatbeat is NOT started" in error
+    assert rows(target) == {}
