@@ -50,10 +50,10 @@ from goatbeat.cli.context import CliContext
 from goatbeat.cli.errors import OperationalError, UserError
 from goatbeat.cli.migration import (
     Target,
-    _allow_list_check,
-    _checked,
-    _one_line,
+    allow_list_check,
+    checked_store,
     collect_entries,
+    one_line,
     open_target_store,
     source_options,
     target_url,
@@ -490,7 +490,7 @@ def cutover(
         check_tasks=check_tasks,
     )
     out: dict[str, Any] = {"check_only": check_only}
-    check_task = _allow_list_check(ctx)
+    check_task = allow_list_check(ctx)
 
     def read(stopped: bool) -> tuple[list[SourceEntry], list[str]]:
         try:
@@ -498,7 +498,7 @@ def cutover(
         except click.ClickException:
             raise
         except (GoatbeatError, ImportError) as exc:
-            raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+            raise UserError(f"cannot read the source: {one_line(exc)}") from None
 
     def finish(code: int) -> None:
         if as_json:
@@ -508,7 +508,7 @@ def cutover(
     with open_target_store(ctx, database) as target:
         out["target"] = target.label
         _echo(as_json, f"target: {target.label}{' (check only)' if check_only else ''}")
-        store = _checked(target, dry_run=True)
+        store = checked_store(target, dry_run=True)
 
         # 1. Nobody leads in goatbeat yet.
         held = _leases(store, target)
@@ -577,7 +577,7 @@ def cutover(
             for line in lines:
                 if line not in first_lines:
                     _echo(as_json, f"read: {line}")
-            real = _checked(target, dry_run=False)
+            real = checked_store(target, dry_run=False)
             report = import_entries(real, again, overwrite=overwrite, check_task=check_task)
             clock.lap("import", report.summary())
             changed = _changed(entries, again)
@@ -738,7 +738,7 @@ def _check_planned(
     except StoreError as exc:
         raise OperationalError(f"cannot read the goatbeat database: {exc}") from None
     except GoatbeatError as exc:
-        raise UserError(_one_line(exc)) from None
+        raise UserError(one_line(exc)) from None
 
 
 def _print_check(as_json: bool, check: Check, what: str, horizon: timedelta) -> None:

@@ -35,9 +35,12 @@ pytest.importorskip("django_celery_beat")
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(600)]
 
-GAP_BOUND = 10.0
-"""Seconds: the gap the command reports, stop to lease, on a loaded 2-core machine (the
-scheduler's own start, Django included, is most of it). Only a bound on what it prints."""
+OWN_BOUND = 3.0
+"""Seconds: the gap's parts the command itself spends (stop, read, import, recheck, start),
+on a loaded 2-core machine; measured 0.05 s quiet, 0.7 s under a load average of 15."""
+GAP_BOUND = 20.0
+"""Seconds: the whole gap, the scheduler's own start (Python, Django: ``lease``) included;
+measured 1.0 s quiet, 2.7 s beside two CPU burners, 6-8 s under a load average of 15."""
 
 
 def _gone(pid: int) -> bool:
@@ -113,6 +116,7 @@ def test_one_cutover_command_hands_a_running_database_scheduler_over_live(
         parts = {p["name"]: p["seconds"] for p in gap["parts"]}
         assert list(parts) == ["stop", "read", "import", "recheck", "start", "lease"]
         assert gap["seconds"] == pytest.approx(sum(parts.values()), abs=0.01)
+        assert sum(v for k, v in parts.items() if k != "lease") < OWN_BOUND, gap
         assert gap["seconds"] < GAP_BOUND, gap
         # What goatbeat took over: celery's last runs, as its beat wrote them on the way out.
         ledger.eras.append(Era("goatbeat", time.time(), {n: dcb_last_runs()[n] for n in INTERVALS}))
