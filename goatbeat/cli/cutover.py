@@ -6,7 +6,7 @@
     goatbeat [--database URL] cutover [the sources of import_celery_beat: --from-app,
         --from-django-celery-beat [URL], --last-runs JSON_FILE, --naive-timezone ZONE]
         (--stop-old-beat CMD | --old-beat-stopped | --check-only)
-        [--start-goatbeat CMD] [--live-timeout 60s] [--horizon 7d] [--recheck-horizon 1h]
+        [--start-goatbeat CMD] [--live-timeout 60s] [--horizon 1d] [--recheck-horizon 1h]
         [--accept-known-bugs] [--accept-refused NAME]... [--overwrite] [--json]
 
 1. Refuses when a goatbeat scheduler already holds a lease on the target (nothing to cut over:
@@ -410,7 +410,12 @@ def _run_stop(command: str, timeout: float) -> tuple[int, str]:
     show_default=True,
     help="How long --stop-old-beat may take.",
 )
-@click.option("--horizon", default="7d", show_default=True, help="How far ahead diff compares.")
+@click.option(
+    "--horizon",
+    default="1d",
+    show_default=True,
+    help="How far ahead the check compares (the rehearsal's diff covers more: 30d).",
+)
 @click.option(
     "--recheck-horizon",
     default="1h",
@@ -522,6 +527,7 @@ def cutover(
             )
 
         # 2. Plan the import, check it as diff does; nothing written.
+        began = time.monotonic()
         entries, first_lines = read(False)
         for line in first_lines:
             _echo(as_json, f"read: {line}")
@@ -536,6 +542,7 @@ def cutover(
             accept_refused=accept_refused,
         )
         out["check"] = check.to_dict()
+        out["check"]["seconds"] = round(time.monotonic() - began, 3)
         _print_check(as_json, check, "check", span)
         if not check.ok:
             _echo(as_json, "refused: nothing changed; the old beat still runs. Fix each "

@@ -109,7 +109,7 @@ def test_one_cutover_command_hands_a_running_database_scheduler_over_live(
     )
     done = project.run(
         "manage.py", "goatbeat", "cutover", "--stop-old-beat", stop, "--start-goatbeat", start,
-        "--json", check=False,
+        "--stop-timeout", "60s", "--json", check=False,
     )  # fmt: skip
     data = json.loads(done.stdout) if done.stdout.startswith("{") else {}
     scheduler = data.get("started_pid")
