@@ -25,6 +25,7 @@
         import redbeat ...          celery-redbeat's Redis keys into goatbeat
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
+        cutover ...                 check, stop the old beat, import, start goatbeat  cli/cutover.py
         demo [--duration SECONDS]   run the example app, printing fires live  cli/demo.py
 
 This module holds the group, its options and the registration of each command module. Which app
@@ -54,7 +55,7 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import control, demo, migration, publish, scheduler, schedules, status
+from goatbeat.cli import control, cutover, demo, migration, publish, scheduler, schedules, status
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -272,6 +273,7 @@ for _command in (
     migration.import_group,
     migration.diff,
     migration.export_last_runs,
+    cutover.cutover,
     demo.demo,
 ):
     cli.add_command(_command)

@@ -72,11 +72,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Target",
+    "allow_list_check",
+    "checked_store",
     "collect_entries",
     "diff",
     "export_last_runs",
     "import_celery_beat",
     "import_group",
+    "one_line",
     "open_target_store",
     "source_options",
     "target_url",
@@ -135,7 +138,7 @@ def _app_target(app: Any) -> str:
     return beat_sources.describe_alias(database or "default")
 
 
-def _checked(target: Target, *, dry_run: bool) -> ScheduleStore:
+def checked_store(target: Target, *, dry_run: bool) -> ScheduleStore:
     """The store to plan against: unreachable is an error (never "no tables yet"); a dry run
     against a database without goatbeat's tables plans against an empty store."""
     try:
@@ -433,7 +436,7 @@ def import_celery_beat(
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
-        raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+        raise UserError(f"cannot read the source: {one_line(exc)}") from None
     _import_and_report(ctx, entries, lines, database, dry_run, as_json, overwrite)
 
 
@@ -446,7 +449,7 @@ def _import_and_report(
     as_json: bool,
     overwrite: bool,
 ) -> None:
-    check_task = _allow_list_check(ctx)
+    check_task = allow_list_check(ctx)
     if check_task is None:
         lines.append(
             "tasks not checked against an allow-list (no --app): the scheduler refuses those "
@@ -455,7 +458,7 @@ def _import_and_report(
     with open_target_store(ctx, database) as target:
         if not as_json:
             click.echo(f"target: {target.label}{' (dry run)' if dry_run else ''}")
-        store = _checked(target, dry_run=dry_run)
+        store = checked_store(target, dry_run=dry_run)
         if dry_run and store is not target.store:
             lines.append("the goatbeat database has no tables yet: everything would be created")
         report = _run(
@@ -476,13 +479,13 @@ def _import_and_report(
         ctx.exit(1)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     if isinstance(exc, GoatbeatError):
         return " ".join(str(exc).split())
     return describe_exception(exc)
 
 
-def _allow_list_check(ctx: click.Context) -> Callable[[str], None] | None:
+def allow_list_check(ctx: click.Context) -> Callable[[str], None] | None:
     """The app's allow-list check (``Beat.check_task``: the Django project's, or ``--app``'s),
     so an imported task outside it is a FAILED line; None without an app."""
     obj = ctx.find_object(CliContext)
@@ -649,7 +652,7 @@ def import_redbeat(
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
-        raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+        raise UserError(f"cannot read the source: {one_line(exc)}") from None
     _import_and_report(ctx, entries, lines, database, dry_run, as_json, overwrite)
 
 
@@ -776,7 +779,7 @@ def export_last_runs(
             dry_run=dry_run,
         )
     except GoatbeatError as exc:
-        raise OperationalError(_one_line(exc)) from None
+        raise OperationalError(one_line(exc)) from None
     prefix = "would set" if dry_run else "set"
     for row in changed:
         was = "never" if row.before is None else iso_z(row.before)
@@ -817,7 +820,7 @@ def _hand_back_to_redbeat(ran: list[Any], url: str, prefix: str, zone: str, dry_
             dry_run=dry_run,
         )
     except GoatbeatError as exc:
-        raise OperationalError(_one_line(exc)) from None
+        raise OperationalError(one_line(exc)) from None
     prefix_word = "would set" if dry_run else "set"
     for row in changed:
         was = "never" if row.before is None else iso_z(row.before)

@@ -3,8 +3,8 @@
 One implementation: the arguments go to the click group :data:`goatbeat.cli.cli` with a
 context that says the app is this Django project, so every subcommand (``scheduler
 [--once]``, ``publish [--dry-run]``, ``schedule list --json``, ``schedule run NAME``,
-``schedule prune``, ``schedule delete NAME``, ``migrate``, ``import_celery_beat``, ``diff``
-...) behaves exactly as ``goatbeat`` does.
+``schedule prune``, ``schedule delete NAME``, ``migrate``, ``import_celery_beat``, ``diff``,
+``cutover`` ...) behaves exactly as ``goatbeat`` does.
 
 Django's standard options are taken out of the line first, wherever they stand, and honoured:
 ``--settings`` and ``--pythonpath`` (applied by Django before the command runs),

@@ -1,0 +1,763 @@
+"""``goatbeat cutover``: the cutover of docs/migration in one bounded step (also as
+``manage.py goatbeat cutover``).
+
+::
+
+    goatbeat [--database URL] cutover [the sources of import_celery_beat: --from-app,
+        --from-django-celery-beat [URL], --last-runs JSON_FILE, --naive-timezone ZONE]
+        (--stop-old-beat CMD | --old-beat-stopped | --check-only)
+        [--start-goatbeat CMD] [--live-timeout 60s] [--horizon 1d] [--recheck-horizon 1h]
+        [--accept-known-bugs] [--accept-refused NAME]... [--overwrite] [--json]
+
+1. Refuses when a goatbeat scheduler already holds a lease on the target (nothing to cut over:
+   goatbeat runs, and the old beat must not run beside it).
+2. Reads the sources, plans the import without writing (:func:`~goatbeat.importers.entries.
+   plan_import`, as ``import_celery_beat --dry-run``) and compares celery's side with the rows
+   that import would leave (:func:`~goatbeat.diff.compute_diff`, as ``diff`` does). Refuses,
+   having changed nothing, on a ``FAILED`` entry (or one the importer refuses, unless
+   ``--accept-refused NAME``), a ``conflict``, an ``enabled`` difference or any other
+   difference ``diff`` would exit 1 for. ``--check-only`` stops here: exit 0 or 1.
+3. Stops the old beat: runs ``--stop-old-beat CMD`` (which must return once it is gone), or
+   takes the operator's word (``--old-beat-stopped``).
+4. Reads the sources again and imports for real: the last runs celery made since step 2 move
+   each schedule's phase forward. Only the entries that changed since step 2 are compared
+   again, over ``--recheck-horizon``: the gap is open.
+5. Starts goatbeat (``--start-goatbeat CMD``, or prints the command to run) and waits up to
+   ``--live-timeout`` for a scheduler to hold the lease; prints the gap, old beat stopped ->
+   goatbeat leading, split into its parts.
+
+Exit status: 0 handed over (``--check-only``: it would be); 1 refused, the old beat's stop
+failed, or no scheduler took the lease in time (each says what state it leaves); 2 usage.
+Which source is read is :class:`CutoverSource`; the checks are :func:`check_entries`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+import click
+
+from goatbeat.cli.context import CliContext
+from goatbeat.cli.errors import OperationalError, UserError
+from goatbeat.cli.migration import (
+    Target,
+    allow_list_check,
+    checked_store,
+    collect_entries,
+    one_line,
+    open_target_store,
+    source_options,
+    target_url,
+)
+from goatbeat.core.durations import format_duration, parse_duration
+from goatbeat.core.errors import GoatbeatError, StoreError
+from goatbeat.core.model import Schedule, Source, StoredSchedule
+from goatbeat.core.store import ScheduleStore
+from goatbeat.core.timeutil import iso_z
+
+if TYPE_CHECKING:
+    from goatbeat.diff import DiffReport, ScheduleDiff
+    from goatbeat.importers.entries import ImportReport, SourceEntry
+
+__all__ = ["CutoverSource", "ImporterSource", "Check", "check_entries", "cutover", "held_leases"]
+
+_POLL = 0.05
+"""Seconds between two looks at the lease while waiting for goatbeat to lead."""
+
+_LEFT_RUNNING: list[subprocess.Popen[bytes]] = []
+"""The ``--start-goatbeat`` processes still running when the cutover is over: the scheduler
+goes on after this command (never waited for, never collected while this process lives)."""
+
+
+class CutoverSource(Protocol):
+    """Where the schedules come from: read once before the stop (the check) and once after
+    (the last runs). Each read is the whole source, as ``import_celery_beat`` reads it."""
+
+    @property
+    def sources(self) -> frozenset[Source]:
+        """The goatbeat sources its entries land in (the rows the diff compares)."""
+        ...
+
+    def read(self, *, stopped: bool = True) -> tuple[list[SourceEntry], list[str]]:
+        """(entries, human lines about what was read). Raises ``GoatbeatError`` (one line).
+        ``stopped``: whether the old beat is stopped (False for the check before the stop)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImporterSource:
+    """The importers' own sources (:func:`goatbeat.cli.migration.collect_entries`): a Celery
+    app's ``beat_schedule`` (with ``last_runs_file``, the dump of stock beat's schedule file),
+    django-celery-beat's tables, or, under Django, the project's."""
+
+    from_app: str | None = None
+    from_dcb: str | None = None
+    last_runs_file: str | None = None
+    naive_timezone: str | None = None
+    check_tasks: bool = True
+
+    @property
+    def sources(self) -> frozenset[Source]:
+        out = set()
+        if self.from_app:
+            out.add(Source.CELERY)
+        if self.from_dcb is not None:
+            out.add(Source.DJANGO_CELERY_BEAT)
+        # Under Django without a source option: the project's beat schedule and tables.
+        return frozenset(out or (Source.CELERY, Source.DJANGO_CELERY_BEAT))
+
+    def read(self, *, stopped: bool = True) -> tuple[list[SourceEntry], list[str]]:
+        """``stopped`` False (the check, the old beat running): a ``last_runs_file`` not
+        there yet is no error, the stop command writes it; intervals are then compared on
+        goatbeat's grid."""
+        last_runs = self.last_runs_file
+        pending = not stopped and last_runs is not None and not os.path.exists(last_runs)
+        entries, lines = collect_entries(
+            from_app=self.from_app,
+            from_dcb=self.from_dcb,
+            check_tasks=self.check_tasks,
+            naive_timezone=self.naive_timezone,
+            last_runs_file=None if pending else last_runs,
+        )
+        if pending:
+            lines.append(
+                f"--last-runs {last_runs}: not there yet (the stop is to write it): read after "
+                "the stop"
+            )
+            return entries, lines
+        if self.last_runs_file is None and any(e.source is Source.CELERY for e in entries):
+            lines.append(
+                "no --last-runs: beat_schedule intervals are aligned on goatbeat's grid, not "
+                "on celery's last runs (docs/migration/celery-beat-schedule.md)"
+            )
+        return entries, lines
+
+
+@dataclass(slots=True, kw_only=True)
+class Check:
+    """What step 2 (or the re-check of step 4) found."""
+
+    report: ImportReport
+    diff: DiffReport
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    """(name, why): each reason the cutover does not go on."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.refusals
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "refusals": [{"name": n, "reason": r} for n, r in self.refusals],
+            "import": self.report.to_dict(),
+            "diff": self.diff.to_dict(),
+        }
+
+
+def held_leases(store: ScheduleStore) -> list[tuple[str, str, datetime]]:
+    """(lease name, holder, expires_at) of every lease a live scheduler holds, by the store's
+    clock: the single lease and any shard's."""
+    snapshot = store.status()
+    leases = [snapshot.lease, *snapshot.shard_leases]
+    return [(le.name, le.holder, le.expires_at) for le in leases if le is not None and le.valid]
+
+
+def predicted_rows(
+    store: ScheduleStore,
+    entries: Sequence[SourceEntry],
+    report: ImportReport,
+    *,
+    overwrite: bool,
+    check_task: Callable[[str], None] | None,
+) -> list[StoredSchedule]:
+    """The rows the import of ``entries`` would leave, written nowhere: the plan of
+    :func:`~goatbeat.importers.entries.plan_import`, each row's ``next_run_at`` counted as
+    :meth:`ScheduleStore.publish` counts it (from the later of the two last runs), and the
+    enabled flag the dry-run ``report`` says the import follows."""
+    from goatbeat.importers.entries import plan_import
+
+    stored = {s.name: s for s in store.list_schedules()}
+    plan = plan_import(store, entries, overwrite=overwrite, check_task=check_task)
+    toggled = dict(report.toggled)
+    now = store.now()
+    out = dict(stored)
+    for sched in plan.create:
+        anchor = sched.last_run_at or now
+        out[sched.name] = replace(
+            sched, next_run_at=sched.first_run_after(anchor) if sched.enabled else None
+        )
+    for sched in plan.update:
+        row = stored.get(sched.name)
+        ours = row.last_run_at if isinstance(row, Schedule) else None
+        later = max((t for t in (ours, sched.last_run_at) if t is not None), default=None)
+        enabled = toggled.get(
+            sched.name, row.enabled if isinstance(row, Schedule) else sched.enabled
+        )
+        out[sched.name] = replace(
+            sched,
+            enabled=enabled,
+            last_run_at=later,
+            next_run_at=sched.first_run_after(later or now) if enabled else None,
+        )
+    for sched in plan.unchanged_schedules:
+        row = stored.get(sched.name)
+        if sched.name in toggled and isinstance(row, Schedule):
+            enabled = toggled[sched.name]
+            out[sched.name] = replace(
+                row,
+                enabled=enabled,
+                next_run_at=row.first_run_after(row.last_run_at or now) if enabled else None,
+            )
+    # Refreshed rows are left as stored: diff compares them as that import leaves them.
+    return list(out.values())
+
+
+def _why(d: ScheduleDiff, *, accept_known: bool) -> str:
+    if d.refused is not None:
+        return (
+            f"the importer refuses it ({d.refused}); accept it with --accept-refused {d.name} "
+            "if it stays on celery beat"
+        )
+    if d.status == "only_old":
+        return "celery runs it; goatbeat would have no schedule of that name"
+    if d.status == "only_new":
+        return "in goatbeat only (not in the sources)"
+    if d.status == "damaged":
+        return "goatbeat's stored row is damaged: " + "; ".join(d.notes)
+    parts = []
+    for name, (old, new) in d.fields.items():
+        if name == "enabled":
+            parts.append(
+                f"enabled: celery {old!r} -> goatbeat {new!r} (toggled in goatbeat and kept: "
+                f"do not start goatbeat yet; 'goatbeat schedule "
+                f"{'enable' if old else 'disable'} {d.name}' follows the source)"
+            )
+        else:
+            parts.append(f"{name}: celery {old!r} -> goatbeat {new!r}")
+    shown = [f for f in d.fire_times if not (accept_known and f.known)]
+    if d.fire_difference_count and shown:
+        first = shown[0]
+        side = "celery only" if first.old else "goatbeat only"
+        parts.append(
+            f"{d.fire_difference_count} fire time(s) differ; first {iso_z(first.at)} {side}: "
+            f"{first.reason or ''}".rstrip(": ")
+        )
+    return "; ".join(parts) or d.status
+
+
+def check_entries(
+    entries: Sequence[SourceEntry],
+    sources: frozenset[Source],
+    *,
+    report: ImportReport,
+    refused: Collection[str] | None = None,
+    rows: Sequence[StoredSchedule],
+    horizon: timedelta,
+    accept_known: bool,
+    accept_refused: Sequence[str],
+) -> Check:
+    """The checks of ``diff`` on ``rows`` (the import's result, predicted or written), and of
+    the import's ``report``: every reason not to hand over. ``refused``: the names the importer
+    refuses among everything imported (default: among ``entries``), whose ``FAILED`` line the
+    diff's ``refused`` one stands for."""
+    from goatbeat.diff import compute_diff
+
+    now = datetime.now(UTC)
+    names = {e.name for e in entries}
+    compared = [s for s in rows if s.name in names or s.source in sources]
+    diff = compute_diff(
+        entries,
+        compared,
+        start=now.replace(microsecond=0),
+        horizon=horizon,
+        max_instants=3,
+        accept_known=accept_known,
+        accept_refused=accept_refused,
+        now=now,
+    )
+    check = Check(report=report, diff=diff)
+    if refused is None:
+        refused = {e.name for e in entries if e.problem is not None}
+    for name, reason in report.failed:
+        if name in refused:
+            continue  # the diff's refused line says it, and --accept-refused accepts it
+        check.refusals.append((name, f"FAILED: {reason}"))
+    for name, reason in report.conflicts:
+        check.refusals.append((name, f"conflict: {reason}"))
+    conflicted = {n for n, _ in report.conflicts}
+    for d in diff.schedules:
+        if d.name in conflicted or not d.differs(accept_known=accept_known):
+            continue
+        check.refusals.append((d.name, _why(d, accept_known=accept_known)))
+    return check
+
+
+def _changed(before: Sequence[SourceEntry], after: Sequence[SourceEntry]) -> list[SourceEntry]:
+    """The entries of ``after`` that differ from ``before`` (a run, a flag, a definition)."""
+
+    def key(e: SourceEntry) -> tuple[Any, ...]:
+        return (e.schedule, e.problem, e.enabled, e.last_run_at, e.ran, e.task, e.routing)
+
+    then = {e.name: key(e) for e in before}
+    return [e for e in after if then.get(e.name) != key(e)]
+
+
+@dataclass(slots=True)
+class _Clock:
+    """The gap's parts, each a (name, seconds, what) as it ends."""
+
+    parts: list[tuple[str, float, str]] = field(default_factory=list)
+    mark: float = field(default_factory=time.monotonic)
+
+    def lap(self, name: str, what: str) -> None:
+        now = time.monotonic()
+        self.parts.append((name, now - self.mark, what))
+        self.mark = now
+
+    @property
+    def total(self) -> float:
+        return sum(p[1] for p in self.parts)
+
+
+def _echo(as_json: bool, text: str) -> None:
+    if not as_json:
+        click.echo(text)
+
+
+def _scheduler_command(ctx: click.Context, database: str | None) -> str:
+    obj = ctx.find_object(CliContext)
+    if obj is not None and obj.django:
+        return "python manage.py goatbeat scheduler   (two or more replicas)"
+    url = target_url(ctx, database)
+    app = (obj.app_spec if obj is not None else None) or os.environ.get("GOATBEAT_APP")
+    parts = ["goatbeat"]
+    if isinstance(app, str) and app:
+        parts += ["--app", app]
+    if url:
+        parts += ["--database", url]
+    return shlex.join([*parts, "scheduler"]) + "   (two or more replicas)"
+
+
+def _run_stop(command: str, timeout: float) -> tuple[int, str]:
+    """Run the operator's stop command; (exit status, its output)."""
+    try:
+        done = subprocess.run(
+            command,
+            shell=True,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return -1, f"still running after {timeout:g}s"
+    return done.returncode, (done.stdout + done.stderr).strip()
+
+
+@click.command("cutover")
+@source_options("The goatbeat database to hand over to.")
+@click.option(
+    "--naive-timezone",
+    default=None,
+    help="Zone of naive datetimes in the tables (default UTC; Django: UTC when USE_TZ).",
+)
+@click.option(
+    "--stop-old-beat",
+    "stop_command",
+    metavar="CMD",
+    default=None,
+    help="Shell command that stops the old beat with SIGTERM and returns once it is gone "
+    "(for beat_schedule, then dumps its last runs to --last-runs FILE).",
+)
+@click.option(
+    "--old-beat-stopped",
+    is_flag=True,
+    help="The old beat is stopped already (you stopped it): go on from the re-import.",
+)
+@click.option(
+    "--check-only",
+    is_flag=True,
+    help="Only steps 1-2: the lease, the import and the diff checks; change nothing. "
+    "Exit 0 when the cutover would go on, 1 when it would refuse.",
+)
+@click.option(
+    "--start-goatbeat",
+    "start_command",
+    metavar="CMD",
+    default=None,
+    help="Shell command that starts goatbeat's scheduler (systemctl start ..., or the "
+    "scheduler itself, left running); without it, the command to run is printed.",
+)
+@click.option(
+    "--live-timeout",
+    default="60s",
+    show_default=True,
+    help="How long to wait for a goatbeat scheduler to hold the lease.",
+)
+@click.option(
+    "--stop-timeout",
+    default="120s",
+    show_default=True,
+    help="How long --stop-old-beat may take.",
+)
+@click.option(
+    "--horizon",
+    default="1d",
+    show_default=True,
+    help="How far ahead the check compares (the rehearsal's diff covers more: 30d).",
+)
+@click.option(
+    "--recheck-horizon",
+    default="1h",
+    show_default=True,
+    help="How far ahead the entries changed since the check are compared again (in the gap).",
+)
+@click.option(
+    "--accept-known-bugs",
+    is_flag=True,
+    help="Differences explained by a known celery bug (DST, day_of_week=7) do not refuse.",
+)
+@click.option(
+    "--accept-refused",
+    "accept_refused",
+    metavar="NAME",
+    multiple=True,
+    help="An entry the importer refuses that you accept (it stays on celery beat). Repeatable.",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace schedules edited in goatbeat since their import (else: a conflict refuses).",
+)
+@click.option(
+    "--check-tasks/--no-check-tasks",
+    default=True,
+    help="Report entries whose task the Celery app does not register (default: on).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@click.pass_context
+def cutover(
+    ctx: click.Context,
+    from_app: str | None,
+    from_dcb: str | None,
+    database: str | None,
+    last_runs_file: str | None,
+    naive_timezone: str | None,
+    stop_command: str | None,
+    old_beat_stopped: bool,
+    check_only: bool,
+    start_command: str | None,
+    live_timeout: str,
+    stop_timeout: str,
+    horizon: str,
+    recheck_horizon: str,
+    accept_known_bugs: bool,
+    accept_refused: tuple[str, ...],
+    overwrite: bool,
+    check_tasks: bool,
+    as_json: bool,
+) -> None:
+    """Hand over from celery beat to goatbeat in one step: check, stop the old beat, import
+    its last runs, start goatbeat; print the gap."""
+    from goatbeat.django import beat_sources
+    from goatbeat.importers.entries import import_entries
+
+    chosen = sum(bool(x) for x in (stop_command, old_beat_stopped, check_only))
+    if chosen != 1:
+        raise UserError(
+            "say how the old beat stops: --stop-old-beat CMD, --old-beat-stopped, or "
+            "--check-only (exactly one)"
+        )
+    if check_only and start_command:
+        raise UserError("--start-goatbeat CMD: --check-only starts nothing")
+    if not from_app and from_dcb is None and not beat_sources.in_django_project():
+        raise UserError("nothing to cut over: pass --from-app MODULE:APP and/or "
+                        "--from-django-celery-beat URL")  # fmt: skip
+    span = parse_duration(horizon, field="horizon")
+    respan = parse_duration(recheck_horizon, field="recheck_horizon")
+    live = parse_duration(live_timeout, field="live_timeout").total_seconds()
+    stop_limit = parse_duration(stop_timeout, field="stop_timeout").total_seconds()
+    source: CutoverSource = ImporterSource(
+        from_app=from_app,
+        from_dcb=from_dcb,
+        last_runs_file=last_runs_file,
+        naive_timezone=naive_timezone,
+        check_tasks=check_tasks,
+    )
+    out: dict[str, Any] = {"check_only": check_only}
+    check_task = allow_list_check(ctx)
+
+    def read(stopped: bool) -> tuple[list[SourceEntry], list[str]]:
+        try:
+            return source.read(stopped=stopped)
+        except click.ClickException:
+            raise
+        except (GoatbeatError, ImportError) as exc:
+            raise UserError(f"cannot read the source: {one_line(exc)}") from None
+
+    def finish(code: int) -> None:
+        if as_json:
+            click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+        ctx.exit(code)
+
+    with open_target_store(ctx, database) as target:
+        out["target"] = target.label
+        _echo(as_json, f"target: {target.label}{' (check only)' if check_only else ''}")
+        store = checked_store(target, dry_run=True)
+
+        # 1. Nobody leads in goatbeat yet.
+        held = _leases(store, target)
+        if held:
+            name, holder, expires = held[0]
+            raise OperationalError(
+                f"a goatbeat scheduler already holds the lease {name!r} on {target.label} "
+                f"(holder {holder}, expires {iso_z(expires)}): goatbeat runs there already, so "
+                "the old beat must stay stopped and there is nothing to cut over; stop every "
+                "goatbeat scheduler first to cut over again"
+            )
+
+        # 2. Plan the import, check it as diff does; nothing written.
+        began = time.monotonic()
+        entries, first_lines = read(False)
+        for line in first_lines:
+            _echo(as_json, f"read: {line}")
+        check = _check_planned(
+            store,
+            entries,
+            source.sources,
+            overwrite=overwrite,
+            check_task=check_task,
+            horizon=span,
+            accept_known=accept_known_bugs,
+            accept_refused=accept_refused,
+        )
+        out["check"] = check.to_dict()
+        out["check"]["seconds"] = round(time.monotonic() - began, 3)
+        _print_check(as_json, check, "check", span)
+        if not check.ok:
+            _echo(as_json, "refused: nothing changed; the old beat still runs. Fix each "
+                           "line above, then run cutover again")  # fmt: skip
+            out["outcome"] = "refused"
+            finish(1)
+        if check_only:
+            _echo(as_json, "check only: the cutover would go on; nothing changed")
+            out["outcome"] = "checked"
+            finish(0)
+
+        # 3. Stop the old beat: the gap opens.
+        clock = _Clock()
+        if stop_command:
+            _echo(as_json, f"stopping the old beat: {stop_command}")
+            status, said = _run_stop(stop_command, stop_limit)
+            if said:
+                click.echo(said, err=True)
+            if status != 0:
+                out["outcome"] = "stop_failed"
+                how = f"exit status {status}" if status >= 0 else said
+                if as_json:
+                    out["error"] = f"--stop-old-beat failed ({how})"
+                    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+                raise OperationalError(
+                    f"--stop-old-beat {stop_command!r} failed ({how}): "
+                    "nothing imported, goatbeat not started; the old beat may still run: look "
+                    "at it before anything else"
+                )
+            clock.lap("stop", "the --stop-old-beat command, until the old beat was gone")
+        else:
+            _echo(as_json, "the old beat is stopped (--old-beat-stopped): the gap before this "
+                           "command is not counted")  # fmt: skip
+
+        with _after_the_stop():
+            # 4. Its last runs, imported for real; the changed entries checked again.
+            again, lines = read(True)
+            clock.lap("read", "the sources again, with the last runs celery made")
+            for line in lines:
+                if line not in first_lines:
+                    _echo(as_json, f"read: {line}")
+            real = checked_store(target, dry_run=False)
+            report = import_entries(real, again, overwrite=overwrite, check_task=check_task)
+            clock.lap("import", report.summary())
+            changed = _changed(entries, again)
+            names = {e.name for e in changed}
+            # Only the changed entries are compared again; a failure or conflict anywhere in the
+            # import refuses, changed or not.
+            recheck = check_entries(
+                changed,
+                frozenset(),
+                report=report,
+                refused={e.name for e in again if e.problem is not None},
+                rows=[s for s in real.list_schedules() if s.name in names],
+                horizon=respan,
+                accept_known=accept_known_bugs,
+                accept_refused=[n for n in accept_refused if n in names],
+            )
+            clock.lap("recheck", f"{len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
+                                 "changed since the check")  # fmt: skip
+            out["recheck"] = recheck.to_dict()
+            out["recheck"]["changed"] = sorted(names)
+            for verb, names_ in (("create ", report.created), ("update ", report.updated),
+                                 ("refresh", report.refreshed)):  # fmt: skip
+                for name in names_:
+                    _echo(as_json, f"{verb} {name}")
+            _print_check(as_json, recheck, "recheck", respan)
+            if not recheck.ok:
+                out["outcome"] = "refused_after_stop"
+                _echo(as_json, "refused after the stop: the old beat is STOPPED and goatbeat is "
+                               "NOT started. Fix each line above and start goatbeat, or start the "
+                               "old beat again (nothing ran in goatbeat)")  # fmt: skip
+                finish(1)
+
+            # 5. goatbeat takes over.
+            started: subprocess.Popen[bytes] | None = None
+            if start_command:
+                _echo(as_json, f"starting goatbeat: {start_command}")
+                started = subprocess.Popen(
+                    start_command, shell=True, stdin=subprocess.DEVNULL, start_new_session=True
+                )
+                out["started_pid"] = started.pid
+            else:
+                _echo(as_json, f"start goatbeat now: {_scheduler_command(ctx, database)}")
+            clock.lap("start", "the --start-goatbeat command launched" if start_command
+                      else "printing the command to run")  # fmt: skip
+            leader = _wait_for_lease(real, target, live, started)
+            if leader is None:
+                out["outcome"] = "not_live"
+                out["gap"] = _gap_dict(clock, done=False)
+                why = ""
+                if started is not None and started.poll() not in (None, 0):
+                    why = f" (--start-goatbeat exited with status {started.returncode})"
+                message = (
+                    f"no goatbeat scheduler holds the lease on {target.label} after "
+                    f"{live:g}s{why}: the old beat is STOPPED and goatbeat does not lead; look at "
+                    "the scheduler's log and start it (or start the old beat again)"
+                )
+                if started is not None and started.poll() is None:
+                    _LEFT_RUNNING.append(started)
+                if as_json:
+                    out["error"] = message
+                    click.echo(json.dumps(out, indent=2, sort_keys=True, default=str))
+                raise OperationalError(message)
+            clock.lap("lease", f"until {leader} held the lease")
+            if started is not None and started.poll() is None:
+                _LEFT_RUNNING.append(started)
+    out["outcome"] = "handed_over"
+    out["leader"] = leader
+    out["gap"] = _gap_dict(clock, done=True)
+    if not as_json:
+        click.echo(
+            f"gap: {clock.total:.2f} s from stopping the old beat to goatbeat leading "
+            f"({'--stop-old-beat' if stop_command else '--old-beat-stopped: from this command'})"
+        )
+        for name, seconds, what in clock.parts:
+            click.echo(f"  {name:<8} {seconds:7.3f} s  {what}")
+        click.echo("handed over: goatbeat leads; an occurrence that fell due in the gap runs "
+                   "once now")  # fmt: skip
+    finish(0)
+
+
+@contextmanager
+def _after_the_stop() -> Iterator[None]:
+    """An error once the old beat is stopped says so: nothing schedules until someone acts."""
+    try:
+        yield
+    except click.ClickException as exc:
+        message = exc.format_message()
+        if "the old beat is STOPPED" in message:
+            raise
+        raise OperationalError(
+            f"{message} (after the stop: the old beat is STOPPED and goatbeat is NOT started: "
+            "fix it and start goatbeat, or start the old beat again)"
+        ) from None
+
+
+def _gap_dict(clock: _Clock, *, done: bool) -> dict[str, Any]:
+    return {
+        "seconds": round(clock.total, 3),
+        "complete": done,
+        "parts": [{"name": n, "seconds": round(s, 3), "what": w} for n, s, w in clock.parts],
+    }
+
+
+def _leases(store: ScheduleStore, target: Target) -> list[tuple[str, str, datetime]]:
+    try:
+        return held_leases(store)
+    except StoreError as exc:
+        raise OperationalError(f"cannot read the goatbeat database {target.label}: {exc}") from None
+
+
+def _wait_for_lease(
+    store: ScheduleStore,
+    target: Target,
+    timeout: float,
+    started: subprocess.Popen[bytes] | None,
+) -> str | None:
+    """The holder of the first lease a scheduler holds within ``timeout`` seconds; None when
+    none does (or the start command failed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = _leases(store, target)
+        if held:
+            return held[0][1]
+        if started is not None and started.poll() not in (None, 0):
+            return None
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(_POLL)
+
+
+def _check_planned(
+    store: ScheduleStore,
+    entries: list[SourceEntry],
+    sources: frozenset[Source],
+    *,
+    overwrite: bool,
+    check_task: Callable[[str], None] | None,
+    horizon: timedelta,
+    accept_known: bool,
+    accept_refused: Sequence[str],
+) -> Check:
+    from goatbeat.importers.entries import import_entries
+
+    try:
+        report = import_entries(
+            store, entries, dry_run=True, overwrite=overwrite, check_task=check_task
+        )
+        rows = predicted_rows(store, entries, report, overwrite=overwrite, check_task=check_task)
+        return check_entries(
+            entries,
+            sources,
+            report=report,
+            rows=rows,
+            horizon=horizon,
+            accept_known=accept_known,
+            accept_refused=accept_refused,
+        )
+    except StoreError as exc:
+        raise OperationalError(f"cannot read the goatbeat database: {exc}") from None
+    except GoatbeatError as exc:
+        raise UserError(one_line(exc)) from None
+
+
+def _print_check(as_json: bool, check: Check, what: str, horizon: timedelta) -> None:
+    if as_json:
+        return
+    for name, reason in check.refusals:
+        click.echo(f"refuse  {name}: {reason}")
+    for name in check.diff.accepted_refused:
+        click.echo(f"accepted refused  {name}: stays on celery beat (--accept-refused)")
+    verdict = "OK" if check.ok else f"REFUSED ({len(check.refusals)})"
+    compared = len(check.diff.schedules)
+    click.echo(
+        f"{what}: {verdict}: {compared} schedule(s) compared with celery over "
+        f"{format_duration(horizon)}; import: {check.report.summary()}"
+    )
