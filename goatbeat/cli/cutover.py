@@ -104,12 +104,15 @@ class ImporterSource:
     last_runs_file: str | None = None
     naive_timezone: str | None = None
     check_tasks: bool = True
+    from_redbeat: str | None = None
+    redbeat_prefix: str | None = None
+    redbeat_timezone: str | None = None
 
     @property
     def sources(self) -> frozenset[Source]:
         out = set()
-        if self.from_app:
-            out.add(Source.CELERY)
+        if self.from_app or self.from_redbeat is not None:
+            out.add(Source.CELERY)  # redbeat's entries are imported as celery's
         if self.from_dcb is not None:
             out.add(Source.DJANGO_CELERY_BEAT)
         # Under Django without a source option: the project's beat schedule and tables.
@@ -127,6 +130,9 @@ class ImporterSource:
             check_tasks=self.check_tasks,
             naive_timezone=self.naive_timezone,
             last_runs_file=None if pending else last_runs,
+            from_redbeat=self.from_redbeat,
+            redbeat_prefix=self.redbeat_prefix,
+            timezone=self.redbeat_timezone,
         )
         if pending:
             lines.append(
@@ -453,6 +459,9 @@ def cutover(
     database: str | None,
     last_runs_file: str | None,
     naive_timezone: str | None,
+    from_redbeat: str | None,
+    redbeat_prefix: str | None,
+    redbeat_timezone: str | None,
     stop_command: str | None,
     old_beat_stopped: bool,
     check_only: bool,
@@ -480,9 +489,14 @@ def cutover(
         )
     if check_only and start_command:
         raise UserError("--start-goatbeat CMD: --check-only starts nothing")
-    if not from_app and from_dcb is None and not beat_sources.in_django_project():
+    if (
+        not from_app
+        and from_dcb is None
+        and from_redbeat is None
+        and not beat_sources.in_django_project()
+    ):
         raise UserError("nothing to cut over: pass --from-app MODULE:APP and/or "
-                        "--from-django-celery-beat URL")  # fmt: skip
+                        "--from-django-celery-beat URL or --from-redbeat URL")  # fmt: skip
     span = parse_duration(horizon, field="horizon")
     respan = parse_duration(recheck_horizon, field="recheck_horizon")
     live = parse_duration(live_timeout, field="live_timeout").total_seconds()
@@ -493,6 +507,9 @@ def cutover(
         last_runs_file=last_runs_file,
         naive_timezone=naive_timezone,
         check_tasks=check_tasks,
+        from_redbeat=from_redbeat,
+        redbeat_prefix=redbeat_prefix,
+        redbeat_timezone=redbeat_timezone,
     )
     out: dict[str, Any] = {"check_only": check_only}
     check_task = allow_list_check(ctx)
