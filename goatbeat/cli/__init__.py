@@ -24,6 +24,8 @@
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
+        export --to beat-schedule|django-celery-beat ...  the schedules themselves back to
+                                    celery beat, edits included (rollback)   cli/export.py
         demo [--duration SECONDS]   run the example app, printing fires live  cli/demo.py
 
 This module holds the group, its options and the registration of each command module. Which app
@@ -53,7 +55,7 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import control, demo, migration, publish, scheduler, schedules, status
+from goatbeat.cli import control, demo, export, migration, publish, scheduler, schedules, status
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -270,6 +272,7 @@ for _command in (
     migration.import_celery_beat,
     migration.diff,
     migration.export_last_runs,
+    export.export,
     demo.demo,
 ):
     cli.add_command(_command)

@@ -31,6 +31,7 @@ __all__ = [
     "known_tasks",
     "read_beat_schedule",
     "read_app",
+    "read_entry",
     "read_last_runs",
 ]
 
@@ -197,6 +198,14 @@ def read_beat_schedule(
         _read_entry(str(name), entry, timezone, known_tasks, runs.get(str(name)))
         for name, entry in beat_schedule.items()
     ]
+
+
+def read_entry(
+    name: str, entry: Any, *, timezone: str = "UTC", last_run_at: datetime | None = None
+) -> SourceEntry:
+    """One beat_schedule entry as :func:`read_beat_schedule` reads it (task names not
+    checked): what ``goatbeat export`` reads its own code back with."""
+    return _read_entry(name, entry, timezone, None, last_run_at)
 
 
 def _read_entry(
