@@ -65,7 +65,8 @@ _SOURCES = [s.value for s in Source]
     "--timezone",
     "zone",
     default=None,
-    help="beat-schedule: the Celery app's timezone (default: --from-app's, else UTC).",
+    help="beat-schedule: the Celery app's timezone (default: --from-app's, the Django "
+    "project's Celery app's, else UTC).",
 )
 @click.option("--from-app", "from_app", metavar="MODULE:APP", help="The Celery app (its zone).")
 @click.option(
@@ -160,11 +161,16 @@ def _beat_schedule(
     def echo(line: str) -> None:
         click.echo(line, err=output is None)
 
-    if zone is None and from_app:
+    if zone is None:
+        from goatbeat.django import beat_sources
         from goatbeat.importers import celery_beat
 
         try:
-            zone = celery_beat.app_timezone(celery_beat.load_app(from_app))
+            if from_app:
+                zone = celery_beat.app_timezone(celery_beat.load_app(from_app))
+            elif beat_sources.in_django_project():
+                app = beat_sources.project_celery_app()  # the project's (CELERY_TIMEZONE)
+                zone = None if app is None else celery_beat.app_timezone(app)
         except GoatbeatError as exc:
             raise UserError(" ".join(str(exc).split())) from None
     try:
