@@ -16,15 +16,18 @@ is refused by name and field (:class:`Refusal`), never exported as something els
 * for ``beat_schedule``: a crontab in a zone other than the app's, a start time, an end with a
   message expiry as well (both are ``options.expires``), a one-off, a once-at trigger;
 * for django-celery-beat: what its columns cannot hold (a priority outside 0-255, an expiry
-  that is not whole seconds, a coordinate with more than 6 decimals, a one-off interval that
-  has not run and has no start time: its phase would need a ``last_run_at``, which a one-off
-  row reads as its run).
+  that is not whole seconds, a coordinate with more than 6 decimals), and a one-off that has
+  not run whose phase or start would need a ``last_run_at`` (an interval without a start
+  time still to come, a crontab or solar row with a start time), which a one-off row reads as
+  its run.
 
 Phase. celery counts an interval from its last run, so an interval's phase is handed over as
 a last run on goatbeat's grid: the grid instant before goatbeat's next one
 (:func:`interval_last_run`), in the row's ``last_run_at`` or in the last runs JSON for stock
-beat's ``celerybeat-schedule``. Crontab and solar rows get goatbeat's last run (the later of it
-and the row's), so django-celery-beat runs nothing goatbeat ran.
+beat's ``celerybeat-schedule``. A crontab or solar schedule gets goatbeat's last run (the later
+of it and the row's), so celery runs nothing goatbeat ran, or, when it never ran, a second
+before goatbeat's next instant (:func:`before_next`), so celery runs an instant goatbeat still
+owes (at once, as goatbeat would) and starts a start_time row with its first instant.
 
 Pure planning here (:func:`plan_beat_schedule`, :func:`plan_django_celery_beat`); the writes to
 django-celery-beat's tables are :func:`write_django_celery_beat`; the command is
@@ -73,6 +76,7 @@ __all__ = [
     "DcbRow",
     "Refusal",
     "differences",
+    "before_next",
     "interval_last_run",
     "plan_beat_schedule",
     "plan_django_celery_beat",
@@ -264,6 +268,16 @@ def ran_at(sched: Schedule) -> datetime | None:
     if sched.last_status is not None or sched.total_run_count > 0:
         return sched.last_run_at
     return None
+
+
+def before_next(sched: Schedule, now: datetime) -> datetime | None:
+    """The last run to hand celery for a crontab or solar schedule that never ran: a second
+    before goatbeat's next instant (the one the store planned, even if past: then celery
+    runs it at once, as goatbeat would; else the first after ``now``). Without one, celery
+    would count a new entry from when it starts, skipping an instant owed since, and
+    django-celery-beat a row with a start_time from 30 years back, running it at once."""
+    nxt = sched.next_run_at or sched.first_run_after(now)
+    return None if nxt is None else nxt - timedelta(seconds=1)
 
 
 def interval_last_run(sched: Schedule, now: datetime) -> datetime | None:
@@ -592,7 +606,7 @@ def _beat_entry(
     last = (
         interval_last_run(sched, now)
         if isinstance(sched.trigger, IntervalTrigger)
-        else ran_at(sched)
+        else ran_at(sched) or before_next(sched, now)
     )
     entry = BeatEntry(
         name=sched.name,
@@ -844,21 +858,23 @@ def _dcb_row(
                 "a one-off interval that has not run: django-celery-beat would need a "
                 "last_run_at to keep its phase, and reads one as its run (give it a start_at)",
             )
+    elif kind == "clocked":
+        last = ran_at(sched)  # never ran: it is owed (pending), as the importer reads it
     else:
         last = ran_at(sched)
-        if last is None and theirs_last is None and sched.start_at is not None:
-            # django-celery-beat dates a never-run row with a start_time 30 years back, so it
-            # runs it at once at its start_time, off its schedule (CELERY_BUGS
-            # start_time_catch_up); a last run at the start (or now, when it passed) makes it
-            # start with its first instant after, as goatbeat does.
-            if sched.one_off:
+        if last is None and theirs_last is None:
+            if not sched.one_off:
+                last = before_next(sched, now)
+            elif sched.start_at is not None:
+                # django-celery-beat dates a never-run row with a start_time 30 years back,
+                # so it runs it at once at its start_time, off its schedule (CELERY_BUGS
+                # start_time_catch_up), unless the row has a last run.
                 refuse(
                     "one_off",
                     f"a one-off {kind} with a start_at that has not run: django-celery-beat "
                     "runs it at once at its start_time unless the row has a last_run_at, "
                     "which a one-off row reads as its run",
                 )
-            last = max(sched.start_at, now)
     if theirs_last is not None and (last is None or theirs_last > last):
         last = theirs_last  # celery ran it later still: never hand back an earlier run
     if refused:

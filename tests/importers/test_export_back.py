@@ -756,3 +756,56 @@ def _scalar(conn: Any, sql: str) -> Any:
     cursor.execute(sql)
     row = cursor.fetchone()
     return None if row is None else row[0]
+
+
+def test_an_instant_goatbeat_still_owes_is_run_at_once_by_celery_after_the_export() -> None:
+    # goatbeat stopped before 09:00 ran (the rollback): its next_run_at is past, the occurrence
+    # owed. celery, from what the export hands it, runs it at once too, and then the same
+    # instants; an interval keeps goatbeat's grid.
+    from goatbeat.importers.django_celery_beat import read_row
+    from goatbeat.importers.export import (
+        _importer_row,
+        plan_beat_schedule,
+        plan_django_celery_beat,
+    )
+
+    now = datetime(2026, 12, 2, 9, 0, 40, tzinfo=UTC)
+    owed = [
+        Schedule(
+            name="nine",
+            task="t",
+            trigger=CronTrigger("0 9 * * *", timezone="Europe/Paris"),
+            source=Source.ADMIN,
+            next_run_at=datetime(2026, 12, 2, 8, 0, tzinfo=UTC),
+        ),
+        Schedule(
+            name="every-7m",
+            task="t",
+            trigger=IntervalTrigger(timedelta(minutes=7), anchor=datetime(2026, 1, 1, tzinfo=UTC)),
+            source=Source.ADMIN,
+            next_run_at=datetime(2026, 12, 2, 8, 57, tzinfo=UTC),  # on the grid, owed
+        ),
+    ]
+    dcb = plan_django_celery_beat(owed, {}, now=now)
+    assert not dcb.refused
+    rows = {r.name: r for r in dcb.create}
+    assert rows["nine"].values["last_run_at"] == datetime(2026, 12, 2, 7, 59, 59, tzinfo=UTC)
+    assert rows["every-7m"].values["last_run_at"] == datetime(2026, 12, 2, 8, 50, tzinfo=UTC)
+    entries = [read_row(_importer_row(rows[s.name], now)) for s in owed]
+    assert_same_instants(entries, owed, now)
+    beat = plan_beat_schedule(owed[:1], timezone="Europe/Paris", now=now)
+    assert beat.last_runs == {"nine": datetime(2026, 12, 2, 7, 59, 59, tzinfo=UTC)}
+    from goatbeat.diff import celery_fire_times
+
+    fires = celery_fire_times(entries[0], now, now + timedelta(days=2))
+    assert fires[0] == now  # at once: the 09:00 Paris goatbeat owed
+    assert fires[1:] == [
+        datetime(2026, 12, 3, 8, 0, tzinfo=UTC),
+        datetime(2026, 12, 4, 8, 0, tzinfo=UTC),
+    ]
+    every = celery_fire_times(entries[1], now, now + timedelta(minutes=15))
+    assert every == [
+        now,
+        datetime(2026, 12, 2, 9, 4, tzinfo=UTC),
+        datetime(2026, 12, 2, 9, 11, tzinfo=UTC),
+    ]
