@@ -865,6 +865,14 @@ def _dcb_row(
         if last is None and theirs_last is None:
             if not sched.one_off:
                 last = before_next(sched, now)
+            elif sched.next_run_at is not None and sched.next_run_at <= now:
+                refuse(
+                    "one_off",
+                    f"a one-off {kind} that has not run and whose instant "
+                    f"{sched.next_run_at.isoformat()} is owed: django-celery-beat would run it "
+                    "at its next instant instead, unless the row has a last_run_at, which a "
+                    "one-off row reads as its run",
+                )
             elif sched.start_at is not None:
                 # django-celery-beat dates a never-run row with a start_time 30 years back,
                 # so it runs it at once at its start_time, off its schedule (CELERY_BUGS

@@ -197,7 +197,13 @@ def generate(
         if rng.random() < 0.2 and kind != "once" and "expires" not in routing:
             fields["end_at"] = base + timedelta(days=30 + rng.randint(0, 30))
         if dcb:
-            if kind == "once" or (kind == "cron" and rng.random() < 0.15):
+            # A one-off crontab is owed an instant that passes before the export (a
+            # refusal, tested on its own): none within a few minutes of now.
+            if kind == "once" or (
+                kind == "cron"
+                and rng.random() < 0.15
+                and trigger.next_after(now - timedelta(minutes=1)) > now + timedelta(minutes=5)  # type: ignore[operator]
+            ):
                 fields["one_off"] = True
             if kind == "cron" and rng.random() < 0.2 and not fields.get("one_off"):
                 fields["start_at"] = base - timedelta(days=rng.randint(1, 30))
@@ -703,6 +709,12 @@ def test_django_celery_beat_refusals_name_the_schedule_and_the_field(
                 start_at=datetime(2027, 1, 1, 0, 0, 7, tzinfo=UTC),
             ),
             admin("taken", CronTrigger("0 9 * * *")),
+            admin(
+                "one-off-start",
+                CronTrigger("0 9 * * *"),
+                one_off=True,
+                start_at=datetime.now(UTC) - timedelta(days=2),
+            ),
         ],
     )
     args = ["export", "--to", "django-celery-beat", "--database", db, "--target", url]
@@ -718,6 +730,7 @@ def test_django_celery_beat_refusals_name_the_schedule_and_the_field(
         "either-day": "trigger",
         "off-grid": "trigger",
         "taken": "name",
+        "one-off-start": "one_off",
     }
     assert (
         "FAILED  taken: name: a django-celery-beat row of that name exists and goatbeat did not"
@@ -788,6 +801,11 @@ def test_an_instant_goatbeat_still_owes_is_run_at_once_by_celery_after_the_expor
     ]
     dcb = plan_django_celery_beat(owed, {}, now=now)
     assert not dcb.refused
+    # A one-off cannot be handed over owed: a last run is what finishes one.
+    one_off = owed[0].evolve(name="nine-once", one_off=True)
+    refused = plan_django_celery_beat([one_off], {}, now=now).refused
+    assert [(r.name, r.field) for r in refused] == [("nine-once", "one_off")]
+    assert "whose instant 2026-12-02T08:00:00+00:00 is owed" in refused[0].reason
     rows = {r.name: r for r in dcb.create}
     assert rows["nine"].values["last_run_at"] == datetime(2026, 12, 2, 7, 59, 59, tzinfo=UTC)
     assert rows["every-7m"].values["last_run_at"] == datetime(2026, 12, 2, 8, 50, tzinfo=UTC)
