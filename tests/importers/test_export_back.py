@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
@@ -827,3 +828,43 @@ def test_an_instant_goatbeat_still_owes_is_run_at_once_by_celery_after_the_expor
         datetime(2026, 12, 2, 9, 4, tzinfo=UTC),
         datetime(2026, 12, 2, 9, 11, tzinfo=UTC),
     ]
+
+
+@pytest.mark.postgres
+def test_manage_py_goatbeat_export_writes_django_celery_beat_rows_through_djangos_connection(
+    pg_dsn: str,
+) -> None:
+    import psycopg
+
+    from tests.importers.test_cutover_command import Example
+
+    example = Example(pg_dsn, EXAMPLE_BEAT_SCHEDULE="none")
+    for step in (("migrate", "--verbosity", "0"), ("seed_beat_rows",)):
+        done = example.run("manage.py", *step)
+        assert done.returncode == 0, done.stderr
+    done = example.run("manage.py", "goatbeat", "import_celery_beat")
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = example.run("manage.py", "goatbeat", "schedule", "disable", "admin-poll-3s")
+    assert done.returncode == 0, done.stderr
+    with psycopg.connect(pg_dsn) as conn:
+        (marker,) = conn.execute("SELECT last_update FROM django_celery_beat_periodictasks")
+    dry = example.run("manage.py", "goatbeat", "export", "--to", "django-celery-beat")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "to: django-celery-beat's tables (Django's default database) (dry run)" in dry.stdout
+    assert "would update  admin-poll-3s: enabled: True -> False" in dry.stdout, dry.stdout
+    # Never ran: handed a last run a second before goatbeat's next instant (06:00 Paris on
+    # the 1st), so celery starts with that instant.
+    assert re.search(
+        r"^would update  admin-monthly-invoices: last_run_at: None -> \S+T0[34]:59:59Z$",
+        dry.stdout,
+        re.M,
+    ), dry.stdout
+    done = example.run("manage.py", "goatbeat", "export", "--to", "django-celery-beat", "--apply")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with psycopg.connect(pg_dsn) as conn:
+        rows = dict(conn.execute("SELECT name, enabled FROM django_celery_beat_periodictask"))
+        (bumped,) = conn.execute("SELECT last_update FROM django_celery_beat_periodictasks")
+    assert rows == {"admin-poll-3s": False, "admin-monthly-invoices": True}
+    assert bumped != marker
+    again = example.run("manage.py", "goatbeat", "export", "--to", "django-celery-beat")
+    assert "0 would create, 0 would update, 2 unchanged" in again.stdout, again.stdout
