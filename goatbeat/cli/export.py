@@ -22,18 +22,21 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import click
 
 from goatbeat.cli.errors import OperationalError, UserError
+from goatbeat.core.cron import CronTrigger
 from goatbeat.core.errors import GoatbeatError, StoreError
-from goatbeat.core.model import Source
-from goatbeat.core.timeutil import iso_z
+from goatbeat.core.model import Schedule, Source
+from goatbeat.core.timeutil import get_zone, iso_z
+from goatbeat.core.triggers import CeleryCrontabTrigger
 from goatbeat.stores import redact_url
 
-__all__ = ["export"]
+__all__ = ["dst_notes", "export"]
 
 _SOURCES = [s.value for s in Source]
 
@@ -140,6 +143,72 @@ def export(
                             skip_unexportable)  # fmt: skip
 
 
+_DST_SEARCH = timedelta(days=366)
+_DST_WINDOW = timedelta(hours=3)
+
+
+def _transitions(zone_name: str, start: datetime, end: datetime) -> list[datetime]:
+    """The instants (to the minute) ``zone_name`` changes its UTC offset in ``[start, end)``."""
+    zone = get_zone(zone_name)
+    out: list[datetime] = []
+    step = timedelta(hours=6)
+    t, before = start, start.astimezone(zone).utcoffset()
+    while t < end:
+        after = (t + step).astimezone(zone).utcoffset()
+        if after != before:
+            lo, hi = t, t + step
+            while hi - lo > timedelta(minutes=1):
+                mid = lo + (hi - lo) / 2
+                if mid.astimezone(zone).utcoffset() == before:
+                    lo = mid
+                else:
+                    hi = mid
+            out.append(hi)
+            before = after
+        t += step
+    return out
+
+
+def dst_notes(pairs: Iterable[tuple[Schedule, Any]], now: datetime) -> list[tuple[str, str]]:
+    """For each exported crontab, where celery's own crontab (the exported one, as the
+    importer reads it back) fires otherwise than goatbeat at a DST change in the coming year:
+    celery's DST handling (CELERY_BUGS dst_gap, dst_repeat), which no crontab can change. Said,
+    not refused: it is the known difference an import accepts the other way round."""
+    from goatbeat.conversion import CELERY_BUGS
+    from goatbeat.diff import celery_fire_times, goatbeat_fire_times
+
+    notes: list[tuple[str, str]] = []
+    for sched, entry in pairs:
+        if not isinstance(sched.trigger, (CronTrigger, CeleryCrontabTrigger)) or entry is None:
+            continue
+        for change in _transitions(sched.timezone, now, now + _DST_SEARCH):
+            lo, hi = change - _DST_WINDOW, change + _DST_WINDOW
+            ours = set(goatbeat_fire_times(sched, lo, hi, at_once=False))
+            theirs = set(celery_fire_times(entry, lo, hi, at_once=False))
+            if ours == theirs:
+                continue
+            only_celery = ", ".join(iso_z(t) for t in sorted(theirs - ours)[:3]) or "none"
+            only_ours = ", ".join(iso_z(t) for t in sorted(ours - theirs)[:3]) or "none"
+            day = change.astimezone(get_zone(sched.timezone)).date().isoformat()
+            bug = "dst_gap" if _gap(sched.timezone, change) else "dst_repeat"
+            notes.append(
+                (
+                    sched.name,
+                    f"at the DST change of {day} in {sched.timezone}, celery fires at "
+                    f"{only_celery} where goatbeat fires at {only_ours}: celery's own DST "
+                    f"handling ({CELERY_BUGS[bug]})",
+                )
+            )
+    return notes
+
+
+def _gap(zone_name: str, change: datetime) -> bool:
+    zone = get_zone(zone_name)
+    before = (change - timedelta(hours=1)).astimezone(zone).utcoffset()
+    after = (change + timedelta(hours=1)).astimezone(zone).utcoffset()
+    return before is not None and after is not None and after > before
+
+
 def _report_refused(refused: list[Any], skip: bool, echo: Any) -> None:
     for r in refused:
         echo(f"{'skipped' if skip else 'FAILED'}  {r.line()}")
@@ -181,7 +250,9 @@ def _beat_schedule(
     echo(f"to: beat_schedule code ({output or 'stdout'}), the app's timezone {plan.timezone!r}")
     for entry in plan.entries:
         echo(f"{'comment' if entry.disabled else 'export '}  {entry.name}")
-    for name, note in plan.notes:
+    by_name = {s.name: s for s in schedules if isinstance(s, Schedule)}
+    dst = dst_notes(((by_name[e.name], e.read_back) for e in plan.entries if not e.disabled), now)
+    for name, note in [*plan.notes, *dst]:
         echo(f"note     {name}: {note}")
     _report_refused(plan.refused, skip, echo)
     written = len([e for e in plan.entries if not e.disabled])
@@ -222,8 +293,8 @@ def _beat_schedule(
         echo(f"wrote the last runs of {len(plan.last_runs)} entries to {last_runs_file}")
     elif any(e.last_run_at for e in plan.entries):
         echo(
-            "note: intervals keep goatbeat's phase only through their last runs: pass "
-            "--last-runs FILE and load it into celerybeat-schedule (docs/migration)"
+            "note: celery starts from goatbeat's last runs (and intervals keep goatbeat's "
+            "phase) only with --last-runs FILE, loaded into celerybeat-schedule (docs/migration)"
         )
 
 
@@ -292,7 +363,12 @@ def _dcb_run(
             f"left alone  {name}: goatbeat exports no schedule of that name (never imported, "
             "or deleted in goatbeat: then disable it in django-celery-beat, or celery runs it)"
         )
-    for name, note in plan.notes:
+    by_name = {s.name: s for s in schedules if isinstance(s, Schedule)}
+    exported = [*(r.name for r in plan.create), *(r.name for r, _ in plan.update), *plan.unchanged]
+    dst = dst_notes(
+        ((by_name[n], plan.read_back.get(n)) for n in exported if by_name[n].enabled), now
+    )
+    for name, note in [*plan.notes, *dst]:
         click.echo(f"note  {name}: {note}")
     _report_refused(plan.refused, skip, click.echo)
     if plan.refused and not skip:

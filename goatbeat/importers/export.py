@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -67,7 +67,7 @@ from goatbeat.core.triggers import (
     Trigger,
 )
 from goatbeat.importers import kombu_json
-from goatbeat.importers.entries import celery_misfire_grace, late_on_grid
+from goatbeat.importers.entries import SourceEntry, celery_misfire_grace, late_on_grid
 
 __all__ = [
     "BeatEntry",
@@ -443,6 +443,8 @@ class BeatEntry:
     comments: tuple[str, ...] = ()
     imports: frozenset[str] = frozenset()
     """What its code needs imported (``datetime``, ``crontab``...)."""
+    read_back: SourceEntry | None = None
+    """The entry as the importer reads the code back (its celery schedule object included)."""
 
 
 @dataclass(slots=True)
@@ -616,13 +618,14 @@ def _beat_entry(
         comments=tuple(comments),
         imports=frozenset(py.imports),
     )
-    back = _read_back_beat(entry, zone)
-    if isinstance(back, Refusal):
-        return None, [back]
-    diffs = differences(sched, back, now=now, fields=BEAT_FIELDS)
+    read = _read_back_beat(entry, zone)
+    if isinstance(read, Refusal):
+        return None, [read]
+    assert read.schedule is not None
+    diffs = differences(sched, read.schedule, now=now, fields=BEAT_FIELDS)
     if diffs:
         return None, [_unequal(sched.name, diffs)]
-    return entry, []
+    return replace(entry, read_back=read), []
 
 
 def _unequal(name: str, diffs: list[tuple[str, Any, Any]]) -> Refusal:
@@ -641,7 +644,7 @@ def _imports(names: Collection[str]) -> list[str]:
     return out
 
 
-def _read_back_beat(entry: BeatEntry, zone: str) -> Schedule | Refusal:
+def _read_back_beat(entry: BeatEntry, zone: str) -> SourceEntry | Refusal:
     """The entry's code executed, and read by the importer (``celery_beat._read_entry``)."""
     from goatbeat.importers.celery_beat import read_entry
 
@@ -655,7 +658,7 @@ def _read_back_beat(entry: BeatEntry, zone: str) -> Schedule | Refusal:
     read = read_entry(entry.name, value, timezone=zone, last_run_at=entry.last_run_at)
     if read.schedule is None:
         return Refusal(entry.name, "schedule", f"celery's side would refuse it: {read.problem}")
-    return read.schedule
+    return read
 
 
 def plan_beat_schedule(
@@ -765,6 +768,8 @@ class DcbPlan:
     notes: list[tuple[str, str]] = field(default_factory=list)
     left_alone: list[str] = field(default_factory=list)
     """Rows of the table goatbeat has no schedule (of the exported sources) for."""
+    read_back: dict[str, SourceEntry] = field(default_factory=dict)
+    """Each exported row as the importer reads it (its celery schedule object included)."""
 
     @property
     def changes(self) -> int:
@@ -921,7 +926,7 @@ def _importer_row(row: DcbRow, now: datetime) -> dict[str, Any]:
     return out
 
 
-def _read_back_row(row: DcbRow, now: datetime) -> Schedule | Refusal:
+def _read_back_row(row: DcbRow, now: datetime) -> SourceEntry | Refusal:
     from goatbeat.importers.django_celery_beat import read_row
 
     entry = read_row(_importer_row(row, now))
@@ -929,7 +934,7 @@ def _read_back_row(row: DcbRow, now: datetime) -> Schedule | Refusal:
         return Refusal(
             row.name, "row", f"django-celery-beat's side would refuse it: {entry.problem}"
         )
-    return entry.schedule
+    return entry
 
 
 def _changes(row: DcbRow, existing: Mapping[str, Any]) -> list[str]:
@@ -1008,8 +1013,10 @@ def _says_the_same(sched: Schedule, theirs: Mapping[str, Any], now: datetime) ->
         name=sched.name, kind=theirs["kind"], schedule=dict(theirs["schedule"]), values=values
     )
     back = _read_back_row(row, now)
-    return isinstance(back, Schedule) and not differences(
-        sched, back, now=now, fields=DCB_FIELDS, dcb=True
+    return (
+        not isinstance(back, Refusal)
+        and back.schedule is not None
+        and not differences(sched, back.schedule, now=now, fields=DCB_FIELDS, dcb=True)
     )
 
 
@@ -1038,11 +1045,13 @@ def plan_django_celery_beat(
         if isinstance(made, list):
             plan.refused.extend(made)
             continue
-        back = _read_back_row(made, now)
-        if isinstance(back, Refusal):
-            plan.refused.append(back)
+        read = _read_back_row(made, now)
+        if isinstance(read, Refusal):
+            plan.refused.append(read)
             continue
-        diffs = differences(sched, back, now=now, fields=DCB_FIELDS, dcb=True)
+        assert read.schedule is not None
+        plan.read_back[sched.name] = read
+        diffs = differences(sched, read.schedule, now=now, fields=DCB_FIELDS, dcb=True)
         if diffs:
             plan.refused.append(_unequal(sched.name, diffs))
             continue

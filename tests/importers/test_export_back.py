@@ -868,3 +868,41 @@ def test_manage_py_goatbeat_export_writes_django_celery_beat_rows_through_django
     assert bumped != marker
     again = example.run("manage.py", "goatbeat", "export", "--to", "django-celery-beat")
     assert "0 would create, 0 would update, 2 unchanged" in again.stdout, again.stdout
+
+
+def test_a_dst_change_where_celerys_crontab_fires_otherwise_is_said_by_name(
+    db: str, tmp_path: Path, dcb_tables: Callable[..., None]
+) -> None:
+    # celery runs 02:30 late on the spring-forward day and the repeated hour of a wildcard
+    # crontab once; no crontab says goatbeat's rule. Exported (the import accepts the same
+    # difference), with a note naming the day.
+    store_schedules(
+        db,
+        [
+            Schedule(
+                name=name,
+                task="t",
+                trigger=CronTrigger(expression, timezone="Europe/Paris"),
+                source=Source.ADMIN,
+            )
+            for name, expression in (
+                ("half-past-two", "30 2 * * *"),
+                ("every-15", "*/15 * * * *"),
+                ("nine", "0 9 * * *"),
+            )
+        ],
+    )
+    args = ["export", "--database", db]
+    code, out = run(*args, "--to", "beat-schedule", "--timezone", "Europe/Paris")
+    assert code == 0, out
+    notes = [line for line in out.splitlines() if line.startswith("note     ")]
+    assert [n.split(":")[0] for n in notes] == ["note     every-15", "note     half-past-two"]
+    assert re.search(r"half-past-two: at the DST change of \d{4}-03-\d\d in Europe/Paris", out)
+    assert "celery runs a local time that does not exist late" in out
+    assert re.search(r"every-15: at the DST change of \d{4}-10-\d\d in Europe/Paris", out)
+    url = f"sqlite:///{tmp_path / 'dcb.sqlite3'}"
+    dcb_tables(url, [])
+    code, out = run(*args, "--to", "django-celery-beat", "--target", url)
+    assert code == 0, out
+    assert re.search(r"note  half-past-two: at the DST change of \d{4}-03-\d\d", out), out
+    assert "note  nine" not in out
