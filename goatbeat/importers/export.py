@@ -800,6 +800,13 @@ def _dcb_row(
     expires = sched.routing.expires
     if expires is not None and (float(expires) != int(expires) or expires < 1):
         refuse("expires", f"{expires:g} s: django-celery-beat's expire_seconds is whole seconds")
+    if sched.end_at is not None and expires is not None:
+        refuse(
+            "end_at",
+            f"{sched.end_at.isoformat()} with a message expiry of {expires:g} s: "
+            "django-celery-beat sends its expires (the end) as every message's expiry and "
+            "ignores expire_seconds then",
+        )
     trigger = sched.trigger
     kind: str
     columns: dict[str, Any]

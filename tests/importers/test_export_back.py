@@ -564,8 +564,67 @@ def test_generated_schedules_come_back_from_django_celery_beat_rows(
         assert_same_fields(kept[entry.name], entry.schedule, dcb=True)
     assert_same_instants(entries, list(kept.values()), datetime.now(UTC).replace(microsecond=0))
 
+    # django-celery-beat's own DatabaseScheduler loads every row written as goatbeat has it.
+    loaded = load_as_django_celery_beat(dcb_url)
+    for name, sched in kept.items():
+        row = loaded[name]
+        assert row["schedule"] == _CELERY_CLASS[type(sched.trigger)], name
+        assert row["args"] == kombu_json.decode(list(sched.args)), name
+        assert row["kwargs"] == kombu_json.decode(dict(sched.kwargs)), name
+        options = row["options"]
+        assert options.pop("headers") == {
+            **kombu_json.decode(dict(sched.routing.headers)),
+            "periodic_task_name": name,
+        }
+        wanted = {
+            k: v
+            for k, v in sched.routing.to_dict().items()
+            if k not in ("headers", "expires") and v is not None
+        }
+        if sched.end_at is not None:  # django-celery-beat expires each message at the end
+            wanted["expires"] = sched.end_at
+        elif sched.routing.expires is not None:
+            wanted["expires"] = int(sched.routing.expires)
+        assert options == wanted, name
+        assert (row["enabled"], row["one_off"]) == (
+            sched.enabled,
+            sched.one_off or isinstance(sched.trigger, OnceTrigger),
+        )
+        if isinstance(sched.trigger, (CronTrigger, CeleryCrontabTrigger)):
+            assert row["tz"] == sched.trigger.timezone
+
     code, out = run(*args, "--skip-unexportable", "--apply")  # idempotent
     assert code == 0 and f"0 create, 0 update, {len(kept)} unchanged" in out, out
+
+
+_CELERY_CLASS = {
+    CronTrigger: "TzAwareCrontab",
+    CeleryCrontabTrigger: "TzAwareCrontab",
+    IntervalTrigger: "schedule",
+    SolarTrigger: "solar",
+    OnceTrigger: "clocked",
+}
+
+
+def load_as_django_celery_beat(url: str) -> dict[str, Any]:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.importers.dcb_load", url],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded: dict[str, Any] = kombu_json.loads(proc.stdout, field="rows")
+    return loaded
 
 
 def test_django_celery_beat_rows_edited_in_goatbeat_after_import_come_back_as_edited(
@@ -711,6 +770,11 @@ def test_django_celery_beat_refusals_name_the_schedule_and_the_field(
             ),
             admin("taken", CronTrigger("0 9 * * *")),
             admin(
+                "end-and-expiry",
+                end_at=datetime(2027, 1, 1, tzinfo=UTC),
+                routing=Routing(expires=60.0),
+            ),
+            admin(
                 "one-off-start",
                 CronTrigger("0 9 * * *"),
                 one_off=True,
@@ -732,6 +796,7 @@ def test_django_celery_beat_refusals_name_the_schedule_and_the_field(
         "off-grid": "trigger",
         "taken": "name",
         "one-off-start": "one_off",
+        "end-and-expiry": "end_at",
     }
     assert (
         "FAILED  taken: name: a django-celery-beat row of that name exists and goatbeat did not"
