@@ -22,6 +22,7 @@
         schedule resume NAME [--catch-up|--from-now] [--json]
         schedule backfill NAME --from I --to I [--limit N] [--dry-run] [--json]
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
+        import redbeat ...          celery-redbeat's Redis keys into goatbeat
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
         export --to beat-schedule|django-celery-beat ...  the schedules themselves back to
@@ -270,6 +271,7 @@ for _command in (
     schedules.schedule,
     status.status,
     migration.import_celery_beat,
+    migration.import_group,
     migration.diff,
     migration.export_last_runs,
     export.export,

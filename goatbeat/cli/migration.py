@@ -7,12 +7,20 @@
         [--from-app module:app]                 a Celery app's beat_schedule
         [--from-django-celery-beat [URL]]       django-celery-beat's tables (URL, or Django's
                                                 default database when run under Django)
+        [--from-redbeat URL [--redbeat-key-prefix P] [--redbeat-timezone ZONE]]
+                                                celery-redbeat's keys in Redis
         [--last-runs JSON_FILE] [--dry-run] [--json] [--no-check-tasks] [--naive-timezone ZONE]
     goatbeat [--database URL] diff [the same sources] [--horizon 30d] [--start INSTANT]
         [--json] [--max-instants N] [--accept-known-bugs] [--accept-refused NAME]...
         [--all-sources]
 
-    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE)
+    goatbeat [--database URL] import redbeat --redis URL [--key-prefix P] [--app MODULE:APP]
+        [--timezone ZONE] [--dry-run] [--json] [--no-check-tasks] [--overwrite]
+                                                celery-redbeat's keys (import_celery_beat
+                                                --from-redbeat URL does the same)
+
+    goatbeat [--database URL] export_last_runs (--to-django-celery-beat [URL] | --to-json FILE
+        | --to-redbeat URL [--redbeat-key-prefix P] [--redbeat-timezone ZONE])
         [--dry-run]                             goatbeat's last runs back to celery beat, before
                                                 a rollback
 
@@ -68,6 +76,7 @@ __all__ = [
     "diff",
     "export_last_runs",
     "import_celery_beat",
+    "import_group",
     "open_target_store",
     "source_options",
     "target_url",
@@ -155,6 +164,9 @@ def collect_entries(
     check_tasks: bool = True,
     naive_timezone: str | None = None,
     last_runs_file: str | None = None,
+    from_redbeat: str | None = None,
+    redbeat_prefix: str | None = None,
+    timezone: str | None = None,
 ) -> tuple[list[SourceEntry], list[str]]:
     """Read the requested sources; returns (entries, human lines about what was read).
 
@@ -162,12 +174,20 @@ def collect_entries(
     source under Django, both the project's beat schedule and its tables are read; a name in
     both is django-celery-beat's row (its scheduler copies the beat schedule into its table,
     with the last runs). ``last_runs_file``: the beat schedule's last runs as JSON
-    (:func:`read_last_runs`). Errors reading a source raise ``GoatbeatError`` (one line)."""
+    (:func:`read_last_runs`). ``from_redbeat``: celery-redbeat's Redis URL (``"app"``: the
+    app's ``redbeat_redis_url``), its keys under ``redbeat_prefix`` (default the app's, else
+    ``redbeat:``); a name both in the beat schedule and in redbeat's keys is redbeat's (it
+    copies the beat schedule there, with the last runs). ``timezone``: the zone of redbeat's
+    crontabs (default the app's). Errors reading a source raise ``GoatbeatError`` (one line)."""
     from goatbeat.django import beat_sources
     from goatbeat.importers import celery_beat, django_celery_beat
 
     entries: list[SourceEntry] = []
     lines: list[str] = []
+    if from_redbeat is not None and from_dcb is not None:
+        raise UserError(
+            "one scheduler's state at a time: --from-redbeat or --from-django-celery-beat"
+        )
     last_runs = None
     if last_runs_file:
         last_runs = celery_beat.read_last_runs(last_runs_file)
@@ -200,7 +220,10 @@ def collect_entries(
             beat = beat_sources.settings_beat_schedule(last_runs)
             lines.append(f"{len(beat)} entries in settings.CELERY_BEAT_SCHEDULE")
     rows: list[SourceEntry] = []
-    if from_dcb is not None or (django and not from_app):
+    if from_redbeat is not None:
+        rows, read = _read_redbeat(app, from_redbeat, redbeat_prefix, timezone, tasks)
+        lines += read
+    elif from_dcb is not None or (django and not from_app):
         zone = celery_beat.app_timezone(app) if app is not None else "UTC"
         naive = naive_timezone or beat_sources.naive_timezone()
         if from_dcb in (None, "default"):
@@ -225,15 +248,71 @@ def collect_entries(
     for entry in beat:
         if entry.name not in in_table:
             entries.append(entry)
+        elif from_redbeat is not None:
+            continue  # redbeat copies every beat_schedule entry into its keys: said once below
         elif entry.name != celery_beat.BACKEND_CLEANUP:
             lines.append(
                 f"{entry.name}: in the beat schedule and in django-celery-beat's table (its "
                 "scheduler copies the beat schedule there): the table's row is imported"
             )
+    both = sorted({e.name for e in beat} & in_table)
+    if from_redbeat is not None and both:
+        lines.append(
+            f"{len(both)} beat_schedule entries are also redbeat keys (redbeat copies them "
+            "there, with their last runs): the keys are imported"
+        )
     entries += rows
-    if tasks is None and (from_app or from_dcb is not None or django):
+    if tasks is None and (from_app or from_dcb is not None or from_redbeat is not None or django):
         lines.append("task names not checked (no Celery app; pass --from-app to check them)")
     return entries, lines
+
+
+def _read_redbeat(
+    app: Any,
+    url: str,
+    prefix: str | None,
+    timezone: str | None,
+    tasks: set[str] | None,
+) -> tuple[list[SourceEntry], list[str]]:
+    """celery-redbeat's entries (:mod:`goatbeat.importers.redbeat`), configured by the app
+    when there is one."""
+    from goatbeat.conversion import timezone_name
+    from goatbeat.importers import celery_beat, redbeat
+
+    if app is not None:
+        config = redbeat.config_of(app, prefix)
+    else:
+        config = redbeat.RedbeatConfig(
+            key_prefix=prefix if prefix is not None else redbeat.DEFAULT_KEY_PREFIX,
+            lock_key=redbeat.RedbeatConfig.default_lock(
+                prefix if prefix is not None else redbeat.DEFAULT_KEY_PREFIX
+            ),
+        )
+    if url == "app":
+        if config.redis_url is None:
+            raise UserError(
+                "no redbeat Redis: pass --redis URL (the app sets no redbeat_redis_url)"
+            )
+        url = config.redis_url
+    if timezone is not None:
+        zone = timezone_name(timezone, "timezone")
+    else:
+        zone = celery_beat.app_timezone(app) if app is not None else "UTC"
+    read = redbeat.read_redbeat(
+        url,
+        config=config,
+        timezone=zone,
+        timezone_given=timezone is not None or app is not None,
+        known_tasks=tasks,
+        beat_schedule=celery_beat.beat_schedule_of(app) if app is not None else None,
+    )
+    lines = list(read.lines)
+    if app is None and timezone is None:
+        lines.append(
+            "crontabs read in UTC (no Celery app): pass --app MODULE:APP or --timezone ZONE "
+            "if redbeat's app runs in another zone"
+        )
+    return read.entries, lines
 
 
 def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
@@ -251,6 +330,28 @@ def source_options(database_help: str) -> Callable[[Callable[..., Any]], Any]:
             default=None,
             help="The beat schedule's last runs, {name: ISO instant} (dumped from stock beat's "
             "celerybeat-schedule, see docs/migration): intervals keep celery's phase.",
+        )(command)
+        command = click.option(
+            "--redbeat-key-prefix",
+            "redbeat_prefix",
+            metavar="PREFIX",
+            default=None,
+            help="redbeat_key_prefix of --from-redbeat (default the app's, else 'redbeat:').",
+        )(command)
+        command = click.option(
+            "--redbeat-timezone",
+            "redbeat_timezone",
+            metavar="ZONE",
+            default=None,
+            help="The zone redbeat's crontabs run in (default the app's, else UTC).",
+        )(command)
+        command = click.option(
+            "--from-redbeat",
+            "from_redbeat",
+            metavar="URL",
+            default=None,
+            help="celery-redbeat's Redis (redis:// URL): its <prefix><name> keys, with the "
+            "last runs of their meta.",
         )(command)
         command = click.option(
             "--from-django-celery-beat",
@@ -301,14 +402,23 @@ def import_celery_beat(
     naive_timezone: str | None,
     last_runs_file: str | None,
     overwrite: bool,
+    from_redbeat: str | None,
+    redbeat_prefix: str | None,
+    redbeat_timezone: str | None,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
     from goatbeat.django import beat_sources
 
     try:
-        if not from_app and from_dcb is None and not beat_sources.in_django_project():
+        if (
+            not from_app
+            and from_dcb is None
+            and from_redbeat is None
+            and not beat_sources.in_django_project()
+        ):
             raise UserError(
-                "nothing to import: pass --from-app MODULE:APP and/or --from-django-celery-beat URL"
+                "nothing to import: pass --from-app MODULE:APP, --from-django-celery-beat URL "
+                "and/or --from-redbeat URL"
             )
         entries, lines = collect_entries(
             from_app=from_app,
@@ -316,11 +426,26 @@ def import_celery_beat(
             check_tasks=check_tasks,
             naive_timezone=naive_timezone,
             last_runs_file=last_runs_file,
+            from_redbeat=from_redbeat,
+            redbeat_prefix=redbeat_prefix,
+            timezone=redbeat_timezone,
         )
     except click.ClickException:
         raise
     except (GoatbeatError, ImportError) as exc:
         raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+    _import_and_report(ctx, entries, lines, database, dry_run, as_json, overwrite)
+
+
+def _import_and_report(
+    ctx: click.Context,
+    entries: list[SourceEntry],
+    lines: list[str],
+    database: str | None,
+    dry_run: bool,
+    as_json: bool,
+    overwrite: bool,
+) -> None:
     check_task = _allow_list_check(ctx)
     if check_task is None:
         lines.append(
@@ -443,6 +568,91 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     click.echo(f"summary: {report.summary()}")
 
 
+# -- import redbeat ----------------------------------------------------------------------------
+
+
+@click.group("import")
+def import_group() -> None:
+    """Import schedules from another scheduler into goatbeat (idempotent; --dry-run to
+    preview)."""
+
+
+@import_group.command("redbeat")
+@click.option(
+    "--redis",
+    "redis_url",
+    metavar="URL",
+    default=None,
+    help="redbeat's Redis (redis:// URL; default the app's redbeat_redis_url).",
+)
+@click.option(
+    "--key-prefix",
+    "key_prefix",
+    metavar="PREFIX",
+    default=None,
+    help="redbeat_key_prefix (default the app's, else 'redbeat:').",
+)
+@click.option(
+    "--app",
+    "celery_app",
+    metavar="MODULE:APP",
+    default=None,
+    help="The Celery app redbeat runs (celery -A): its timezone, redbeat settings, tasks "
+    "and beat_schedule.",
+)
+@click.option(
+    "--timezone",
+    "timezone",
+    metavar="ZONE",
+    default=None,
+    help="The zone redbeat's crontabs run in (default the app's, else UTC).",
+)
+@click.option("--database", default=None, help="The goatbeat database to import into.")
+@click.option("--dry-run", is_flag=True, help="Print what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--check-tasks/--no-check-tasks",
+    default=True,
+    help="Report entries whose task the Celery app does not register (default: on).",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace schedules edited in goatbeat since their import with redbeat's definition.",
+)
+@click.pass_context
+def import_redbeat(
+    ctx: click.Context,
+    redis_url: str | None,
+    key_prefix: str | None,
+    celery_app: str | None,
+    timezone: str | None,
+    database: str | None,
+    dry_run: bool,
+    as_json: bool,
+    check_tasks: bool,
+    overwrite: bool,
+) -> None:
+    """celery-redbeat's Redis keys (<prefix><name>: definition and meta's last_run_at) into
+    goatbeat; the same as import_celery_beat --from-redbeat URL [--from-app APP]."""
+    try:
+        if redis_url is None and celery_app is None:
+            raise UserError("nothing to import: pass --redis URL (and --app MODULE:APP)")
+        entries, lines = collect_entries(
+            from_app=celery_app,
+            from_dcb=None,
+            check_tasks=check_tasks,
+            from_redbeat=redis_url or "app",
+            redbeat_prefix=key_prefix,
+            timezone=timezone,
+        )
+    except click.ClickException:
+        raise
+    except (GoatbeatError, ImportError) as exc:
+        raise UserError(f"cannot read the source: {_one_line(exc)}") from None
+    _import_and_report(ctx, entries, lines, database, dry_run, as_json, overwrite)
+
+
 # -- export_last_runs (rollback) ---------------------------------------------------------------
 
 
@@ -465,6 +675,29 @@ def _print(report: ImportReport, lines: list[str]) -> None:
     help="Write {name: ISO instant} of the beat_schedule entries goatbeat ran, for stock "
     "beat's celerybeat-schedule (see docs/migration).",
 )
+@click.option(
+    "--to-redbeat",
+    "to_redbeat",
+    metavar="URL",
+    default=None,
+    help="Write them into celery-redbeat's meta (last_run_at) in this Redis (redis:// URL).",
+)
+@click.option(
+    "--redbeat-key-prefix",
+    "redbeat_prefix",
+    metavar="PREFIX",
+    default="redbeat:",
+    show_default=True,
+    help="redbeat_key_prefix of --to-redbeat.",
+)
+@click.option(
+    "--redbeat-timezone",
+    "redbeat_timezone",
+    metavar="ZONE",
+    default="UTC",
+    show_default=True,
+    help="The Celery app's zone, which redbeat stamps its last runs in.",
+)
 @click.option("--database", default=None, help="The goatbeat database to read.")
 @click.option(
     "--naive-timezone",
@@ -477,6 +710,9 @@ def export_last_runs(
     ctx: click.Context,
     to_dcb: str | None,
     to_json: str | None,
+    to_redbeat: str | None,
+    redbeat_prefix: str,
+    redbeat_timezone: str,
     database: str | None,
     naive_timezone: str | None,
     dry_run: bool,
@@ -486,8 +722,10 @@ def export_last_runs(
     from goatbeat.django import beat_sources
     from goatbeat.importers import django_celery_beat
 
-    if (to_dcb is None) == (to_json is None):
-        raise UserError("say where to: --to-django-celery-beat [URL] or --to-json FILE")
+    if [to_dcb, to_json, to_redbeat].count(None) != 2:
+        raise UserError(
+            "say where to: --to-django-celery-beat [URL], --to-json FILE or --to-redbeat URL"
+        )
     with open_target_store(ctx, database) as target:
         click.echo(f"from: {target.label}")
         source = Source.DJANGO_CELERY_BEAT if to_dcb is not None else Source.CELERY
@@ -511,6 +749,9 @@ def export_last_runs(
                 raise UserError(f"cannot write {to_json!r}: {exc}") from None
         verb = "would write" if dry_run else "wrote"
         click.echo(f"{verb} the last runs of {len(runs)} entries to {to_json}")
+        return
+    if to_redbeat is not None:
+        _hand_back_to_redbeat(ran, to_redbeat, redbeat_prefix, redbeat_timezone, dry_run)
         return
     assert to_dcb is not None
     if to_dcb == "default":
@@ -552,6 +793,43 @@ def export_last_runs(
             "django_celery_beat_periodictasks.last_update moved to now: a DatabaseScheduler "
             "reads the rows again as written"
         )
+
+
+def _hand_back_to_redbeat(ran: list[Any], url: str, prefix: str, zone: str, dry_run: bool) -> None:
+    from goatbeat.importers import redbeat
+
+    click.echo(
+        f"to: redbeat's meta under {prefix!r} ({redact_url(url)}){' (dry run)' if dry_run else ''}"
+    )
+    click.echo(
+        "check: every redbeat beat must be stopped (a running one writes its own meta over "
+        "these): look for 'celery ... beat -S redbeat...' in your process manager"
+    )
+    config = redbeat.RedbeatConfig(
+        key_prefix=prefix, lock_key=redbeat.RedbeatConfig.default_lock(prefix)
+    )
+    try:
+        changed = redbeat.hand_back(
+            url,
+            {s.name: (s.last_run_at, s.total_run_count) for s in ran if s.last_run_at},
+            config=config,
+            timezone=zone,
+            dry_run=dry_run,
+        )
+    except GoatbeatError as exc:
+        raise OperationalError(_one_line(exc)) from None
+    prefix_word = "would set" if dry_run else "set"
+    for row in changed:
+        was = "never" if row.before is None else iso_z(row.before)
+        click.echo(
+            f"{prefix_word}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
+            f"total_run_count {row.total_run_count}"
+        )
+    click.echo(
+        f"summary: {len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
+        f"{'would be ' if dry_run else ''}moved forward, {len(ran) - len(changed)} already at "
+        "or past goatbeat's last run or not in redbeat"
+    )
 
 
 # -- diff ------------------------------------------------------------------------------------
@@ -597,14 +875,25 @@ def diff(
     accept_refused: tuple[str, ...],
     all_sources: bool,
     last_runs_file: str | None,
+    from_redbeat: str | None,
+    redbeat_prefix: str | None,
+    redbeat_timezone: str | None,
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
     from goatbeat.diff import compute_diff
     from goatbeat.django import beat_sources
 
     try:
-        if not from_app and from_dcb is None and not beat_sources.in_django_project():
-            raise UserError("nothing to compare: pass --from-app and/or --from-django-celery-beat")
+        if (
+            not from_app
+            and from_dcb is None
+            and from_redbeat is None
+            and not beat_sources.in_django_project()
+        ):
+            raise UserError(
+                "nothing to compare: pass --from-app, --from-django-celery-beat and/or "
+                "--from-redbeat"
+            )
         span = parse_duration(horizon, field="horizon")
         now = datetime.now(UTC)
         start = parse_instant(start_text, "start") if start_text else now.replace(microsecond=0)
@@ -613,9 +902,12 @@ def diff(
             from_dcb=from_dcb,
             check_tasks=False,
             last_runs_file=last_runs_file,
+            from_redbeat=from_redbeat,
+            redbeat_prefix=redbeat_prefix,
+            timezone=redbeat_timezone,
         )
         sources = {e.source for e in old}
-        if from_app:
+        if from_app or from_redbeat is not None:
             sources.add(Source.CELERY)
         if from_dcb is not None:
             sources.add(Source.DJANGO_CELERY_BEAT)

@@ -367,7 +367,7 @@ def _serve_metrics(
     observer = PrometheusObserver(
         app.store,
         scheduler_id=loop.scheduler_id,
-        lease_name=loop.lease.name,
+        lease_name=loop.lease_name,
         overdue_after=loop.settings.overdue_after,
         schedule_limit=schedule_limit,
         version=loop.version,

@@ -4,9 +4,11 @@ miss or fail lately.
 One read of the database (:meth:`~goatbeat.core.store.ScheduleStore.status`, indexed: its
 cost follows what is due, not the number of schedules), judged by the database clock, and,
 except with ``--check``, the overdue and failing schedules
-(:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`). A table by default, ``--json`` for scripts (the field names are a contract, as in
+(:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`), and the refused schedules
+(:meth:`~goatbeat.core.store.ScheduleStore.refusals`: one pass over the schedule table, in
+every mode). A table by default, ``--json`` for scripts (the field names are a contract, as in
 :mod:`goatbeat.cli.output`). ``--check`` is for probes: ONE line, exit 0 when a scheduler holds
-the lease and nothing due waited longer than ``--max-lag``, 1 otherwise
+the lease, nothing due waited longer than ``--max-lag`` and no schedule is refused, 1 otherwise
 (:func:`goatbeat.core.health.check`); with ``--scheduler-id ID``, exit 0 while that replica's
 heartbeat row is live, 1 when it expired or is gone (:func:`goatbeat.core.health.check_scheduler`). Whatever the mode, exit 2 when the question cannot be
 answered: a bad option, an app that cannot load, a database that cannot be read.
@@ -27,6 +29,7 @@ from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import GoatbeatError, InvalidValue
 from goatbeat.core.health import (
     STATUS_WINDOW,
+    Refusals,
     ScheduleHealth,
     StatusSnapshot,
     check,
@@ -89,10 +92,11 @@ def status(
             # Missing (or older) tables say which migrate command to run.
             require_schema(app, cli_context(ctx))
             raise UserError(f"cannot read the status: {exc}") from None
+        refusals = None if scheduler_id is not None else _refusals(app)
         if scheduler_id is not None:
             verdict = check_scheduler(snapshot, scheduler_id)
         else:
-            verdict = check(snapshot, max_lag=limit)
+            verdict = check(snapshot, max_lag=limit, refusals=refusals)
         if probe:
             click.echo(f"goatbeat: {'ok' if verdict.ok else 'unhealthy'}: {verdict.reason}")
             ctx.exit(0 if verdict.ok else 1)
@@ -105,14 +109,42 @@ def status(
                 max_lag_seconds=limit.total_seconds(),
                 store=store_info(app.store),
                 schedules=[h.to_dict() for h in troubled],
+                refused=_refused_dict(refusals, snapshot),
             )
             click.echo(json.dumps(data, indent=2))
             return
-        click.echo(_text(snapshot, verdict.ok, verdict.reason, store_info(app.store), troubled))
+        click.echo(
+            _text(
+                snapshot,
+                verdict.ok,
+                verdict.reason,
+                store_info(app.store),
+                troubled,
+                refusals or Refusals(),
+            )
+        )
 
 
 TROUBLED_LIMIT = 20
 """Schedules ``status`` names as overdue or failing, at most (the worst first)."""
+
+REFUSED_LIMIT = 20
+"""Refused schedules ``status`` names, at most (by name; the total is always given)."""
+
+
+def _refusals(app: BeatLike) -> Refusals:
+    try:
+        return app.store.refusals(limit=REFUSED_LIMIT)
+    except GoatbeatError as exc:
+        raise UserError(f"cannot read the refused schedules: {exc}") from None
+
+
+def _refused_dict(refusals: Refusals | None, s: StatusSnapshot) -> dict[str, object]:
+    refusals = refusals or Refusals()
+    return {
+        "total": refusals.total,
+        "schedules": [r.to_dict(s.now) for r in refusals.schedules],
+    }
 
 
 def _troubled(app: BeatLike) -> list[ScheduleHealth]:
@@ -145,7 +177,12 @@ def _span(seconds: float) -> str:
 
 
 def _text(
-    s: StatusSnapshot, ok: bool, reason: str, store: str, troubled: list[ScheduleHealth]
+    s: StatusSnapshot,
+    ok: bool,
+    reason: str,
+    store: str,
+    troubled: list[ScheduleHealth],
+    refusals: Refusals,
 ) -> str:
     now = s.now
     lines = []
@@ -217,6 +254,17 @@ def _text(
         + (f"overdue: {', '.join(overdue)}" if overdue else "none overdue")
         + ("; failing: " + ", ".join(failing) if failing else "; none failing")
     )
+    if not refusals.total:
+        lines.append("refused:    none")
+    else:
+        lines.append(
+            f"refused:    {refusals.total} schedule(s) do not run: a scheduler refused their "
+            "task; one that knows it runs them again once it leads"
+        )
+        for refusal in refusals.schedules:
+            lines.append(f"  {refusal.describe(now)}")
+        if refusals.total > len(refusals.schedules):
+            lines.append(f"  ... and {refusals.total - len(refusals.schedules)} more")
     lines.append(f"health:     {'ok' if ok else 'UNHEALTHY'}: {reason}")
     lines.append(f"database:   {store}, now {iso(now)}")
     return "\n".join(lines)

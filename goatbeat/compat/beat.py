@@ -42,10 +42,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import beat
-from celery.exceptions import ImproperlyConfigured
 from celery.utils.log import get_logger
 
 from goatbeat.core.config import parse_settings
+from goatbeat.core.errors import ConfigError
 from goatbeat.core.model import Schedule, Source
 from goatbeat.core.scheduler import Scheduler as CoreScheduler
 from goatbeat.core.store import ScheduleStore
@@ -60,7 +60,7 @@ from goatbeat.importers.celery_beat import (
 from goatbeat.importers.entries import late_on_grid
 from goatbeat.stores import redact_url
 
-__all__ = ["Scheduler", "NO_DATABASE", "FieldsInMessage"]
+__all__ = ["Scheduler", "NO_DATABASE", "FieldsInMessage", "BeatRefused"]
 
 NO_DATABASE = (
     "goatbeat: no database configured for celery beat -S goatbeat: set goatbeat_database "
@@ -71,6 +71,24 @@ NO_DATABASE = (
 )
 
 logger = get_logger(__name__)
+
+
+class BeatRefused(SystemExit):
+    """celery beat -S goatbeat cannot start (no database, a bad goatbeat_* setting).
+
+    celery beat logs any ``Exception`` out of its scheduler with the whole traceback, which
+    buried the one line that mattered. The reason is logged as one CRITICAL line instead, and
+    this ``SystemExit`` (exit status 1) stops beat without another word: celery lets it pass,
+    and in a worker's embedded beat (``-B``) it ends the beat thread only, as an exception did.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(1)
+        self.reason = reason
+        logger.critical("%s", reason)
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class FieldsInMessage(logging.Filter):
@@ -135,7 +153,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     def _settings(self) -> Any:
         url = self.database_url
         if url is None:
-            raise ImproperlyConfigured(NO_DATABASE)
+            raise BeatRefused(NO_DATABASE)
         raw: dict[str, Any] = {"database": url}
         for key in (
             "lease_ttl",
@@ -150,7 +168,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             if value is not None:
                 raw[key] = value
         raw["max_sleep"] = timedelta(seconds=float(self.max_interval))
-        return parse_settings(raw)
+        try:
+            return parse_settings(raw)
+        except ConfigError as exc:
+            raise BeatRefused(f"goatbeat: {exc} (celery's goatbeat_<key> settings)") from None
 
     # -- celery beat's interface --------------------------------------------------------------
 

@@ -259,8 +259,8 @@ def _release(key: str, value: Any) -> int | None:
     if value is None:
         return None
     text = value.strip() if isinstance(value, str) else value
-    if isinstance(text, str) and text.isdigit():
-        text = int(text)
+    if isinstance(text, str) and text.isascii() and text.isdigit():
+        text = int(text)  # "²" is a digit to str.isdigit, not to int()
     if isinstance(text, bool) or not isinstance(text, int) or text < 0:
         raise InvalidValue(
             key,

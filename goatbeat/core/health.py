@@ -9,7 +9,9 @@ alerts judge the same way:
 
 - :func:`check`: healthy when a scheduler holds an unexpired lease (by the database clock) and
   nothing due waits longer than ``max_lag``;
-- :func:`is_overdue`: a schedule whose latest success is older than expected.
+- :func:`is_overdue`: a schedule whose latest success is older than expected;
+- :func:`is_refused`: a schedule a scheduler would not run (its task outside the allow-list)
+  that stays refused (:class:`Refusals`); ``check`` is unhealthy while one is.
 
 What a worker reports about a run (:class:`Outcome`) is recorded by
 :meth:`~goatbeat.core.store.ScheduleStore.record_completion`.
@@ -36,8 +38,11 @@ __all__ = [
     "StatusSnapshot",
     "ScheduleHealth",
     "HealthCheck",
+    "Refusal",
+    "Refusals",
     "check",
     "is_overdue",
+    "is_refused",
     "judge_open_run",
     "LOST_AFTER",
     "LOST_LOOKBACK",
@@ -259,9 +264,12 @@ class HealthCheck:
     problems: list[str] = field(default_factory=list)
 
 
-def check(snapshot: StatusSnapshot, *, max_lag: timedelta) -> HealthCheck:
-    """Healthy when a scheduler holds the lease, unexpired by the database clock, and nothing
-    due has waited longer than ``max_lag``. The reason names the holder, or every problem."""
+def check(
+    snapshot: StatusSnapshot, *, max_lag: timedelta, refusals: Refusals | None = None
+) -> HealthCheck:
+    """Healthy when a scheduler holds the lease, unexpired by the database clock, nothing
+    due has waited longer than ``max_lag``, and no schedule is refused (``refusals``, when
+    read: a refused schedule does not run). The reason names the holder, or every problem."""
     problems: list[str] = []
     lease = snapshot.lease
     shards = snapshot.shards
@@ -285,6 +293,8 @@ def check(snapshot: StatusSnapshot, *, max_lag: timedelta) -> HealthCheck:
             f"{snapshot.lag:.0f}s ago (--max-lag {limit:g}s); "
             f"{snapshot.due} schedule(s) due, {snapshot.pending} claimed and not submitted"
         )
+    if refusals is not None and refusals.total:
+        problems.append(refusals.describe(snapshot.now))
     if problems:
         return HealthCheck(ok=False, reason="; ".join(problems), problems=problems)
     if shards:
@@ -376,6 +386,74 @@ def is_overdue(
     return last_success_at is None or last_success_at < last_run_at
 
 
+def is_refused(
+    *,
+    enabled: bool,
+    paused: bool,
+    last_status: str | None,
+    source: str,
+    next_run_at: datetime | None,
+) -> bool:
+    """Whether a schedule stays refused: a scheduler would not run its task (outside its
+    allow-list, e.g. a release that does not know the task yet) and nothing has run it
+    since. Enabled and unpaused (a schedule stopped on purpose is not refused), its
+    ``last_status`` ``'refused'``, and either declared in code (a code row keeps its next
+    run: each occurrence is refused until a scheduler that knows the task claims it) or out
+    of scheduling (``next_run_at`` None): a row not declared in code leaves scheduling when
+    refused, until a scheduler that allows its task leads (it schedules it again), an edit,
+    or disabling and enabling it. The stores repeat this rule in SQL."""
+    if not enabled or paused or last_status != "refused":
+        return False
+    return source == "code" or next_run_at is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusal:
+    """A schedule that stays refused (:func:`is_refused`): its task, the reason of its latest
+    refusal (as the scheduler wrote it on the refused run; None when that run is gone), and
+    since when: the first refused run after its latest run of any other outcome."""
+
+    name: str
+    task: str
+    source: str
+    reason: str | None
+    since: datetime | None
+
+    def describe(self, now: datetime) -> str:
+        when = "" if self.since is None else f" since {iso_z(self.since)} ({_ago(now, self.since)})"
+        return f"{self.name!r}{when}: {self.reason or 'refused (reason not recorded)'}"
+
+    def to_dict(self, now: datetime) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "task": self.task,
+            "source": self.source,
+            "reason": self.reason,
+            "since": _iso_or_none(self.since),
+            "since_seconds": None if self.since is None else _seconds(now - self.since),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Refusals:
+    """The schedules that stay refused: ``total`` of them, the first ``schedules`` by name
+    (:meth:`~goatbeat.core.store.ScheduleStore.refusals`)."""
+
+    total: int = 0
+    schedules: Sequence[Refusal] = ()
+
+    def describe(self, now: datetime) -> str:
+        """One line for ``status --check``: how many, the first one, and what to do."""
+        if not self.schedules:
+            return f"refused: {self.total} schedule(s) do not run"
+        first = self.schedules[0].describe(now)
+        more = f" and {self.total - 1} more" if self.total > 1 else ""
+        return (
+            f"refused: {self.total} schedule(s) do not run: {first}{more} (a scheduler that "
+            "knows the task runs it again once it leads)"
+        )
+
+
 LOST_AFTER = timedelta(hours=1)
 """The default of the ``lost_after`` setting: how long a run of a schedule with no
 ``max_runtime`` may go without a final report before it is ended ``lost``."""
@@ -446,6 +524,11 @@ def judge_open_run(
 
 def _seconds(delta: timedelta) -> float:
     return round(delta.total_seconds(), 3)
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    seconds = max(0.0, (now - then).total_seconds())
+    return f"{seconds:.0f}s ago"
 
 
 def _iso_or_none(value: datetime | None) -> str | None:

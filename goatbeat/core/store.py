@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 from goatbeat.core.errors import InvalidValue
 from goatbeat.core.health import (
     Outcome,
+    Refusals,
     ScheduleHealth,
     SchedulerBeat,
     StatusSnapshot,
@@ -598,8 +599,10 @@ class ScheduleStore(Protocol):
         :meth:`record_completion` records ``lost`` or ``expired``, with the reason as its
         error, only if it is still open (a report that came meanwhile wins). ``submitted``
         runs are judged only for schedules whose workers report (a success or failure
-        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after their bound.
-        At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
+        recorded) and up to :data:`~goatbeat.core.health.LOST_LOOKBACK` after the longest
+        bound of any schedule (a store may keep that bound a few minutes, reading it again
+        after a definition change it wrote or was notified of: a stale one only delays
+        ending runs older than its window). At most ``limit`` runs of each kind per call. Returns the runs ended. Touches: those
         execution rows and their schedules (a ``lost`` run counts as a failure, and may
         pause its schedule by ``pause_on_failure``)."""
         ...
@@ -682,6 +685,15 @@ class ScheduleStore(Protocol):
         falls within ``window`` before ``now``. ``now`` defaults to the store's clock.
         Cost follows what is due, pending or recent (indexed), never the number of
         schedules. Read-only."""
+        ...
+
+    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
+        """The schedules that stay refused (:func:`~goatbeat.core.health.is_refused`), by
+        name: their ``total`` and the first ``limit`` (None: all), each with the reason of its
+        latest refused run and since when it is refused (the first refused run after its
+        latest run of any other outcome; the row's ``updated_at`` when those runs are gone).
+        ``name``: that schedule only (total 0 when it is not refused). One pass over the
+        schedule table, then the refused rows' runs by index. Read-only."""
         ...
 
     def schedule_health(

@@ -9,9 +9,9 @@ one batch at a time:
   submitter that declares ``concurrent_submits`` may be called from other threads: a batch may
   then be sent from a submission thread while the loop claims the next one
   (:meth:`Submission.send_in_background`), and shared between that many threads, each taking
-  every k-th occurrence so the oldest still go out first. The local deadline (the loop's
-  ``lease_held``) is checked right before each send, or each chunk: what it stops stays
-  ``claimed`` for the next leader.
+  every k-th occurrence so the oldest still go out first. The local deadline of the lease the
+  batch goes out under (given with each batch) is checked right before each send, or each
+  chunk: what it stops stays ``claimed`` for the next leader.
 - Bookkeeping. Every outcome of a batch goes to the store in ONE ``record_outcomes`` call, then
   to the submitter's ``after_bookkeeping``; or, when the loop claims the next batch at once,
   in that claim (``claim_due(record=...)``), whose transaction writes them. A :class:`~goatbeat.core.errors.PermanentSubmitError`
@@ -44,10 +44,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from goatbeat.core.bounded import BoundedCall, CallTimedOut
 from goatbeat.core.clock import Clock
+from goatbeat.core.config import MAX_CLAIM_AHEAD
 from goatbeat.core.errors import PermanentSubmitError, RetryableSubmitError, StoreError
 from goatbeat.core.model import ExecutionKind, LeaseGrant, Occurrence, SubmitOutcome
 from goatbeat.core.observability import log_event, logger
@@ -64,9 +65,11 @@ from goatbeat.core.submit import (
 
 __all__ = [
     "CRASH_ENV",
+    "HeldLease",
     "LOG_EACH_LIMIT",
     "BatchCounts",
     "Sent",
+    "StoreTime",
     "Submission",
     "lateness",
     "occurrence_fields",
@@ -89,6 +92,20 @@ broker round trip, and 10,000 identical lines help nobody (the executions table 
 
 Sent = tuple[Occurrence, str | None, Exception | None]
 """(occurrence, backend task id, the exception the submission raised)."""
+
+
+class HeldLease(Protocol):
+    """The lease a batch goes out under (a :class:`~goatbeat.core.lease.LeaseManager`). Asked
+    from submission threads too."""
+
+    def is_held(self) -> bool:
+        """Whether the local deadline still holds: False leaves the rest of the batch
+        ``claimed``."""
+        ...
+
+    def remaining(self) -> float:
+        """Seconds until the local deadline: no broker call is waited for past it."""
+        ...
 
 
 def retry_delay(attempts: int) -> float:
@@ -116,9 +133,9 @@ class BatchCounts:
 class Submission:
     """Sends batches through ``submitter`` and records their outcomes in ``store``.
 
-    ``lease_held`` is asked right before each send (each chunk): False leaves the rest of the
-    batch ``claimed``. ``wait_for_instant`` blocks until an occurrence claimed ahead is due. Both
-    may be called from submission threads."""
+    Each batch comes with the lease it goes out under (:class:`HeldLease`), asked right before
+    each send (each chunk). ``wait_for_instant`` blocks until an occurrence claimed ahead is
+    due. Both may be called from submission threads."""
 
     def __init__(
         self,
@@ -128,7 +145,6 @@ class Submission:
         clock: Clock,
         scheduler_id: str,
         max_submit_retries: int,
-        lease_held: Callable[[], bool],
         wait_for_instant: Callable[[Occurrence], None],
     ) -> None:
         self.store = store
@@ -136,7 +152,6 @@ class Submission:
         self.clock = clock
         self.scheduler_id = scheduler_id
         self.max_attempts = 1 + max_submit_retries
-        self._lease_held = lease_held
         self._wait_for_instant = wait_for_instant
         # 0: the submitter is called from the scheduler's thread only.
         self._threads = submit_concurrency(submitter)
@@ -152,14 +167,13 @@ class Submission:
         )
         self._bounded: BoundedCall | None = None
         self._bound = 0.0
-        self._lease_remaining: Callable[[], float] | None = None
         self.on_submitted: Callable[[float], None] | None = None
         """Called with the lateness (seconds, by the store's clock) of each occurrence the
         backend accepted: the scheduler's observers (metrics)."""
 
-    def bound_calls(self, seconds: float, lease_remaining: Callable[[], float]) -> None:
+    def bound_calls(self, seconds: float) -> None:
         """Bound each broker call (one ``submit``, or one chunk's ``submit_many``) at
-        ``seconds``, and never past the local deadline (``lease_remaining()``), when the
+        ``seconds``, and never past the local deadline (the batch's lease), when the
         submitter may be called from another thread (``concurrent_submits``): the call runs in
         a worker thread (:class:`~goatbeat.core.bounded.BoundedCall`) and one with no answer in
         time is logged ``io.timeout`` and counted as a retryable failure of each of its
@@ -168,7 +182,6 @@ class Submission:
         ones fail at once rather than pile up behind it. A submitter called from the
         scheduler's thread only is bounded by its own socket timeouts (its ``bound_calls``)."""
         self._bound = seconds
-        self._lease_remaining = lease_remaining
         if self._threads > 0 and self._bounded is None:
             self._bounded = BoundedCall(
                 "broker publish",
@@ -176,12 +189,12 @@ class Submission:
                 submitter=getattr(self.submitter, "name", type(self.submitter).__name__),
             )
 
-    def _call(self, fn: Callable[[], _T], keys: Sequence[str]) -> _T:
+    def _call(self, fn: Callable[[], _T], keys: Sequence[str], lease: HeldLease) -> _T:
         """``fn()``, a broker call, within its bound (see :meth:`bound_calls`)."""
         bounded = self._bounded
-        if bounded is None or self._lease_remaining is None:
+        if bounded is None:
             return fn()
-        timeout = min(self._bound, self._lease_remaining())
+        timeout = min(self._bound, lease.remaining())
         try:
             result: _T = bounded.call(fn, timeout, first_key=keys[0], count=len(keys))
         except CallTimedOut as exc:
@@ -214,12 +227,14 @@ class Submission:
         self,
         occurrences: Sequence[Occurrence],
         grant: LeaseGrant,
+        lease: HeldLease,
         *,
         pending: bool,
         sent: Iterable[Sent | None] | None = None,
         defer: bool = False,
     ) -> BatchCounts:
-        """Submit while the local deadline holds; record every outcome in one store call.
+        """Submit while ``lease``'s local deadline holds (``grant``: its grant, for the logs);
+        record every outcome in one store call.
         Occurrences left unsubmitted at the deadline stay ``claimed`` for the next leader.
         ``pending``: the rows come from ``pending()`` (resubmissions, retries, manual runs).
         ``sent``: the results of submissions already made (:meth:`send_in_background`).
@@ -247,7 +262,7 @@ class Submission:
             return known_store_now() or self.clock.now()
 
         submitted: list[Occurrence] = []
-        for one in self._send_all(occurrences) if sent is None else sent:
+        for one in self._send_all(occurrences, lease) if sent is None else sent:
             if one is None:
                 continue  # the local deadline passed first: left claimed
             occ, task_id, exc = one
@@ -400,27 +415,35 @@ class Submission:
 
     # -- sending ----------------------------------------------------------------------------------
 
-    def send_in_background(self, occurrences: Sequence[Occurrence]) -> Future[list[Sent | None]]:
-        """Send ``occurrences`` from a submission thread (only when :attr:`threaded`); give the
+    def send_in_background(
+        self, occurrences: Sequence[Occurrence], lease: HeldLease
+    ) -> Future[list[Sent | None]]:
+        """Send ``occurrences`` under ``lease`` from a submission thread (only when
+        :attr:`threaded`); give the
         result to :meth:`submit` as ``sent``. At most :attr:`queue_depth` at a time, sent in
         the order given: with several threads, one at a time, so the pool has a free worker
         for each share of the batch."""
-        return self._pool().submit(self._send_many, occurrences)
+        return self._pool().submit(self._send_many, occurrences, lease)
 
-    def _send_all(self, occurrences: Sequence[Occurrence]) -> Iterable[Sent | None]:
+    def _send_all(
+        self, occurrences: Sequence[Occurrence], lease: HeldLease
+    ) -> Iterable[Sent | None]:
         """The result of each submission, in the order of ``occurrences`` (None: not sent)."""
         if self._threads > 1 and len(occurrences) > 1:
-            return self._send_many(occurrences)
-        return self._send_in_order(occurrences)
+            return self._send_many(occurrences, lease)
+        return self._send_in_order(occurrences, lease)
 
-    def _send_in_order(self, occurrences: Sequence[Occurrence]) -> Iterator[Sent | None]:
+    def _send_in_order(
+        self, occurrences: Sequence[Occurrence], lease: HeldLease
+    ) -> Iterator[Sent | None]:
         """Lazily, so the deadline is checked right before each submission (each chunk, for a
         submitter with ``submit_many``)."""
         if not self._chunked:
-            yield from map(self._send_one, occurrences)
+            for occ in occurrences:
+                yield self._send_one(occ, lease)
             return
         for start in range(0, len(occurrences), SUBMIT_MANY_CHUNK):
-            yield from self._send_chunk(occurrences[start : start + SUBMIT_MANY_CHUNK])
+            yield from self._send_chunk(occurrences[start : start + SUBMIT_MANY_CHUNK], lease)
 
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -429,7 +452,7 @@ class Submission:
             )
         return self._executor
 
-    def _send_many(self, occurrences: Sequence[Occurrence]) -> list[Sent | None]:
+    def _send_many(self, occurrences: Sequence[Occurrence], lease: HeldLease) -> list[Sent | None]:
         """:meth:`_send_all` for a submitter that may be called from other threads: up to
         ``concurrent_submits`` threads (the calling one included) share the batch, each taking
         every k-th occurrence so the oldest still go out first. They meet only at the end:
@@ -438,7 +461,7 @@ class Submission:
         k = max(1, min(self._threads, len(occurrences)))
 
         def share(first: int) -> None:
-            for j, sent in enumerate(self._send_in_order(occurrences[first::k])):
+            for j, sent in enumerate(self._send_in_order(occurrences[first::k], lease)):
                 results[first + j * k] = sent
 
         # At most one _send_many runs at a time, so the pool has a free worker for each share.
@@ -450,29 +473,31 @@ class Submission:
                 helper.result()
         return results
 
-    def _send_one(self, occ: Occurrence) -> Sent | None:
+    def _send_one(self, occ: Occurrence, lease: HeldLease) -> Sent | None:
         """Submit one occurrence unless the local deadline has passed. May run in a
         submission thread: it touches nothing but the lease's deadline and the crash count.
         An occurrence claimed ahead waits for its instant first."""
         self._wait_for_instant(occ)
-        if not self._lease_held():
+        if not lease.is_held():
             return None
         try:
-            task_id = self._call(lambda: self.submitter.submit(occ), (occ.idempotency_key,))
+            task_id = self._call(lambda: self.submitter.submit(occ), (occ.idempotency_key,), lease)
         except Exception as exc:  # every failure is retried or recorded
             return occ, None, exc
         self._count_submissions(1)
         return occ, task_id, None
 
-    def _send_chunk(self, chunk: Sequence[Occurrence]) -> list[Sent | None]:
+    def _send_chunk(self, chunk: Sequence[Occurrence], lease: HeldLease) -> list[Sent | None]:
         """:meth:`_send_one` for a chunk, through the submitter's ``submit_many``."""
         for occ in chunk:  # in scheduled order: only the first ones can still be ahead
             self._wait_for_instant(occ)
-        if not self._lease_held():
+        if not lease.is_held():
             return [None] * len(chunk)
         try:  # every failure is retried or recorded
             answers: Sequence[str | None | Exception] = self._call(
-                lambda: submit_all(self.submitter, chunk), [o.idempotency_key for o in chunk]
+                lambda: submit_all(self.submitter, chunk),
+                [o.idempotency_key for o in chunk],
+                lease,
             )
         except RetryableSubmitError as exc:  # no answer in time: each one's outcome unknown
             answers = [exc] * len(chunk)
@@ -490,6 +515,59 @@ class Submission:
         if crash:
             # Test hook: die between submission and bookkeeping (see module docstring).
             os._exit(137)
+
+
+class StoreTime:
+    """The store's clock as one iteration of the loop maps it onto the local monotonic clock
+    (a claimed occurrence is sent when it is due by the store's clock). Read from submission
+    threads too (:meth:`wait_for_instant`)."""
+
+    def __init__(self, store: ScheduleStore, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+        # (local monotonic, store clock) read together.
+        self._store_ref: tuple[float, datetime] | None = None
+
+    def forget(self) -> None:
+        """Drop the mapping (each iteration maps the store's clock afresh)."""
+        self._store_ref = None
+
+    @property
+    def mapped(self) -> bool:
+        return self._store_ref is not None
+
+    def reference(self) -> datetime:
+        """Read the store's clock and pair it with the local monotonic clock read *after* the
+        answer came back: mapped through the pair, an instant can only come out late."""
+        now = self.store.now()
+        self._store_ref = (self.clock.monotonic(), now)
+        return now
+
+    def now(self) -> datetime:
+        """The store's clock: read through this iteration's reference when there is one (no
+        round trip), else asked."""
+        ref = self._store_ref
+        if ref is None:
+            return self.store.now()
+        mono, store_now = ref
+        return store_now + timedelta(seconds=self.clock.monotonic() - mono)
+
+    def wait_for_instant(self, occ: Occurrence) -> None:
+        """Block until the occurrence is due (``occ.due``: its instant, or its jittered
+        instant) by the store's clock when it was claimed ahead."""
+        ref = self._store_ref
+        if ref is None:
+            return
+        mono, store_now = ref
+        ahead = (occ.due - store_now).total_seconds()
+        if ahead <= 0:
+            return
+        # Never more than the largest claim_ahead any replica may use: a clock that jumped
+        # must not park a submission for hours.
+        ahead = min(ahead, MAX_CLAIM_AHEAD.total_seconds())
+        remaining = mono + ahead - self.clock.monotonic()
+        if remaining > 0:
+            self.clock.sleep(remaining)
 
 
 def store_skew(store: ScheduleStore, clock: Clock) -> timedelta:

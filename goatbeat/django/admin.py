@@ -37,7 +37,7 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.actions import delete_selected
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -48,6 +48,7 @@ from django.utils.functional import lazy
 from django.utils.html import format_html, format_html_join
 
 from goatbeat.core.errors import GoatbeatError, InvalidValue, ScheduleNotFound
+from goatbeat.core.health import Refusal, is_refused
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.core.store import FieldChange, ScheduleStore
 from goatbeat.core.timeutil import iso_z
@@ -186,6 +187,49 @@ class DeclaredInCodeFilter(admin.SimpleListFilter):  # type: ignore[misc]
         return queryset
 
 
+def _refused(obj: ScheduleRow) -> bool:
+    return obj.pk is not None and is_refused(
+        enabled=obj.enabled,
+        paused=obj.paused,
+        last_status=obj.last_status,
+        source=obj.source,
+        next_run_at=obj.next_run_at,
+    )
+
+
+def _refusal(obj: ScheduleRow) -> Refusal | None:
+    """The refusal of a refused row, with its reason and since when (one read, only for a
+    row the columns already say is refused)."""
+    if not _refused(obj):
+        return None
+    try:
+        found = _store().refusals(name=obj.name).schedules
+    except GoatbeatError:
+        found = ()
+    if found:
+        return found[0]
+    # Refused by its columns, its details unread: still shown refused.
+    return Refusal(name=obj.name, task=obj.task, source=obj.source, reason=None, since=None)
+
+
+class RefusedFilter(admin.SimpleListFilter):  # type: ignore[misc]
+    """Schedules a scheduler refused to run (their task outside its allow-list) that stay
+    refused: :func:`goatbeat.core.health.is_refused`, as a query."""
+
+    title = "refused"
+    parameter_name = "refused"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "refused (does not run)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() != "yes":
+            return queryset
+        return queryset.filter(enabled=True, paused=False, last_status="refused").filter(
+            Q(source=Source.CODE.value) | Q(next_run_at__isnull=True)
+        )
+
+
 class RecentExecutionInline(admin.TabularInline):  # type: ignore[misc]
     model = ExecutionRow
     fk_name = "schedule"
@@ -257,6 +301,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         "paused",
         "source",
         DeclaredInCodeFilter,
+        RefusedFilter,
         "last_status",
         "misfire_policy",
         "overlap",
@@ -279,6 +324,7 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
     _solar_fields = ("solar_event", "latitude", "longitude")
     _state_fields = (
         "damage",
+        "refusal",
         "pause_state",
         "source",
         "next_run_zoned",
@@ -429,7 +475,16 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     @admin.display(description="state")  # type: ignore[untyped-decorator]
     def state(self, obj: ScheduleRow) -> str:
-        """paused (with the note, who and when), ended, disabled or enabled."""
+        """paused (with the note, who and when), refused (since when and why, on hover),
+        ended, disabled or enabled."""
+        refusal = _refusal(obj)
+        if refusal is not None:
+            since = "" if refusal.since is None else f"since {_local(refusal.since, True)}"
+            return format_html(  # type: ignore[no-any-return]
+                '<strong class="goatbeat-refused" title="{}">refused</strong> {}',
+                refusal.reason or "refused (reason not recorded)",
+                since,
+            )
         if obj.paused:
             return format_html(  # type: ignore[no-any-return]
                 '<strong class="goatbeat-paused" title="{}">paused</strong> {}',
@@ -440,6 +495,26 @@ class ScheduleAdmin(admin.ModelAdmin):  # type: ignore[misc]
         if isinstance(stored, Schedule) and stored.ended(datetime.now(UTC)):
             return format_html('<span class="goatbeat-ended">{}</span>', "ended")  # type: ignore[no-any-return]
         return "enabled" if obj.enabled else "disabled"
+
+    @admin.display(description="refused")  # type: ignore[untyped-decorator]
+    def refusal(self, obj: ScheduleRow) -> str:
+        """Why a scheduler refused the schedule and since when, while it stays refused."""
+        refusal = _refusal(obj)
+        if refusal is None:
+            return "not refused"
+        since = (
+            ""
+            if refusal.since is None
+            else f" since {instant(refusal.since, obj.timezone, seconds=True)}"
+        )
+        return format_html(  # type: ignore[no-any-return]
+            '<strong class="goatbeat-refused">Refused</strong>{}: {}. It does not run. A '
+            "scheduler that knows the task runs it again by itself once it leads (roll the "
+            "release that has the task out to the schedulers, or add the task to allowed_tasks); "
+            "or change the task.",
+            since,
+            refusal.reason or "reason not recorded",
+        )
 
     @admin.display(description="pause")  # type: ignore[untyped-decorator]
     def pause_state(self, obj: ScheduleRow) -> str:

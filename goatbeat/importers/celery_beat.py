@@ -201,11 +201,16 @@ def read_beat_schedule(
 
 
 def read_entry(
-    name: str, entry: Any, *, timezone: str = "UTC", last_run_at: datetime | None = None
+    name: str,
+    entry: Any,
+    *,
+    timezone: str = "UTC",
+    known_tasks: Collection[str] | None = None,
+    last_run_at: datetime | None = None,
 ) -> SourceEntry:
-    """One beat_schedule entry as :func:`read_beat_schedule` reads it (task names not
-    checked): what ``goatbeat export`` reads its own code back with."""
-    return _read_entry(name, entry, timezone, None, last_run_at)
+    """One entry (a dict of the keys celery's ``ScheduleEntry`` takes) as
+    :func:`read_beat_schedule` reads each: celery-redbeat's definitions are such dicts."""
+    return _read_entry(name, entry, timezone, known_tasks, last_run_at)
 
 
 def _read_entry(

@@ -11,8 +11,8 @@ Two kinds of metrics (docs/operations.md lists them with their types and labels)
   from the scheduler's own reports;
 - what the database says (backlog, lease validity, and per schedule: last success, last
   failure, failures in a row, misses, overdue), the same from every replica. They are read by
-  the scheduler's own thread, after an iteration, at most once per ``refresh`` seconds (two
-  indexed queries), never by the scrape: a scrape only reads what was read last, so it costs
+  the scheduler's own thread, after an iteration, at most once per ``refresh`` seconds (the
+  status, the schedules' health and the refused schedules), never by the scrape: a scrape only reads what was read last, so it costs
   the database nothing and never waits for it.
 
 Cardinality. Per-schedule series exist only for schedules with something to say (a
@@ -20,7 +20,9 @@ worker-reported success or failure, a miss, overdue), at most ``schedule_limit``
 overdue ones first, then the most failing, then by name
 (:meth:`~goatbeat.core.store.ScheduleStore.schedule_health`).
 ``goatbeat_schedule_series_truncated`` is 1 when some were left out. 100,000 quiet schedules
-make no series at all.
+make no series at all. A refused schedule (its task outside a scheduler's allow-list: it does
+not run) has its own series, with its task and reason, as long as it stays refused; the count
+of them, ``goatbeat_schedules_refused``, is always there.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from prometheus_client.registry import Collector
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.errors import GoatbeatError
-from goatbeat.core.health import ScheduleHealth, StatusSnapshot
+from goatbeat.core.health import Refusals, ScheduleHealth, StatusSnapshot
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import IterationResult
 from goatbeat.core.store import ScheduleStore
@@ -69,6 +71,9 @@ DEFAULT_SCHEDULE_LIMIT = 500
 REFRESH = 15.0
 """Seconds between two reads of the database for the store-derived metrics."""
 
+REASON_LABEL_LIMIT = 200
+"""Characters of a refusal's reason kept in its label."""
+
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -78,6 +83,7 @@ class _Read:
     status: StatusSnapshot
     schedules: list[ScheduleHealth]
     truncated: bool
+    refusals: Refusals = Refusals()
 
 
 class PrometheusObserver:
@@ -207,6 +213,7 @@ class PrometheusObserver:
             schedules = self.store.schedule_health(
                 overdue_after=self.overdue_after, limit=self.schedule_limit + 1
             )
+            refusals = self.store.refusals(limit=self.schedule_limit)
         except GoatbeatError as exc:
             log_event("scheduler.error", level=logging.WARNING, stage="metrics", error=str(exc))
             with self._lock:
@@ -216,6 +223,7 @@ class PrometheusObserver:
             status=status,
             schedules=schedules[: self.schedule_limit],
             truncated=len(schedules) > self.schedule_limit,
+            refusals=refusals,
         )
         with self._lock:
             self._read = read
@@ -314,6 +322,23 @@ class _StoreCollector(Collector):
             missed.add_metric(name, h.missed_count)
             overdue.add_metric(name, 1 if h.overdue else 0)
         yield from (success, failure, streak, missed, overdue)
+        yield GaugeMetricFamily(
+            "goatbeat_schedules_refused",
+            "Schedules a scheduler refused to run (their task outside its allow-list) that "
+            "stay refused: they do not run.",
+            value=read.refusals.total,
+        )
+        refused = GaugeMetricFamily(
+            "goatbeat_schedule_refused_since_timestamp_seconds",
+            "When the schedule's refusals began (Unix time), while it stays refused; reason: "
+            "the scheduler's, of its latest refused run.",
+            labels=["schedule", "task", "reason"],
+        )
+        for r in read.refusals.schedules:
+            if r.since is not None:
+                reason = (r.reason or "")[:REASON_LABEL_LIMIT]
+                refused.add_metric([r.name, r.task, reason], r.since.timestamp())
+        yield refused
         yield GaugeMetricFamily(
             "goatbeat_schedule_series_truncated",
             "1 when more schedules had something to report than --metrics-schedules allows.",

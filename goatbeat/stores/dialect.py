@@ -412,6 +412,12 @@ class Tx(Protocol):
         .refused_schedules`, by name."""
         ...
 
+    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
+        """The rows of :meth:`~goatbeat.core.store.ScheduleStore.refusals`: ``name``,
+        ``task``, ``source``, ``reason``, ``refused_at`` (aware UTC) and ``total`` (of every
+        refused row, on each)."""
+        ...
+
     def longest_bound(self) -> float:
         """The longest ``max_runtime`` or ``expires`` of any schedule, in seconds (0: none)."""
         ...

@@ -26,6 +26,8 @@ from goatbeat.core.health import (
     STATUS_WINDOW,
     LeaseState,
     Outcome,
+    Refusal,
+    Refusals,
     ScheduleHealth,
     SchedulerBeat,
     StatusSnapshot,
@@ -78,6 +80,7 @@ from goatbeat.stores.dialect import (
     NewExecution,
     Replace,
     RolledBack,
+    Tx,
     check_payload,
     lease_payload,
 )
@@ -100,6 +103,10 @@ from goatbeat.stores.rows import (
 __all__ = ["DialectStore"]
 
 _COMPARE_CHUNK = 2500
+
+BOUND_REFRESH = timedelta(minutes=5)
+"""How long :meth:`DialectStore.end_lost_runs` keeps the longest ``max_runtime``/``expires``
+it read (a pass over the schedule table) when no change was written or notified meanwhile."""
 """Declarations per ``publish_unchanged`` statement (about 100 KB of JSON each): small enough
 that the database starts comparing soon and the last chunk's wait is short, large enough that
 the statements' own cost does not count."""
@@ -118,6 +125,10 @@ class DialectStore:
         self.planner: Planner = planner or default_plan
         self.supports_shards = dialect.supports_shards
         self._cache = ScheduleCache()
+        # The longest max_runtime or expires of any schedule, and when (store clock) it was
+        # read: end_lost_runs needs it every few seconds, and it takes a pass over the
+        # schedule table. Forgotten on every definition change this store writes or hears of.
+        self._bound: tuple[datetime, float] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -250,6 +261,7 @@ class DialectStore:
                 tx.set_fingerprints(actions.fingerprints)
             if actions.changed or renamed or retired:
                 tx.notify("schedule:0")
+                self._bound = None  # a definition changed: read the bound again
         return result
 
     @staticmethod
@@ -386,6 +398,7 @@ class DialectStore:
             pruned = tx.prune(Source(source).value, set(keep))
             if pruned:
                 tx.notify("schedule:0")
+                self._bound = None  # a definition changed: read the bound again
         return sorted(pruned)
 
     def create(self, schedule: Schedule) -> Schedule:
@@ -404,6 +417,7 @@ class DialectStore:
                 )
                 stored = tx.create_schedule(row)
                 tx.notify(f"schedule:{stored['id']}")
+                self._bound = None  # a definition changed: read the bound again
         except NameTaken:  # lost a race for the name
             raise taken from None
         return schedule_from_row(stored)
@@ -428,6 +442,7 @@ class DialectStore:
             if tx.replace_schedules([replace]) != 1:
                 raise ConflictError(f"schedule {schedule.name!r} changed while being updated")
             tx.notify(f"schedule:{row['id']}")
+            self._bound = None  # a definition changed: read the bound again
             stored = self._required(tx, schedule.name)
         return schedule_from_row(stored)
 
@@ -440,6 +455,7 @@ class DialectStore:
             if tx.set_enabled(row["id"], row["version"], values) != 1:
                 raise ConflictError(f"schedule {name!r} changed while being toggled")
             tx.notify(f"schedule:{row['id']}")
+            self._bound = None  # a definition changed: read the bound again
             stored = self._required(tx, name)
         return read_schedule(stored)
 
@@ -450,6 +466,7 @@ class DialectStore:
             withdrawn = tx.withdraw_waiting(row["id"], PAUSE_WITHDRAWN)
             tx.pause(row["id"], pause_values(row, note=note, by=by, now=tx.now()), withdrawn)
             tx.notify(f"schedule:{row['id']}")
+            self._bound = None  # a definition changed: read the bound again
             stored = self._required(tx, name)
         return read_schedule(stored)
 
@@ -471,6 +488,7 @@ class DialectStore:
             if written != 1:
                 raise ConflictError(f"schedule {name!r} changed while being resumed")
             tx.notify(f"schedule:{row['id']}")
+            self._bound = None  # a definition changed: read the bound again
             stored = self._required(tx, name)
         return planned.result(read_schedule(stored), catch_up=catch_up)
 
@@ -503,6 +521,7 @@ class DialectStore:
                 created = [t for t in created if t in landed]
                 if created:
                     tx.notify(f"schedule:{row['id']}")
+                    self._bound = None  # a definition changed: read the bound again
         return BackfillResult(
             name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
         )
@@ -512,6 +531,7 @@ class DialectStore:
             row = self._required(tx, name)
             tx.delete_schedule(row["id"], ABANDONED_ERROR)
             tx.notify(f"schedule:{row['id']}")
+            self._bound = None  # a definition changed: read the bound again
 
     def get(self, name: str) -> StoredSchedule:
         with self.dialect.session() as tx:
@@ -787,7 +807,7 @@ class DialectStore:
         check_positive("limit", limit)
         with self.dialect.session() as tx:
             now = tx.now()
-            window = max(lost_after.total_seconds(), tx.longest_bound())
+            window = max(lost_after.total_seconds(), self._longest_bound(tx, now))
             since = now - timedelta(seconds=window) - LOST_LOOKBACK
             rows = tx.open_runs(since, limit)
         ended: list[EndedRun] = []
@@ -820,6 +840,19 @@ class DialectStore:
                     )
                 )
         return ended
+
+    def _longest_bound(self, tx: Tx, now: datetime) -> float:
+        """The longest ``max_runtime``/``expires``, read again once it is older than
+        :data:`BOUND_REFRESH` or after a change. A bound too long only widens the window of
+        runs looked at; one that a change made too short (in another process, heard of by no
+        notification) only delays ending a run older than the old window, by at most that
+        long: no run ends before its own bound, which comes with each run."""
+        cached = self._bound
+        if cached is not None and timedelta(0) <= now - cached[0] < BOUND_REFRESH:
+            return cached[1]
+        bound = float(tx.longest_bound())
+        self._bound = (now, bound)
+        return bound
 
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self.dialect.transaction() as tx:
@@ -902,6 +935,24 @@ class DialectStore:
             window=window,
         )
 
+    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
+        limit = ops.check_limit(limit)
+        with self.dialect.session() as tx:
+            rows = tx.refusals(name, limit)
+        return Refusals(
+            total=int(rows[0]["total"]) if rows else 0,
+            schedules=tuple(
+                Refusal(
+                    name=str(r["name"]),
+                    task=str(r["task"]),
+                    source=str(r["source"]),
+                    reason=r["reason"],
+                    since=r["refused_at"],
+                )
+                for r in rows
+            ),
+        )
+
     def schedule_health(
         self,
         *,
@@ -923,7 +974,11 @@ class DialectStore:
             tx.notify(payload)
 
     def wait(self, timeout: float) -> bool:
-        return self.dialect.wait(timeout)
+        woke = self.dialect.wait(timeout)
+        if woke:
+            # A notification: a schedule changed somewhere (or a run was asked for).
+            self._bound = None
+        return woke
 
 
 def _replace(row: dict[str, Any], values: dict[str, Any]) -> Replace:

@@ -5,6 +5,9 @@ stock beat's last runs after a rollback moves the phase forward (nothing runs tw
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,9 +19,8 @@ import pytest
 pytest.importorskip("celery")
 
 from celery import Celery  # noqa: E402
-from celery.exceptions import ImproperlyConfigured  # noqa: E402
 
-from goatbeat.compat.beat import Scheduler  # noqa: E402
+from goatbeat.compat.beat import BeatRefused, Scheduler  # noqa: E402
 from goatbeat.core.model import Source  # noqa: E402
 from goatbeat.importers import import_entries, read_app  # noqa: E402
 from goatbeat.stores import open_store  # noqa: E402
@@ -47,9 +49,50 @@ def test_without_a_database_beat_refuses_to_start(
     lazy = Scheduler(app=app, lazy=True)
     assert "NOT CONFIGURED" in lazy.info
     lazy.close()
-    with pytest.raises(ImproperlyConfigured, match="no database configured.*GOATBEAT_DATABASE"):
+    with pytest.raises(BeatRefused, match="no database configured.*GOATBEAT_DATABASE"):
         Scheduler(app=app)
     assert list(tmp_path.iterdir()) == []  # no SQLite file appeared
+
+
+APP_WITHOUT_DATABASE = """
+from celery import Celery
+app = Celery("nodb", broker="memory://")
+app.conf.timezone = "UTC"
+app.conf.beat_schedule = {"ping": {"task": "ping", "schedule": 1.0}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("conf", "reason"),
+    [
+        ("", "no database configured"),
+        (
+            "app.conf.goatbeat_database = 'sqlite:///x.sqlite3'\napp.conf.goatbeat_lease_ttl = 'soon'",
+            "lease_ttl: 'soon'",
+        ),
+    ],
+    ids=["no-database", "bad-setting"],
+)
+def test_a_refusing_celery_beat_says_why_in_one_line_with_no_traceback(
+    no_env: None, tmp_path: Path, conf: str, reason: str
+) -> None:
+    # #27 item 7: the refusal was the last line of a 40-line traceback celery logged for it.
+    (tmp_path / "nodbapp.py").write_text(APP_WITHOUT_DATABASE + conf + "\n")
+    celery = Path(sys.executable).with_name("celery")
+    done = subprocess.run(
+        [str(celery), "-A", "nodbapp", "beat", "-S", "goatbeat.compat:Scheduler", "-l", "INFO"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output and 'File "' not in output, output
+    lines = [line for line in output.splitlines() if reason in line]
+    assert len(lines) == 1 and "CRITICAL" in lines[0], output
+    assert not (tmp_path / "x.sqlite3").exists() or reason != "no database configured"
 
 
 def test_the_environment_variable_is_a_database_too(

@@ -98,11 +98,11 @@ def test_goatbeat_settings_come_from_celery_configuration(tmp_path: Path) -> Non
 
 
 def test_a_bad_goatbeat_setting_stops_beat_naming_it(tmp_path: Path) -> None:
-    from goatbeat.core.errors import ConfigError
+    from goatbeat.compat.beat import BeatRefused
 
     app = make_app(f"sqlite:///{tmp_path / 'gb.sqlite3'}")
     app.conf.goatbeat_claim_ahead = "10s"
-    with pytest.raises(ConfigError, match="claim_ahead: '10s' is longer than 5s"):
+    with pytest.raises(BeatRefused, match="claim_ahead: '10s' is longer than 5s"):
         Scheduler(app=app)
 
 

@@ -38,6 +38,8 @@ from goatbeat.submitters.rq import RQSubmitter
 from tests.e2e.lost_apps._hang import PID_FILE_ENV
 from tests.e2e.workers import StartWorker, Worker
 
+HEARTBEAT_ENV = "GB_TEST_DRAMATIQ_HEARTBEAT_MS"  # read by tests/e2e/lost_apps/dramatiq_app.py
+
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
 
 GUARD = 120.0  # seconds: a guard against a hang, not an expectation
@@ -290,3 +292,42 @@ def test_an_rq_retry_the_guard_skips_is_never_a_success(
         monkeypatch=monkeypatch,
     )
     check_lost(pg_dsn, first, found, alerts, "max_runtime 6s")
+
+
+def test_a_dramatiq_redelivery_the_guard_skips_is_never_a_success(
+    redis_url: str,
+    pg_dsn: str,
+    tmp_path: Path,
+    start_worker: StartWorker,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two Dramatiq workers; the one running the message is killed, the other requeues what
+    the dead one held (a 2 s heartbeat timeout) and gets it again; the guard (record="before")
+    skips it. The run keeps its first delivery's outcome and ends lost by its max_runtime,
+    never succeeded."""
+    pid_file = tmp_path / "pid"
+    env = {DATABASE_ENV: pg_dsn, PID_FILE_ENV: str(pid_file), HEARTBEAT_ENV: "2000"}
+    workers = [
+        start_worker(
+            f"dramatiq-{n}",
+            "dramatiq",
+            "tests.e2e.lost_apps.dramatiq_app",
+            "--processes",
+            "1",
+            "--threads",
+            "1",
+            env=env,
+        )  # fmt: skip
+        for n in (1, 2)
+    ]
+    first, found, alerts = run_until_lost(
+        pg_dsn,
+        DramatiqSubmitter(redis_url),
+        "lost_guarded",
+        worker=workers[0],
+        pid_file=pid_file,
+        max_runtime="8s",
+        redelivered=True,
+        monkeypatch=monkeypatch,
+    )
+    check_lost(pg_dsn, first, found, alerts, "max_runtime 8s")

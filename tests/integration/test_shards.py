@@ -10,6 +10,7 @@ rolling change of ``shards``) never claim an occurrence twice and lose none.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -330,3 +331,87 @@ def test_the_cli_refuses_shards_on_sqlite_in_one_line(tmp_path: Any) -> None:
         assert proc.returncode == 2, proc.stderr
         assert says in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _sharded(pg_dsn: str, sid: str, **settings: Any) -> tuple[Beat, Scheduler]:
+    beat = Beat(pg_dsn, submitter=Recording())
+    scheduler = beat.scheduler(
+        scheduler_id=sid,
+        shards=4,
+        lease_ttl=f"{TTL}s",
+        lease_renew_interval=f"{RENEW}s",
+        max_sleep="1s",
+        allowed_tasks=["json.dumps"],
+        **settings,
+    )
+    return beat, scheduler
+
+
+def _every_second(store: PostgresStore, prefix: str, count: int) -> None:
+    every = IntervalTrigger(every=timedelta(seconds=1))
+    for i in range(count):
+        store.create(Schedule(name=f"{prefix}-{i}", task="json.dumps", trigger=every))
+
+
+def _logged(caplog: pytest.LogCaptureFixture, name: str, sid: str) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.getMessage() == name and getattr(r, "scheduler_id", None) == sid
+    ]
+
+
+def test_a_sharded_start_beside_a_live_twin_warns_naming_both(
+    store: PostgresStore, pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    _every_second(store, "w", 8)
+    first, a = _sharded(pg_dsn, "web-1")
+    second, b = _sharded(pg_dsn, "web-1")
+    try:
+        assert a.run_once().leader  # alone: it holds all four shards
+        assert not _logged(caplog, "scheduler.duplicate_id", "web-1")
+        b.run_once()
+        [warning] = _logged(caplog, "scheduler.duplicate_id", "web-1")
+        assert warning.instance == b.instance  # type: ignore[attr-defined]
+        assert [o.split(" ")[0] for o in warning.others] == [a.instance]  # type: ignore[attr-defined]
+    finally:
+        for sch, beat in ((a, first), (b, second)):
+            sch.release()
+            sch.close()
+            beat.close()
+
+
+def test_an_unexpected_error_in_a_sharded_loop_drops_every_shard_lease(
+    store: PostgresStore, pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Single lease or shards alike: after a bug (not an outage) the loop trusts no lease it
+    # holds, since it cannot know what the failed iteration did under them.
+    caplog.set_level(logging.INFO, logger="goatbeat")
+    _every_second(store, "e", 8)
+    beat, sch = _sharded(pg_dsn, "buggy")
+    try:
+        assert sch.run_once().leader
+        held = sorted(r.lease for r in _logged(caplog, "lease.acquired", "buggy"))  # type: ignore[attr-defined]
+        assert held == [lease_name(i, 4) for i in range(4)]
+        claim_due = sch.store.claim_due
+        failed = threading.Event()
+        stop = threading.Event()
+
+        def broken(*args: Any, **kwargs: Any) -> Any:
+            if not failed.is_set():
+                failed.set()
+                raise RuntimeError("bug in a store")
+            stop.set()
+            return claim_due(*args, **kwargs)
+
+        sch.store.claim_due = broken  # type: ignore[method-assign]
+        thread = threading.Thread(target=sch.run, kwargs={"stop": stop})
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and failed.is_set()
+        lost = sorted(r.lease for r in _logged(caplog, "lease.lost", "buggy"))  # type: ignore[attr-defined]
+        assert lost == held
+    finally:
+        sch.close()
+        beat.close()

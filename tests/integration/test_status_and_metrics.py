@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -295,3 +296,29 @@ def test_schedule_show_says_a_reported_start_before_any_run_ended(database: str)
     assert shown.exit_code == 0, shown.output
     assert "outcomes:   running reported, no run ended yet" in shown.output, shown.output
     assert "none reported" not in shown.output
+
+
+def test_the_first_scrape_has_the_per_schedule_series(
+    database: str, start: Callable[..., Scheduler]
+) -> None:
+    # #30 item 8: the per-schedule series appeared only after the first read of the store
+    # (~15 s after start), so a scrape right after a restart lacked them. One run first (the
+    # inline submitter reports its success), then a scheduler serving metrics, scraped from
+    # the first instant its port answers.
+    for command in (["scheduler", "--once"], ["schedule", "run", "tick"], ["scheduler", "--once"]):
+        done = CliRunner().invoke(cli, ["--app", APP, "--database", database, *command])
+        assert done.exit_code == 0, done.output
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    leader = start("ops-1", "--metrics-port", str(port), "--metrics-address", "127.0.0.1")
+    deadline = time.monotonic() + DEADLINE * 2
+    while True:
+        try:
+            first = scrape(port)
+            break
+        except OSError:
+            if leader.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no /metrics:\n{leader.log.read_text()[-3000:]}")
+            time.sleep(0.005)
+    assert sample(first, 'goatbeat_schedule_last_success_timestamp_seconds{schedule="tick"}')

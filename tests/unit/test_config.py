@@ -227,3 +227,14 @@ def test_prune_on_publish_is_off_by_default_and_only_a_boolean() -> None:
     with pytest.raises(ConfigError) as exc:
         parse_settings({"prune_on_publish": "yes"})
     assert str(exc.value.problems[0]) == "prune_on_publish: 'yes' is not True or False"
+
+
+@pytest.mark.parametrize("value", ["²", "١٢", "v2", "-1", True])
+def test_a_release_that_is_not_a_whole_number_is_one_config_error(value: object) -> None:
+    # "²" and Arabic-Indic digits pass str.isdigit() but not int(): a bare ValueError (fuzzing).
+    with pytest.raises(ConfigError, match=r"release: .* is not a release number"):
+        parse_settings({"release": value})
+
+
+def test_a_release_written_as_digits_is_its_number() -> None:
+    assert parse_settings({"release": " 42 "}).release == 42

@@ -23,6 +23,22 @@ START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GRANT = LeaseGrant(name="scheduler", holder="s1", token=7, expires_at=START + timedelta(30))
 
 
+class Lease:
+    """The lease a batch goes out under: held while ``checks()`` says so."""
+
+    def __init__(self, checks: Any = None) -> None:
+        self.checks = checks or (lambda: True)
+
+    def is_held(self) -> bool:
+        return bool(self.checks())
+
+    def remaining(self) -> float:
+        return 30.0
+
+
+HELD = Lease()
+
+
 def occurrence(
     i: int, *, attempts: int = 0, kind: ExecutionKind = ExecutionKind.SCHEDULED
 ) -> Occurrence:
@@ -109,7 +125,6 @@ class ThreadedSubmitter(ScriptedSubmitter):
 def make(
     submitter: ScriptedSubmitter,
     *,
-    held: Any = None,
     max_submit_retries: int = 5,
     wait: Any = None,
 ) -> tuple[Submission, RecordingStore, FakeClock]:
@@ -121,7 +136,6 @@ def make(
         clock=clock,
         scheduler_id="s1",
         max_submit_retries=max_submit_retries,
-        lease_held=held or (lambda: True),
         wait_for_instant=wait or (lambda occ: None),
     )
     return submission, store, clock
@@ -134,7 +148,7 @@ def test_a_failure_is_final_when_permanent_or_out_of_attempts_and_held_back_othe
     submission, store, clock = make(submitter, max_submit_retries=2)
     batch = [occurrence(1), occurrence(2), occurrence(3, attempts=2), occurrence(4)]
 
-    counts = submission.submit(batch, GRANT, pending=False)
+    counts = submission.submit(batch, GRANT, HELD, pending=False)
 
     (outcomes,) = store.calls  # one bookkeeping call for the whole batch, in batch order
     assert [(o.execution_id, o.ok, o.final) for o in outcomes] == [
@@ -158,7 +172,9 @@ def test_a_retry_that_goes_through_is_not_called_a_resubmission(
     submitter = ScriptedSubmitter([])
     submission, _store, _clock = make(submitter)
 
-    counts = submission.submit([occurrence(5, attempts=1), occurrence(6)], GRANT, pending=True)
+    counts = submission.submit(
+        [occurrence(5, attempts=1), occurrence(6)], GRANT, HELD, pending=True
+    )
 
     assert (counts.submitted, counts.resubmitted) == (2, 2)
     # Row 6 was left claimed by a crash or another leader: that one is worth a record.
@@ -169,9 +185,11 @@ def test_a_retry_that_goes_through_is_not_called_a_resubmission(
 def test_the_local_deadline_leaves_the_rest_claimed_and_unrecorded() -> None:
     submitter = ScriptedSubmitter([])
     checks = iter([True, True, False, False])
-    submission, store, _clock = make(submitter, held=lambda: next(checks))
+    submission, store, _clock = make(submitter)
 
-    counts = submission.submit([occurrence(i) for i in range(1, 5)], GRANT, pending=False)
+    counts = submission.submit(
+        [occurrence(i) for i in range(1, 5)], GRANT, Lease(lambda: next(checks)), pending=False
+    )
 
     assert submitter.sent == [1, 2]
     assert [o.execution_id for o in store.calls[0]] == [1, 2]
@@ -185,7 +203,7 @@ def test_each_occurrence_waits_for_its_instant_before_it_is_sent() -> None:
     submission, _store, _clock = make(
         submitter, wait=lambda occ: order.append(f"wait {occ.execution_id}")
     )
-    submission.submit([occurrence(1), occurrence(2)], GRANT, pending=False)
+    submission.submit([occurrence(1), occurrence(2)], GRANT, HELD, pending=False)
     assert order == [
         "wait 1",
         "submit 1",
@@ -198,8 +216,8 @@ def test_each_occurrence_waits_for_its_instant_before_it_is_sent() -> None:
 
 def test_nothing_sent_means_no_bookkeeping_call() -> None:
     submitter = ScriptedSubmitter([])
-    submission, store, _clock = make(submitter, held=lambda: False)
-    submission.submit([occurrence(1)], GRANT, pending=False)
+    submission, store, _clock = make(submitter)
+    submission.submit([occurrence(1)], GRANT, Lease(lambda: False), pending=False)
     assert store.calls == [] and submitter.events == []
 
 
@@ -209,7 +227,7 @@ def test_a_submit_many_submitter_gets_chunks_and_each_answer_stays_with_its_occu
     submission, store, _clock = make(submitter)
     batch = [occurrence(i) for i in range(1, 2 * SUBMIT_MANY_CHUNK + 21)]
 
-    counts = submission.submit(batch, GRANT, pending=False)
+    counts = submission.submit(batch, GRANT, HELD, pending=False)
 
     assert [len(c) for c in submitter.chunks] == [SUBMIT_MANY_CHUNK, SUBMIT_MANY_CHUNK, 20]
     (outcomes,) = store.calls
@@ -222,9 +240,12 @@ def test_a_submit_many_submitter_gets_chunks_and_each_answer_stays_with_its_occu
 def test_the_deadline_is_checked_before_each_chunk() -> None:
     submitter = ChunkedSubmitter([])
     checks = iter([True, False])
-    submission, store, _clock = make(submitter, held=lambda: next(checks))
+    submission, store, _clock = make(submitter)
     submission.submit(
-        [occurrence(i) for i in range(1, 2 * SUBMIT_MANY_CHUNK + 1)], GRANT, pending=False
+        [occurrence(i) for i in range(1, 2 * SUBMIT_MANY_CHUNK + 1)],
+        GRANT,
+        Lease(lambda: next(checks)),
+        pending=False,
     )
     assert len(submitter.chunks) == 1
     assert len(store.calls[0]) == SUBMIT_MANY_CHUNK
@@ -236,7 +257,7 @@ def test_threads_share_a_batch_and_the_outcomes_keep_the_batch_order() -> None:
     submission, store, _clock = make(submitter)
     batch = [occurrence(i) for i in range(1, 10)]
     try:
-        counts = submission.submit(batch, GRANT, pending=False)
+        counts = submission.submit(batch, GRANT, HELD, pending=False)
     finally:
         submission.close()
 
@@ -257,9 +278,9 @@ def test_a_batch_sent_in_the_background_is_recorded_by_the_next_submit_call() ->
     assert submission.threaded
     batch = [occurrence(i) for i in range(1, 4)]
     try:
-        sent = submission.send_in_background(batch).result()
+        sent = submission.send_in_background(batch, HELD).result()
         assert sorted(submitter.sent) == [1, 2, 3] and store.calls == []  # sent, not recorded
-        counts = submission.submit(batch, GRANT, pending=False, sent=sent)
+        counts = submission.submit(batch, GRANT, HELD, pending=False, sent=sent)
     finally:
         submission.close()
     assert sorted(submitter.sent) == [1, 2, 3]  # not sent twice

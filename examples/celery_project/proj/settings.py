@@ -85,6 +85,19 @@ elif os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "cutover":
         }
         for n in (2, 3, 20)
     }
+elif os.environ.get("EXAMPLE_BEAT_SCHEDULE") == "redbeat":
+    # tests/e2e/test_cutover_redbeat_live.py: every-3s is created at run time in redbeat's keys.
+    CELERY_BEAT_SCHEDULE = {
+        f"every-{n}s": {
+            "task": "shop.record",
+            "schedule": timedelta(seconds=n),
+            "args": [f"every-{n}s"],
+        }
+        for n in (2, 20)
+    }
+# celery-redbeat (celery beat -S redbeat.RedBeatScheduler) keeps its entries in this Redis.
+CELERY_REDBEAT_REDIS_URL = REDIS_URL
+CELERY_REDBEAT_KEY_PREFIX = os.environ.get("EXAMPLE_REDBEAT_KEY_PREFIX", "redbeat:")
 # The drop-in reads stock beat's last runs from this JSON at start (docs/migration).
 if os.environ.get("EXAMPLE_LAST_RUNS"):
     CELERY_GOATBEAT_LAST_RUNS = os.environ["EXAMPLE_LAST_RUNS"]

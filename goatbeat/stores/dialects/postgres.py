@@ -993,6 +993,14 @@ class _Tx:
     def refused_schedules(self) -> list[dict[str, Any]]:
         return self._fetch("refused_schedules")
 
+    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
+        query = "refusals" if name is None else "refusal_named"
+        rows = self._fetch(query, {"name": name, "limit": limit})
+        for row in rows:
+            if row["refused_at"] is not None:
+                row["refused_at"] = row["refused_at"].astimezone(UTC)
+        return rows
+
     def longest_bound(self) -> float:
         row = self._one("longest_bound")
         return float(row["seconds"] or 0) if row is not None else 0.0

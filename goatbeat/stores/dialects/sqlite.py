@@ -67,6 +67,7 @@ _TIME_COLUMNS = frozenset(
         "last_run_at",
         "created_at",
         "updated_at",
+        "refused_at",
         "scheduled_at",
         "claimed_at",
         "submitted_at",
@@ -875,6 +876,10 @@ class _Tx:
 
     def refused_schedules(self) -> list[dict[str, Any]]:
         return self._rows("refused_schedules")
+
+    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
+        query = "refusals" if name is None else "refusal_named"
+        return self._rows(query, {"name": name, "limit": -1 if limit is None else limit})
 
     def longest_bound(self) -> float:
         row = self._run("longest_bound").fetchone()

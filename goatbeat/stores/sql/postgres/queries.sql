@@ -960,3 +960,56 @@ ORDER BY name;
 -- failed submissions are due now rather than at the end of their backoff. The pending index.
 UPDATE goatbeat_execution SET retry_at = now()
 WHERE status = 'claimed' AND retry_at > now();
+
+-- name: refusals
+-- The schedules a scheduler refused and that stay refused: goatbeat.core.health.is_refused, in
+-- SQL (a row not declared in code leaves scheduling when refused; a code row keeps its next
+-- run and is refused at each occurrence until a scheduler that knows its task claims it).
+-- One pass over the schedule table: an index on last_status would make every bookkeeping
+-- write of a claim a non-HOT update (see 0007). Each refused row then walks its executions
+-- by the schedule index: the reason of its latest refusal, and when the refusals began
+-- (the first refused run after its latest run of any other outcome).
+SELECT s.name, s.task, s.source, count(*) OVER () AS total,
+       (SELECT e.error FROM goatbeat_execution AS e
+        WHERE e.schedule_id = s.id AND e.status = 'submit_failed' AND e.error LIKE 'refused:%%'
+        ORDER BY e.scheduled_at DESC, e.id DESC LIMIT 1) AS reason,
+       COALESCE(
+           (SELECT min(e.claimed_at) FROM goatbeat_execution AS e
+            WHERE e.schedule_id = s.id AND e.status = 'submit_failed'
+              AND e.error LIKE 'refused:%%'
+              AND e.scheduled_at > COALESCE(
+                  (SELECT x.scheduled_at FROM goatbeat_execution AS x
+                   WHERE x.schedule_id = s.id AND x.status <> 'claimed'
+                     AND NOT (x.status = 'submit_failed' AND COALESCE(x.error, '') LIKE 'refused:%%')
+                   ORDER BY x.scheduled_at DESC LIMIT 1),
+                  '-infinity'::timestamptz)),
+           s.updated_at) AS refused_at
+FROM goatbeat_schedule AS s
+WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
+  AND (s.source = 'code' OR s.next_run_at IS NULL)
+ORDER BY s.name
+LIMIT %(limit)s::bigint;
+
+-- name: refusal_named
+-- One schedule's refusal, as refusals: the name index.
+SELECT s.name, s.task, s.source, count(*) OVER () AS total,
+       (SELECT e.error FROM goatbeat_execution AS e
+        WHERE e.schedule_id = s.id AND e.status = 'submit_failed' AND e.error LIKE 'refused:%%'
+        ORDER BY e.scheduled_at DESC, e.id DESC LIMIT 1) AS reason,
+       COALESCE(
+           (SELECT min(e.claimed_at) FROM goatbeat_execution AS e
+            WHERE e.schedule_id = s.id AND e.status = 'submit_failed'
+              AND e.error LIKE 'refused:%%'
+              AND e.scheduled_at > COALESCE(
+                  (SELECT x.scheduled_at FROM goatbeat_execution AS x
+                   WHERE x.schedule_id = s.id AND x.status <> 'claimed'
+                     AND NOT (x.status = 'submit_failed' AND COALESCE(x.error, '') LIKE 'refused:%%')
+                   ORDER BY x.scheduled_at DESC LIMIT 1),
+                  '-infinity'::timestamptz)),
+           s.updated_at) AS refused_at
+FROM goatbeat_schedule AS s
+WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
+  AND (s.source = 'code' OR s.next_run_at IS NULL)
+  AND s.name = %(name)s::text
+ORDER BY s.name
+LIMIT %(limit)s::bigint;
