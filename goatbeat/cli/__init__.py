@@ -26,6 +26,8 @@
         diff ...                    do old and new fire at the same instants?
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
         cutover ...                 check, stop the old beat, import, start goatbeat  cli/cutover.py
+        export --to beat-schedule|django-celery-beat ...  the schedules themselves back to
+                                    celery beat, edits included (rollback)   cli/export.py
         demo [--duration SECONDS]   run the example app, printing fires live  cli/demo.py
 
 This module holds the group, its options and the registration of each command module. Which app
@@ -55,7 +57,17 @@ from typing import Any, NoReturn
 
 import click
 
-from goatbeat.cli import control, cutover, demo, migration, publish, scheduler, schedules, status
+from goatbeat.cli import (
+    control,
+    cutover,
+    demo,
+    export,
+    migration,
+    publish,
+    scheduler,
+    schedules,
+    status,
+)
 from goatbeat.cli.context import BeatLike, CliContext
 from goatbeat.cli.errors import OperationalError, UserError, translate
 from goatbeat.cli.logs import configure_logging, remove_cli_handlers
@@ -274,6 +286,7 @@ for _command in (
     migration.diff,
     migration.export_last_runs,
     cutover.cutover,
+    export.export,
     demo.demo,
 ):
     cli.add_command(_command)

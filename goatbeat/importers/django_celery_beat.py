@@ -41,6 +41,7 @@ __all__ = [
     "connect",
     "hand_back",
     "read_django_celery_beat",
+    "read_row",
 ]
 
 TABLE = "django_celery_beat_periodictask"
@@ -180,6 +181,15 @@ def read_django_celery_beat(
         cursor.close()
     _rollback(conn)  # end the read transaction; we wrote nothing
     return [_entry(r, known_tasks, default_timezone, naive_timezone) for r in rows]
+
+
+def read_row(
+    row: dict[str, Any], *, default_timezone: str = "UTC", naive_timezone: str = "UTC"
+) -> SourceEntry:
+    """One row, as :func:`read_django_celery_beat`'s query returns it (the periodic task's
+    columns, and ``<kind>_id`` / ``<kind>_row`` / ``<kind>_<column>`` of its schedule), read
+    as the importer reads rows: what ``goatbeat export`` reads its own rows back with."""
+    return _entry(row, None, default_timezone, naive_timezone)
 
 
 def _text(value: Any) -> str | None:

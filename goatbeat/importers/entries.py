@@ -210,6 +210,9 @@ class ImportPlan:
     records the source's enabled flag, and follows it when the source changed it."""
     stored_enabled: dict[str, bool] = field(default_factory=dict)
     """The ``enabled`` flag of each existing row, before the import."""
+    exported_back: list[str] = field(default_factory=list)
+    """Schedules made in goatbeat that ``goatbeat export`` wrote to the source, which still
+    says the same: left as they are (goatbeat's own, source admin)."""
 
 
 EDITED = (
@@ -268,6 +271,11 @@ def plan_import(
         if row is None:
             plan.create.append(sched)
         elif row.source != sched.source:
+            if isinstance(row, Schedule) and _exported_back(row, sched, store.now()):
+                # Made in goatbeat and exported back (goatbeat export), and the source still
+                # says what goatbeat has: the same schedule, goatbeat's own.
+                plan.exported_back.append(sched.name)
+                continue
             plan.failed.append(
                 (
                     sched.name,
@@ -290,6 +298,18 @@ def plan_import(
         if isinstance(row, Schedule):
             plan.stored_enabled[sched.name] = row.enabled
     return plan
+
+
+def _exported_back(row: Schedule, incoming: Schedule, now: datetime) -> bool:
+    """A schedule made in goatbeat (source admin) that ``goatbeat export`` wrote to the
+    source, which still says the same (:func:`goatbeat.importers.export.differences`)."""
+    from goatbeat.importers import export
+
+    if row.source is not Source.ADMIN:
+        return False
+    dcb = incoming.source is Source.DJANGO_CELERY_BEAT
+    fields = export.DCB_FIELDS if dcb else export.BEAT_FIELDS
+    return not export.differences(row, incoming, now=now, fields=fields, dcb=dcb)
 
 
 def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
@@ -348,7 +368,16 @@ def import_entries(
     plan = plan_import(store, entries, overwrite=overwrite, check_task=check_task)
     report.failed.extend(plan.failed)
     report.conflicts.extend(plan.conflicts)
-    settled = len(plan.failed) + len(plan.conflicts)
+    report.unchanged.extend(plan.exported_back)
+    for name in plan.exported_back:
+        report.notes.append(
+            (
+                name,
+                "made in goatbeat and exported back (goatbeat export); the source still says "
+                "the same: kept as goatbeat's own schedule",
+            )
+        )
+    settled = len(plan.failed) + len(plan.conflicts) + len(plan.exported_back)
     if progress is not None and settled:
         progress(settled)
     results: list[PublishResult] = []

@@ -205,3 +205,29 @@ def test_scheduler_before_migrate_says_to_run_manage_py_migrate(pg_dsn: str) -> 
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("goatbeat: error: goatbeat's tables are missing from postgres ")
         assert line.endswith(": run `python manage.py migrate` first")
+
+
+def test_export_runs_as_manage_py_goatbeat_on_the_projects_database(store: Any) -> None:
+    # The project's code schedules, as beat_schedule code (--source code: by default the
+    # export takes imported schedules and those made in goatbeat only).
+    assert manage("goatbeat", "publish").returncode == 0
+    export = ["goatbeat", "export", "--to", "beat-schedule", "--source", "code"]
+    refused = manage(*export)  # its crontabs run in Paris; the project's Celery app, in UTC
+    assert refused.returncode == 1
+    assert "FAILED  daily-report: timezone: 'Europe/Paris'" in refused.stderr
+    done = manage(*export, "--timezone", "Europe/Paris")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "export   daily-report" in done.stderr
+    namespace: dict[str, Any] = {}
+    exec(compile(done.stdout, "<export>", "exec"), namespace)  # noqa: S102
+    assert "daily-report" in namespace["beat_schedule"]
+    # Without --target, the rows go to Django's default database: this project has no
+    # django-celery-beat tables, which is one line, not a traceback.
+    rows = manage("goatbeat", "export", "--to", "django-celery-beat")
+    assert rows.returncode == 1, rows.stdout + rows.stderr
+    assert "to: django-celery-beat's tables (Django's default database) (dry run)" in rows.stdout
+    assert (
+        rows.stderr.strip()
+        .splitlines()[-1]
+        .startswith("goatbeat: error: cannot read django_celery_beat_periodictask")
+    ), rows.stderr
