@@ -18,6 +18,7 @@ SIGKILL is (the leading scheduler then ends the run by its bound).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -123,6 +124,21 @@ class RelayedReporter(Reporter):
 
     relay: Relay | None = None
 
+    def start_relay(self) -> Relay | None:
+        """Start this process's reporter process (again, if it died); None when the target is
+        not a URL (a store or a function: reports are written directly). Call it in the
+        worker's long-lived process before it forks its children, which inherit it."""
+        if not isinstance(self.target, str):
+            return None
+        relay = self.relay
+        if relay is not None and relay.owner == os.getpid():
+            if not relay.gone and relay.process.poll() is None:
+                return relay
+            relay.close()
+        self.relay = relay = Relay(self.target)
+        log_event("occurrence.relay_started", level=logging.DEBUG, pid=relay.pid)
+        return relay
+
     def started(self, key: str | None, *, worker: str | None = None) -> bool:
         if not key:
             return False
@@ -163,51 +179,104 @@ class RelayedReporter(Reporter):
         return super().finished(key, outcome, error=error, runtime=runtime, worker=worker)
 
 
-def _write(reporter: Reporter, data: bytes) -> None:
-    try:
-        report = json.loads(data)
-        key = report["key"]
-        if report["event"] == "started":
-            reporter.started(key, worker=report.get("worker"))
-        else:
-            reporter.finished(
-                key,
-                Outcome(report["outcome"]),
-                error=report.get("error"),
-                runtime=report.get("runtime"),
-                worker=report.get("worker"),
-            )
-    except Exception as exc:  # noqa: BLE001 - one bad datagram must not stop the others
-        log_event(
-            "occurrence.finished",
-            level=logging.WARNING,
-            recorded=False,
-            report_error=f"{type(exc).__name__}: {exc}",
+BATCH = 500
+"""Reports at most the reporter writes in one transaction."""
+
+
+def _write(reporter: Reporter, report: dict[str, Any]) -> None:
+    key = report["key"]
+    if report["event"] == "started":
+        reporter.started(key, worker=report.get("worker"))
+    else:
+        reporter.finished(
+            key,
+            Outcome(report["outcome"]),
+            error=report.get("error"),
+            runtime=report.get("runtime"),
+            worker=report.get("worker"),
         )
 
 
-def serve(sock: socket.socket, parent: int, reporter: Reporter) -> int:
-    """The reporter process's loop: write each datagram in arrival order until ``parent`` is
-    gone, then what is left in the socket; the number written."""
-    written = 0
-    sock.settimeout(POLL_INTERVAL)
-    while os.getppid() == parent:
+def write(reporter: Reporter, batch: list[bytes]) -> None:
+    """Write ``batch`` in order: in one transaction where the store can (one commit for all),
+    else (or when that fails) one by one, each logged as the reporter logs it."""
+    reports: list[dict[str, Any]] = []
+    for data in batch:
         try:
-            data = sock.recv(1 << 17)
-        except TimeoutError:
-            continue
-        except InterruptedError:
-            continue
-        _write(reporter, data)
-        written += 1
-    sock.setblocking(False)
-    while True:
+            report = json.loads(data)
+            if not isinstance(report, dict) or not isinstance(report.get("key"), str):
+                raise ValueError(f"not a report: {data[:200]!r}")
+            reports.append(report)
+        except ValueError as exc:  # one bad datagram must not stop the others
+            log_event(
+                "occurrence.finished",
+                level=logging.WARNING,
+                recorded=False,
+                report_error=f"{type(exc).__name__}: {exc}",
+            )
+    if len(reports) > 1:
         try:
-            data = sock.recv(1 << 17)
+            store = reporter.store()
+            matched = store.record_reports(reports)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - no batches here, or a failure: one by one
+            reporter.close()  # reconnect
+        else:
+            for report, recorded in zip(reports, matched, strict=True):
+                event = f"occurrence.{report['event']}"
+                level = logging.DEBUG if report["event"] == "started" else logging.INFO
+                if report.get("outcome") not in (None, Outcome.SUCCEEDED.value):
+                    level = logging.WARNING
+                fields = {k: report.get(k) for k in ("outcome", "error", "runtime") if k in report}
+                log_event(
+                    event, level=level, idempotency_key=report["key"], recorded=recorded, **fields
+                )
+            return
+    for report in reports:
+        try:
+            _write(reporter, report)
+        except Exception as exc:  # noqa: BLE001 - a bad outcome name, say: the next goes on
+            log_event(
+                "occurrence.finished",
+                level=logging.WARNING,
+                idempotency_key=report.get("key"),
+                recorded=False,
+                report_error=f"{type(exc).__name__}: {exc}",
+            )
+
+
+def _pending(sock: socket.socket, first: bytes) -> list[bytes]:
+    """``first`` and what else is already in the socket (at most :data:`BATCH`)."""
+    batch = [first]
+    while len(batch) < BATCH:
+        try:
+            batch.append(sock.recv(1 << 17, socket.MSG_DONTWAIT))
         except (BlockingIOError, InterruptedError):
             break
-        _write(reporter, data)
-        written += 1
+    return batch
+
+
+def serve(sock: socket.socket, parent: int, reporter: Reporter) -> int:
+    """The reporter process's loop: write the datagrams in arrival order (what is pending in
+    one transaction) until ``parent`` is gone, then what is left in the socket; the number of
+    datagrams written."""
+    written = 0
+    sock.setblocking(True)  # reads below say MSG_DONTWAIT; select() does the waiting
+    draining = False
+    while True:
+        if not draining:
+            draining = os.getppid() != parent
+            if not draining:
+                with contextlib.suppress(InterruptedError):
+                    select.select([sock], [], [], POLL_INTERVAL)
+        try:
+            first = sock.recv(1 << 17, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            if draining:
+                break  # the parent is gone and the socket is empty
+            continue
+        batch = _pending(sock, first)
+        write(reporter, batch)
+        written += len(batch)
     return written
 
 

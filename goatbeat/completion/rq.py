@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 import rq.job
 
-from goatbeat.completion import DATABASE_ENV, Reporter, error_text
-from goatbeat.completion.relay import Relay, RelayedReporter
+from goatbeat.completion import DATABASE_ENV, error_text
+from goatbeat.completion.relay import RelayedReporter
 from goatbeat.core.health import Outcome
 from goatbeat.core.observability import log_event
 from goatbeat.submitters.keys import KEY_HEADER
@@ -44,17 +44,14 @@ from goatbeat.submitters.keys import KEY_HEADER
 __all__ = ["Job"]
 
 _reporters: dict[str | None, RelayedReporter] = {}
-_relays: dict[str, Relay] = {}
-"""The reporter process of each database, started by the worker's main process."""
 
 
-def _reporter(database: str | None) -> Reporter:
-    # One per database and process (a fork inherits its parent's); Reporter opens lazily.
+def _reporter(database: str | None) -> RelayedReporter:
+    # One per database and process (a fork inherits its parent's, with its reporter
+    # process); Reporter opens lazily.
     found = _reporters.get(database)
     if found is None:
         found = _reporters[database] = RelayedReporter(database)
-    url = found.target if isinstance(found.target, str) else None
-    found.relay = _relays.get(url) if url is not None else None
     return found
 
 
@@ -63,22 +60,16 @@ _PRELOAD = ("goatbeat.stores", "goatbeat.stores.postgres", "goatbeat.idempotency
 process once, so no fork imports it again."""
 
 
-def _start_relay(database: str | None) -> Relay | None:
+def _start_relay(database: str | None) -> None:
     """In the worker's main process, before a fork: the database's reporter process."""
-    url = database or os.environ.get(DATABASE_ENV) or None
-    if url is None:
-        return None  # the horse's Reporter says what is missing
-    relay = _relays.get(url)
-    if relay is not None and not relay.gone and relay.process.poll() is None:
-        return relay
-    for module in _PRELOAD:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(module)
-    if relay is not None:
-        relay.close()
-    relay = _relays[url] = Relay(url)
-    log_event("occurrence.relay_started", level=logging.DEBUG, pid=relay.pid)
-    return relay
+    if not (database or os.environ.get(DATABASE_ENV)):
+        return  # the horse's Reporter says what is missing
+    reporter = _reporter(database)
+    if reporter.relay is None:
+        for module in _PRELOAD:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+    reporter.start_relay()
 
 
 def _before_fork() -> None:
