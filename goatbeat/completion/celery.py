@@ -23,7 +23,7 @@ worker drops because its ``expires`` passed (``task_revoked``, expired) is recor
 
 Given a URL, the worker's main process starts one reporter process (``worker_init``,
 :mod:`goatbeat.completion.relay`) that owns the connection; the pool's children send their
-reports to it over a Unix socket and go on with the next task without waiting for the
+reports to it over a pipe and go on with the next task without waiting for the
 database. With the reporter gone, a report is written directly. A store or a function as the
 target (Django) is written directly, as before.
 """

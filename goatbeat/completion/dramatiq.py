@@ -22,7 +22,7 @@ redelivers the message after its heartbeat times out): the leading scheduler end
 
 Given a URL, each worker process starts one reporter process as it boots
 (:mod:`goatbeat.completion.relay`) that owns the connection: the worker threads send their
-reports to it over a Unix socket and go on without waiting for the database. With the
+reports to it over a pipe and go on without waiting for the database. With the
 reporter gone, a report is written directly. A store or a function as the target is written
 directly, as before.
 """

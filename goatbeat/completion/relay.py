@@ -1,30 +1,33 @@
-"""One reporter process per forking worker: completion reports travel over a Unix socket.
+"""One reporter process per worker: completion reports travel over a pipe, not the database.
 
 A worker that forks a child per task (RQ's work horse) would otherwise open a new connection
-to goatbeat's database in every child, twice the cost of a no-op job. Instead the worker's
-long-lived main process starts, before its first fork, one small *reporter process*
-(``python -m goatbeat.completion.relay``) that owns the only connection and reads reports from
-a Unix datagram socket pair; the children inherit the sending end. A report is one small
-datagram (``started``, or ``finished`` with outcome, error, runtime and worker), sent without
-waiting for the database; the socket keeps them in the order they were sent, so the main
-process's own report (a work horse that died: ``lost``) lands after the horse's ``started``.
+to goatbeat's database in every child, and every worker waits for each report's commit. Instead
+the worker's long-lived process starts, before it forks (RQ's first work horse, Celery's
+``worker_init``, Dramatiq's worker boot), one small *reporter process* (``python -m
+goatbeat.completion.relay``) that owns the only connection and reads reports from a pipe; the
+children inherit its writing end. A report is one line of JSON (``started``, or ``finished``
+with outcome, error, runtime and worker), written at once (one write of at most ``PIPE_BUF``
+bytes: whole, never interleaved with another process's), without waiting for the database;
+the pipe keeps them in the order they were written, so the main process's own report (a work
+horse that died: ``lost``) lands after the horse's ``started``.
 
-The reporter writes them in arrival order. It exits when the process that started it is gone
-(polled), after writing what is already in the socket. A sender whose reporter is gone (killed,
-exited) or stuck (the socket full for :data:`SEND_WAIT` seconds) writes directly, as without
-the relay, so a report is not lost to a dead reporter; one still inside a reporter killed by
-SIGKILL is (the leading scheduler then ends the run by its bound).
+The reporter writes them in arrival order, what is pending in one transaction. It exits when
+the process that started it is gone (polled) or every writer closed the pipe, after writing
+what is already in it. A writer whose reporter is gone (killed, exited) or stuck (the pipe
+full for :data:`SEND_WAIT` seconds) writes directly, as without the relay, so a report is not
+lost to a dead reporter; one still inside a reporter killed by SIGKILL is (the leading
+scheduler then ends the run by its bound).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -36,11 +39,13 @@ from goatbeat.core.observability import log_event
 __all__ = ["Relay", "RelayedReporter", "SEND_WAIT", "POLL_INTERVAL", "MAX_REPORT"]
 
 SEND_WAIT = 5.0
-"""Seconds a sender waits for room in a full socket before writing directly."""
+"""Seconds a writer waits for room in a full pipe before writing directly."""
+PIPE_SIZE = 1 << 20
+"""Bytes the pipe holds (asked of the kernel; Linux's default unprivileged maximum)."""
 POLL_INTERVAL = 0.5
 """Seconds between the reporter's checks that its parent is alive."""
-MAX_REPORT = 16_000
-"""Characters of an error a datagram carries (a longer one is cut, with a mark)."""
+MAX_REPORT = select.PIPE_BUF
+"""Bytes of one report: a longer error is cut (with a mark) so the write stays atomic."""
 
 
 class Relay:
@@ -51,27 +56,24 @@ class Relay:
     def __init__(self, database: str) -> None:
         self.database = database
         self.owner = os.getpid()
-        send, receive = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        receive, send = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         try:
             self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "goatbeat.completion.relay",
-                    str(receive.fileno()),
-                    str(self.owner),
-                ],
-                pass_fds=(receive.fileno(),),
+                [sys.executable, "-m", "goatbeat.completion.relay", str(receive), str(self.owner)],
+                pass_fds=(receive,),
                 # The URL may hold a password: the environment, not the command line.
                 env={**os.environ, DATABASE_ENV: database},
                 stdin=subprocess.DEVNULL,
             )
         except BaseException:
-            send.close()
+            os.close(send)
             raise
         finally:
-            receive.close()
-        self.sock = send
+            os.close(receive)
+        os.set_blocking(send, False)
+        self.fd = send
         self.gone = False
 
     @property
@@ -83,23 +85,23 @@ class Relay:
         caller writes directly)."""
         if self.gone:
             return False
-        data = json.dumps(report, separators=(",", ":")).encode()
+        data = _encode(report)
+        if len(data) > MAX_REPORT:
+            return False  # too long to write whole (a huge key): written directly
         waited = False
         while True:
             try:
-                self.sock.send(data, socket.MSG_DONTWAIT)
+                os.write(self.fd, data)  # <= PIPE_BUF on a pipe: all of it, or EAGAIN
                 return True
             except BlockingIOError:
                 # Full: the reporter is behind. Wait for room once, then write directly.
                 if waited:
                     return False
-                select.select([], [self.sock], [], SEND_WAIT)
+                select.select([], [self.fd], [], SEND_WAIT)
                 waited = True
             except InterruptedError:
                 continue
-            except OSError as exc:  # ECONNREFUSED: the reporter is gone; EMSGSIZE: too big
-                if not isinstance(exc, ConnectionError):
-                    return False
+            except OSError:  # EPIPE: the reporter is gone (or the pipe was closed)
                 self.gone = True
                 if os.getpid() == self.owner:
                     self.process.poll()  # reap it
@@ -113,9 +115,23 @@ class Relay:
                 return False
 
     def close(self) -> None:
-        """Close the sending end (the reporter exits once its parent is gone)."""
-        self.sock.close()
-        self.gone = True
+        """Close the writing end (the reporter exits once every writer closed it)."""
+        if not self.gone:
+            self.gone = True
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+def _encode(report: dict[str, Any]) -> bytes:
+    data = json.dumps(report, separators=(",", ":")).encode() + b"\n"
+    error = report.get("error")
+    room = len(error) if isinstance(error, str) else 0
+    while len(data) > MAX_REPORT and room > 0:
+        # Keep the start of the error, the line a person needs: the write must stay atomic.
+        room = max(0, room * MAX_REPORT // len(data) - 32)
+        cut = {**report, "error": f"{error[:room]} …(cut)"} if isinstance(error, str) else report
+        data = json.dumps(cut, separators=(",", ":")).encode() + b"\n"
+    return data
 
 
 class RelayedReporter(Reporter):
@@ -163,14 +179,11 @@ class RelayedReporter(Reporter):
         from goatbeat.completion import worker_name
 
         worker = worker or worker_name()
-        sent = error
-        if sent is not None and len(sent) > MAX_REPORT:
-            sent = sent[:MAX_REPORT] + " …(cut)"
         report = {
             "event": "finished",
             "key": key,
             "outcome": outcome.value,
-            "error": sent,
+            "error": error,
             "runtime": runtime,
             "worker": worker,
         }
@@ -207,7 +220,7 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
             if not isinstance(report, dict) or not isinstance(report.get("key"), str):
                 raise ValueError(f"not a report: {data[:200]!r}")
             reports.append(report)
-        except ValueError as exc:  # one bad datagram must not stop the others
+        except ValueError as exc:  # one bad line must not stop the others
             log_event(
                 "occurrence.finished",
                 level=logging.WARNING,
@@ -244,39 +257,33 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
             )
 
 
-def _pending(sock: socket.socket, first: bytes) -> list[bytes]:
-    """``first`` and what else is already in the socket (at most :data:`BATCH`)."""
-    batch = [first]
-    while len(batch) < BATCH:
-        try:
-            batch.append(sock.recv(1 << 17, socket.MSG_DONTWAIT))
-        except (BlockingIOError, InterruptedError):
-            break
-    return batch
-
-
-def serve(sock: socket.socket, parent: int, reporter: Reporter) -> int:
-    """The reporter process's loop: write the datagrams in arrival order (what is pending in
-    one transaction) until ``parent`` is gone, then what is left in the socket; the number of
-    datagrams written."""
+def serve(fd: int, parent: int, reporter: Reporter) -> int:
+    """The reporter process's loop: write the reports read from the pipe ``fd`` in arrival
+    order (what is pending in one transaction) until ``parent`` is gone or every writer
+    closed the pipe, then what is left in it; the number of reports written."""
     written = 0
-    sock.setblocking(True)  # reads below say MSG_DONTWAIT; select() does the waiting
+    os.set_blocking(fd, False)
+    buffered = b""
     draining = False
     while True:
         if not draining:
             draining = os.getppid() != parent
             if not draining:
                 with contextlib.suppress(InterruptedError):
-                    select.select([sock], [], [], POLL_INTERVAL)
+                    select.select([fd], [], [], POLL_INTERVAL)
         try:
-            first = sock.recv(1 << 17, socket.MSG_DONTWAIT)
+            chunk = os.read(fd, 1 << 20)
         except (BlockingIOError, InterruptedError):
             if draining:
-                break  # the parent is gone and the socket is empty
+                break  # the parent is gone and the pipe is empty
             continue
-        batch = _pending(sock, first)
-        write(reporter, batch)
-        written += len(batch)
+        if not chunk:
+            break  # every writer closed it
+        *lines, buffered = (buffered + chunk).split(b"\n")
+        for start in range(0, len(lines), BATCH):
+            batch = lines[start : start + BATCH]
+            write(reporter, batch)
+            written += len(batch)
     return written
 
 
@@ -286,13 +293,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fd, parent = int(argv[0]), int(argv[1])
-    sock = socket.socket(fileno=fd)
     reporter = Reporter(os.environ.get(DATABASE_ENV) or None)
     try:
-        serve(sock, parent, reporter)
+        serve(fd, parent, reporter)
     finally:
         reporter.close()
-        sock.close()
+        os.close(fd)
     return 0
 
 

@@ -16,7 +16,7 @@ else ``lost_after``).
 
 No database connection in the work horse: before its first fork, the worker's main process
 starts one reporter process (:mod:`goatbeat.completion.relay`) that owns the connection; each
-horse sends its reports over a Unix socket it inherits, in order with the main process's own
+horse sends its reports over a pipe it inherits, in order with the main process's own
 (``lost``). With the reporter gone, a report is written directly, as before. The main process
 also imports what the horses would import for each job (the store, psycopg, the idempotency
 guard's PostgreSQL ledger), so every fork inherits them. (RQ's ``SpawnWorker``, which does not

@@ -6,6 +6,7 @@ tests/e2e/test_rq_reporter.py)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -117,3 +118,17 @@ def test_with_its_reporter_gone_a_sender_writes_directly(
     finally:
         reporter.close()
         relay.close()
+
+
+def test_a_long_error_is_cut_to_one_atomic_write_keeping_its_start() -> None:
+    """A report longer than PIPE_BUF could interleave with another process's: the error is
+    cut (with a mark) so each report is one whole write."""
+    from goatbeat.completion.relay import MAX_REPORT, _encode
+
+    for error in ("RuntimeError: " + "x" * 100_000, "ValueError: " + "é\x01" * 20_000):
+        data = _encode({"event": "finished", "key": "job:2026-03-01T12:00:00Z", "error": error})
+        assert len(data) <= MAX_REPORT and data.endswith(b"\n")
+        report = json.loads(data)
+        assert report["error"].startswith(error[:200]) and report["error"].endswith(" …(cut)")
+    short = {"event": "started", "key": "job:2026-03-01T12:00:00Z", "worker": "h:1"}
+    assert json.loads(_encode(short)) == short
