@@ -2,7 +2,7 @@
 (goatbeat.completion.relay): reports written in the order sent, a sender whose reporter is
 gone writes directly, and the reporter exits after writing what it holds once its parent dies.
 A real reporter process on a SQLite file (the RQ worker around it:
-tests/e2e/test_rq_reporter.py)."""
+tests/e2e/test_reporter_process.py)."""
 
 from __future__ import annotations
 

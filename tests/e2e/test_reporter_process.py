@@ -1,6 +1,6 @@
-"""End to end: an RQ worker with ``--job-class goatbeat.completion.rq.Job`` reports through one
-reporter process (goatbeat.completion.relay, #30 item 6), on a real worker, Redis and
-PostgreSQL: no work horse opens a database connection, the reports land in order with the
+"""End to end: workers report through one reporter process (goatbeat.completion.relay, #30
+item 6), on real workers, Redis and PostgreSQL: no RQ work horse, Celery pool child or
+Dramatiq worker process opens a database connection, the reports land in order with the
 horse's name, a horse whose reporter was killed writes directly, and the reporter exits once
 its worker is killed. (The work horse killed mid-job, whose ``lost`` the main process sends
 after the horse's ``started``: tests/e2e/test_lost_runs.py.)"""
@@ -13,6 +13,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,20 +23,22 @@ from goatbeat.completion import DATABASE_ENV
 from goatbeat.core.model import Execution, ExecutionStatus
 from goatbeat.stores import open_store
 from goatbeat.submitters.rq import RQSubmitter
-from tests.e2e.completion_apps.rq_relay_jobs import GATE_ENV, NOTES_ENV, PG_PORT_ENV
+from tests.e2e.completion_apps.relay_jobs import GATE_ENV, NOTES_ENV, PG_PORT_ENV
 from tests.e2e.workers import DEADLINE, StartWorker, Worker
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(150)]
 
-JOBS = "tests.e2e.completion_apps.rq_relay_jobs"
+JOBS = "tests.e2e.completion_apps.relay_jobs"
 
 
-def dispatch(database: str, redis_url: str, names: list[str], task: str) -> None:
-    beat = Beat(database, submitter=RQSubmitter(redis_url))
+def dispatch(
+    database: str, redis_url: str, names: list[str], task: str, submitter: Any = None
+) -> None:
+    beat = Beat(database, submitter=submitter or RQSubmitter(redis_url))
     try:
         beat.migrate()
         for name in dict.fromkeys(names):
-            beat.schedule(name=name, task=f"{JOBS}.{task}", every="1d")
+            beat.schedule(name=name, task=task if submitter else f"{JOBS}.{task}", every="1d")
         beat.publish()
         for name in names:
             beat.run_now(name)
@@ -49,18 +52,22 @@ def dispatch(database: str, redis_url: str, names: list[str], task: str) -> None
         beat.close()
 
 
+def probe_env(pg_dsn: str, tmp_path: Path) -> dict[str, str]:
+    return {
+        DATABASE_ENV: pg_dsn,
+        PG_PORT_ENV: str(urlsplit(pg_dsn).port),
+        NOTES_ENV: str(tmp_path / "notes"),
+        GATE_ENV: str(tmp_path / "gate"),
+    }
+
+
 def start(
     start_worker: StartWorker, redis_url: str, pg_dsn: str, tmp_path: Path, *burst: str
 ) -> Worker:
     return start_worker(
         "rq", "rq.cli", "worker", "--url", redis_url, *burst,
         "--job-class", "goatbeat.completion.rq.Job", "default",
-        env={
-            DATABASE_ENV: pg_dsn,
-            PG_PORT_ENV: str(urlsplit(pg_dsn).port),
-            NOTES_ENV: str(tmp_path / "notes"),
-            GATE_ENV: str(tmp_path / "gate"),
-        },
+        env=probe_env(pg_dsn, tmp_path),
     )  # fmt: skip
 
 
@@ -139,6 +146,60 @@ def test_rq_work_horses_open_no_database_connection_and_their_reports_land_in_or
         assert run.started_at is not None and run.finished_at is not None
         assert run.started_at <= run.finished_at and run.error is None
         assert run.worker == f"{host}:{pid}", (run, horses)
+
+
+def check_probes(pg_dsn: str, tmp_path: Path, worker: Worker, count: int) -> None:
+    """Every run succeeded; each task's process held no socket to PostgreSQL when it ran
+    (after its started report); the reports carry that process's name."""
+    wait(
+        "not every run succeeded",
+        lambda: statuses(pg_dsn) == [ExecutionStatus.SUCCEEDED] * count,
+        worker,
+    )
+    probes = [line.split() for line in notes(tmp_path)]
+    assert len(probes) == count and [n for _, n in probes] == ["0"] * count, probes
+    names = {f"{socket.gethostname()}:{pid}" for pid, _ in probes}
+    for run in runs(pg_dsn):
+        assert run.started_at is not None and run.finished_at is not None
+        assert run.started_at <= run.finished_at and run.worker in names, (run, probes)
+    assert reporters(worker.proc.pid) or any(reporters(p) for p in children(worker.proc.pid))
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def test_celery_pool_children_open_no_database_connection(
+    redis_url: str, pg_dsn: str, tmp_path: Path, start_worker: StartWorker
+) -> None:
+    from goatbeat.submitters.celery import CelerySubmitter
+
+    dispatch(pg_dsn, redis_url, ["a", "b", "c"], "relay.probe", CelerySubmitter(redis_url))
+    worker = start_worker(
+        "celery", "celery", "-A", "tests.e2e.completion_apps.relay_celery", "worker",
+        "--pool=prefork", "-c", "1", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-l", "info", env=probe_env(pg_dsn, tmp_path),
+    )  # fmt: skip
+    check_probes(pg_dsn, tmp_path, worker, 3)
+
+
+def test_dramatiq_worker_processes_open_no_database_connection(
+    redis_url: str, pg_dsn: str, tmp_path: Path, start_worker: StartWorker
+) -> None:
+    from goatbeat.submitters.dramatiq import DramatiqSubmitter
+
+    dispatch(pg_dsn, redis_url, ["a", "b", "c"], "relay_probe", DramatiqSubmitter(redis_url))
+    worker = start_worker(
+        "dramatiq", "dramatiq", "tests.e2e.completion_apps.relay_dramatiq",
+        "--processes", "1", "--threads", "2", env=probe_env(pg_dsn, tmp_path),
+    )  # fmt: skip
+    check_probes(pg_dsn, tmp_path, worker, 3)
 
 
 def test_a_horse_whose_reporter_was_killed_writes_directly_and_the_next_fork_starts_another(

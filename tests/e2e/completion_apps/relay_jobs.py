@@ -1,4 +1,4 @@
-"""RQ jobs for tests/e2e/test_rq_reporter.py: one notes whether its work horse holds a
+"""RQ jobs for tests/e2e/test_reporter_process.py: one notes whether its work horse holds a
 connection to goatbeat's PostgreSQL, one waits for the test's go-ahead."""
 
 from __future__ import annotations
