@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from goatbeat.completion import DATABASE_ENV, Reporter
+from goatbeat.completion import DATABASE_ENV, Reporter, worker_name
 from goatbeat.core.health import Outcome
 from goatbeat.core.observability import log_event
 
@@ -129,15 +129,18 @@ class Relay:
                 os.close(self.fd)
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def _encode(report: dict[str, Any]) -> bytes:
-    data = json.dumps(report, separators=(",", ":")).encode() + b"\n"
+    data = _ENCODER.encode(report).encode() + b"\n"
     error = report.get("error")
     room = len(error) if isinstance(error, str) else 0
     while len(data) > MAX_REPORT and room > 0:
         # Keep the start of the error, the line a person needs: the write must stay atomic.
         room = max(0, room * MAX_REPORT // len(data) - 32)
         cut = {**report, "error": f"{error[:room]} …(cut)"} if isinstance(error, str) else report
-        data = json.dumps(cut, separators=(",", ":")).encode() + b"\n"
+        data = _ENCODER.encode(cut).encode() + b"\n"
     return data
 
 
@@ -165,8 +168,6 @@ class RelayedReporter(Reporter):
     def started(self, key: str | None, *, worker: str | None = None) -> bool:
         if not key:
             return False
-        from goatbeat.completion import worker_name
-
         report = {"event": "started", "key": key, "worker": worker or worker_name()}
         if self.relay is not None and self.relay.send(report):
             return True
@@ -183,8 +184,6 @@ class RelayedReporter(Reporter):
     ) -> bool:
         if not key:
             return False
-        from goatbeat.completion import worker_name
-
         worker = worker or worker_name()
         report = {
             "event": "finished",
