@@ -16,8 +16,11 @@ ran and the error, on the execution row that carries its idempotency key
 
 A message goatbeat did not send (no key) is left alone: no database traffic. A report never
 fails the task: a report that cannot be written is logged (``occurrence.finished``,
-``recorded=False``) and forgotten. Each worker process (and thread) opens its own connection
-to goatbeat's database on first use: a forked Celery child never shares its parent's socket.
+``recorded=False``) and forgotten. Given a URL, the three adapters write through one
+reporter process per worker (:mod:`goatbeat.completion.relay`): the processes and threads
+that run tasks open no connection. Otherwise (a store, a function; a reporter gone) each
+worker process and thread opens its own connection on first use: a forked Celery child never
+shares its parent's socket.
 """
 
 from __future__ import annotations

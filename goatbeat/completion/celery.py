@@ -20,6 +20,12 @@ when ``task_reject_on_worker_lost`` requeues it: the next delivery reports). A m
 worker drops because its ``expires`` passed (``task_revoked``, expired) is recorded
 ``expired``. A whole worker killed reports nothing: the leading scheduler ends the run
 ``lost`` once its bound passes (``max_runtime``, else ``lost_after``).
+
+Given a URL, the worker's main process starts one reporter process (``worker_init``,
+:mod:`goatbeat.completion.relay`) that owns the connection; the pool's children send their
+reports to it over a pipe and go on with the next task without waiting for the
+database. With the reporter gone, a report is written directly. A store or a function as the
+target (Django) is written directly, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import time
 from typing import Any
 
 from goatbeat.completion import Reporter, Target, error_text, looks_like_key
+from goatbeat.completion.relay import RelayedReporter
 from goatbeat.core.health import Outcome
 from goatbeat.submitters.keys import KEY_HEADER
 
@@ -60,8 +67,12 @@ def report_completions(database: Target = None) -> Reporter:
     """Connect the signals (once per process; calling again replaces the reporter)."""
     from celery import signals
 
-    reporter = Reporter(database)
+    reporter = RelayedReporter(database)
     begun = threading.local()
+
+    def init(**_: Any) -> None:
+        # The worker's main process, before its pool forks: one reporter process for all.
+        reporter.start_relay()
 
     def prerun(sender: Any = None, task_id: str | None = None, task: Any = None, **_: Any) -> None:
         key = task_key(task or sender, task_id)
@@ -118,6 +129,7 @@ def report_completions(database: Target = None) -> Reporter:
             )
 
     for signal, receiver, uid in (
+        (signals.worker_init, init, "goatbeat.completion.init"),
         (signals.task_prerun, prerun, "goatbeat.completion.prerun"),
         (signals.task_postrun, postrun, "goatbeat.completion.postrun"),
         (signals.task_failure, failure, "goatbeat.completion.failure"),

@@ -19,6 +19,12 @@ A message an earlier middleware failed and skipped before the actor ran (``AgeLi
 exhausted) are ``failed``. A worker process killed mid-task reports nothing (the broker
 redelivers the message after its heartbeat times out): the leading scheduler ends the run
 ``lost`` once its bound passes (``max_runtime``, else ``lost_after``).
+
+Given a URL, each worker process starts one reporter process as it boots
+(:mod:`goatbeat.completion.relay`) that owns the connection: the worker threads send their
+reports to it over a pipe and go on without waiting for the database. With the
+reporter gone, a report is written directly. A store or a function as the target is written
+directly, as before.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any
 
 import dramatiq
 
-from goatbeat.completion import Reporter, Target, error_text
+from goatbeat.completion import Target, error_text
+from goatbeat.completion.relay import RelayedReporter
 from goatbeat.core.health import Outcome
 from goatbeat.submitters.keys import KEY_HEADER
 
@@ -45,7 +52,7 @@ def report_completions(broker: Any, database: Target = None) -> Completions:
 
 class Completions(dramatiq.Middleware):
     def __init__(self, database: Target = None) -> None:
-        self.reporter = Reporter(database)
+        self.reporter = RelayedReporter(database)
         # message id -> (key, runtime, exception text or None), from the end of the attempt
         # to what the broker does with it; acks may come from another thread.
         self._ended: dict[str, tuple[str, float | None, str | None]] = {}
@@ -56,6 +63,10 @@ class Completions(dramatiq.Middleware):
     def _key(message: Any) -> str | None:
         key = (getattr(message, "options", None) or {}).get(KEY_HEADER)
         return key if isinstance(key, str) and key else None
+
+    def before_worker_boot(self, broker: Any, worker: Any) -> None:
+        # In each worker process: one reporter process writes what its threads report.
+        self.reporter.start_relay()
 
     def before_process_message(self, broker: Any, message: Any) -> None:
         key = self._key(message)

@@ -13,30 +13,83 @@ the OOM killer: RQ's "Work-horse terminated unexpectedly") is recorded ``lost`` 
 worker's main process, with RQ's reason, unless RQ retries it. A whole worker killed reports
 nothing: the leading scheduler ends the run ``lost`` once its bound passes (``max_runtime``,
 else ``lost_after``).
+
+No database connection in the work horse: before its first fork, the worker's main process
+starts one reporter process (:mod:`goatbeat.completion.relay`) that owns the connection; each
+horse sends its reports over a pipe it inherits, in order with the main process's own
+(``lost``). With the reporter gone, a report is written directly, as before. The main process
+also imports what the horses would import for each job (the store, psycopg, the idempotency
+guard's PostgreSQL ledger), so every fork inherits them. (RQ's ``SpawnWorker``, which does not
+fork, writes directly.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import logging
+import os
+import sys
 import time
 from typing import Any, ClassVar
 
 import rq.job
 
-from goatbeat.completion import Reporter, error_text
+from goatbeat.completion import DATABASE_ENV, error_text
+from goatbeat.completion.relay import RelayedReporter
 from goatbeat.core.health import Outcome
+from goatbeat.core.observability import log_event
 from goatbeat.submitters.keys import KEY_HEADER
 
 __all__ = ["Job"]
 
-_reporters: dict[str | None, Reporter] = {}
+_reporters: dict[str | None, RelayedReporter] = {}
 
 
-def _reporter(database: str | None) -> Reporter:
-    # One per database and process: the work horse is a fork, and Reporter opens lazily.
+def _reporter(database: str | None) -> RelayedReporter:
+    # One per database and process (a fork inherits its parent's, with its reporter
+    # process); Reporter opens lazily.
     found = _reporters.get(database)
     if found is None:
-        found = _reporters[database] = Reporter(database)
+        found = _reporters[database] = RelayedReporter(database)
     return found
+
+
+_PRELOAD = ("goatbeat.stores", "goatbeat.stores.postgres", "goatbeat.idempotency.postgres")
+"""What a horse would import for its first report or guarded job: imported in the main
+process once, so no fork imports it again."""
+
+
+def _start_relay(database: str | None) -> None:
+    """In the worker's main process, before a fork: the database's reporter process."""
+    if not (database or os.environ.get(DATABASE_ENV)):
+        return  # the horse's Reporter says what is missing
+    reporter = _reporter(database)
+    if reporter.relay is None:
+        for module in _PRELOAD:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(module)
+    reporter.start_relay()
+
+
+def _before_fork() -> None:
+    # os.fork() is a C function: frame 1 is its caller. Only RQ's fork of a work horse for a
+    # Job of this class (Worker.fork_work_horse(self, job, queue)) starts a reporter.
+    try:
+        frame = sys._getframe(1)
+        job = frame.f_locals.get("job") if frame.f_code.co_name == "fork_work_horse" else None
+        if isinstance(job, Job):
+            _start_relay(type(job).database)
+    except Exception as exc:  # noqa: BLE001 - without a reporter, horses write directly
+        log_event(
+            "occurrence.relay_gone",
+            level=logging.WARNING,
+            error=f"{type(exc).__name__}: {exc}",
+            hint="no completion reporter process: each work horse writes directly",
+        )
+
+
+os.register_at_fork(before=_before_fork)
 
 
 class Job(rq.job.Job):

@@ -65,6 +65,8 @@ EVENTS = frozenset(
         "alert.dropped",
         "metrics.serving",
         "occurrence.started",
+        "occurrence.relay_started",
+        "occurrence.relay_gone",
     }
 )
 

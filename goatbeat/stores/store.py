@@ -794,6 +794,48 @@ class DialectStore:
             pause_after_failures(self, *done.pause)
         return done.matched
 
+    def record_reports(self, reports: Sequence[Mapping[str, Any]]) -> list[bool]:
+        """Several worker reports, written in the order given in one transaction (one commit
+        for all: what the reporter process of :mod:`goatbeat.completion.relay` writes at
+        once). Each is ``{"event": "started", "key", "worker"}`` or ``{"event": "finished",
+        "key", "outcome", "error", "runtime", "worker"}``; whether each matched a run, as
+        :meth:`record_started` and :meth:`record_completion` say. Every report is checked
+        before anything is written (``InvalidValue`` naming the field)."""
+        checked: list[tuple[str, Any]] = []
+        for report in reports:
+            if report.get("event") == "started":
+                key = ops.check_key(report.get("key"))
+                checked.append(("started", (key, ops.check_worker(report.get("worker")))))
+            else:
+                checked.append(
+                    (
+                        "finished",
+                        ops.check_report(
+                            report.get("key"),
+                            report.get("outcome"),
+                            report.get("error"),
+                            report.get("runtime"),
+                            report.get("worker"),
+                        ),
+                    )
+                )
+        matched: list[bool] = []
+        pauses: list[tuple[str, int]] = []
+        with self.dialect.transaction() as tx:
+            for event, args in checked:
+                if event == "started":
+                    matched.append(tx.record_started(*args))
+                    continue
+                done = tx.record_completion(
+                    args.key, args.outcome.value, args.error, args.runtime, args.worker
+                )
+                if done.pause is not None:
+                    pauses.append(done.pause)
+                matched.append(done.matched)
+        for pause in pauses:
+            pause_after_failures(self, *pause)
+        return matched
+
     def retry_now(self) -> int:
         with self.dialect.session() as tx:
             return tx.retry_now()

@@ -1,0 +1,316 @@
+"""One reporter process per worker: completion reports travel over a pipe, not the database.
+
+A worker that forks a child per task (RQ's work horse) would otherwise open a new connection
+to goatbeat's database in every child, and every worker waits for each report's commit. Instead
+the worker's long-lived process starts, before it forks (RQ's first work horse, Celery's
+``worker_init``, Dramatiq's worker boot), one small *reporter process* (``python -m
+goatbeat.completion.relay``) that owns the only connection and reads reports from a pipe; the
+children inherit its writing end. A report is one line of JSON (``started``, or ``finished``
+with outcome, error, runtime and worker), written at once (one write of at most ``PIPE_BUF``
+bytes: whole, never interleaved with another process's), without waiting for the database;
+the pipe keeps them in the order they were written, so the main process's own report (a work
+horse that died: ``lost``) lands after the horse's ``started``.
+
+The reporter writes them in arrival order, what is pending in one transaction. It exits when
+the process that started it is gone (polled) or every writer closed the pipe, after writing
+what is already in it. A writer whose reporter is gone (killed, exited) or stuck (the pipe
+full for :data:`SEND_WAIT` seconds) writes directly, as without the relay, so a report is not
+lost to a dead reporter; one still inside a reporter killed by SIGKILL is (the leading
+scheduler then ends the run by its bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from goatbeat.completion import DATABASE_ENV, Reporter, worker_name
+from goatbeat.core.health import Outcome
+from goatbeat.core.observability import log_event
+
+__all__ = ["Relay", "RelayedReporter", "SEND_WAIT", "POLL_INTERVAL", "MAX_REPORT"]
+
+SEND_WAIT = 5.0
+"""Seconds a writer waits for room in a full pipe before writing directly."""
+PIPE_SIZE = 1 << 20
+"""Bytes the pipe holds (asked of the kernel; Linux's default unprivileged maximum)."""
+POLL_INTERVAL = 0.5
+"""Seconds between the reporter's checks that its parent is alive."""
+GATHER = 0.1
+"""Seconds the reporter waits, once a report arrived, for the others to write with it: a
+report lands up to this much later, and the reporter wakes (and takes the CPU from the
+worker) ten times a second at most instead of once per report."""
+NICE = 10
+"""The reporter's niceness (added): the worker's tasks come first."""
+MAX_REPORT = select.PIPE_BUF
+"""Bytes of one report: a longer error is cut (with a mark) so the write stays atomic."""
+
+
+class Relay:
+    """The sending end, held by the worker's main process and inherited by its children.
+
+    ``Relay(database_url)`` starts the reporter process at once."""
+
+    def __init__(self, database: str) -> None:
+        self.database = database
+        self.owner = os.getpid()
+        receive, send = os.pipe()
+        with contextlib.suppress(OSError, AttributeError):
+            fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "goatbeat.completion.relay", str(receive), str(self.owner)],
+                pass_fds=(receive,),
+                # The URL may hold a password: the environment, not the command line.
+                env={**os.environ, DATABASE_ENV: database},
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            os.close(send)
+            raise
+        finally:
+            os.close(receive)
+        os.set_blocking(send, False)
+        self.fd = send
+        self.gone = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, report: dict[str, Any]) -> bool:
+        """Hand ``report`` to the reporter process: False when it is gone or stuck (then the
+        caller writes directly)."""
+        if self.gone:
+            return False
+        data = _encode(report)
+        if len(data) > MAX_REPORT:
+            return False  # too long to write whole (a huge key): written directly
+        waited = False
+        while True:
+            try:
+                os.write(self.fd, data)  # <= PIPE_BUF on a pipe: all of it, or EAGAIN
+                return True
+            except BlockingIOError:
+                # Full: the reporter is behind. Wait for room once, then write directly.
+                if waited:
+                    return False
+                select.select([], [self.fd], [], SEND_WAIT)
+                waited = True
+            except InterruptedError:
+                continue
+            except OSError:  # EPIPE: the reporter is gone (or the pipe was closed)
+                self.gone = True
+                if os.getpid() == self.owner:
+                    self.process.poll()  # reap it
+                log_event(
+                    "occurrence.relay_gone",
+                    level=logging.WARNING,
+                    pid=self.process.pid,
+                    hint="the completion reporter process is gone: reports are written "
+                    "directly from here on",
+                )
+                return False
+
+    def close(self) -> None:
+        """Close the writing end (the reporter exits once every writer closed it)."""
+        if not self.gone:
+            self.gone = True
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _encode(report: dict[str, Any]) -> bytes:
+    data = _ENCODER.encode(report).encode() + b"\n"
+    error = report.get("error")
+    room = len(error) if isinstance(error, str) else 0
+    while len(data) > MAX_REPORT and room > 0:
+        # Keep the start of the error, the line a person needs: the write must stay atomic.
+        room = max(0, room * MAX_REPORT // len(data) - 32)
+        cut = {**report, "error": f"{error[:room]} …(cut)"} if isinstance(error, str) else report
+        data = _ENCODER.encode(cut).encode() + b"\n"
+    return data
+
+
+class RelayedReporter(Reporter):
+    """A :class:`~goatbeat.completion.Reporter` that sends through ``relay`` while it is
+    there and writes directly otherwise."""
+
+    relay: Relay | None = None
+
+    def start_relay(self) -> Relay | None:
+        """Start this process's reporter process (again, if it died); None when the target is
+        not a URL (a store or a function: reports are written directly). Call it in the
+        worker's long-lived process before it forks its children, which inherit it."""
+        if not isinstance(self.target, str):
+            return None
+        relay = self.relay
+        if relay is not None and relay.owner == os.getpid():
+            if not relay.gone and relay.process.poll() is None:
+                return relay
+            relay.close()
+        self.relay = relay = Relay(self.target)
+        log_event("occurrence.relay_started", level=logging.DEBUG, pid=relay.pid)
+        return relay
+
+    def started(self, key: str | None, *, worker: str | None = None) -> bool:
+        if not key:
+            return False
+        report = {"event": "started", "key": key, "worker": worker or worker_name()}
+        if self.relay is not None and self.relay.send(report):
+            return True
+        return super().started(key, worker=worker)
+
+    def finished(
+        self,
+        key: str | None,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        if not key:
+            return False
+        worker = worker or worker_name()
+        report = {
+            "event": "finished",
+            "key": key,
+            "outcome": outcome.value,
+            "error": error,
+            "runtime": runtime,
+            "worker": worker,
+        }
+        if self.relay is not None and self.relay.send(report):
+            return True
+        return super().finished(key, outcome, error=error, runtime=runtime, worker=worker)
+
+
+BATCH = 500
+"""Reports at most the reporter writes in one transaction."""
+
+
+def _write(reporter: Reporter, report: dict[str, Any]) -> None:
+    key = report["key"]
+    if report["event"] == "started":
+        reporter.started(key, worker=report.get("worker"))
+    else:
+        reporter.finished(
+            key,
+            Outcome(report["outcome"]),
+            error=report.get("error"),
+            runtime=report.get("runtime"),
+            worker=report.get("worker"),
+        )
+
+
+def write(reporter: Reporter, batch: list[bytes]) -> None:
+    """Write ``batch`` in order: in one transaction where the store can (one commit for all),
+    else (or when that fails) one by one, each logged as the reporter logs it."""
+    reports: list[dict[str, Any]] = []
+    for data in batch:
+        try:
+            report = json.loads(data)
+            if not isinstance(report, dict) or not isinstance(report.get("key"), str):
+                raise ValueError(f"not a report: {data[:200]!r}")
+            reports.append(report)
+        except ValueError as exc:  # one bad line must not stop the others
+            log_event(
+                "occurrence.finished",
+                level=logging.WARNING,
+                recorded=False,
+                report_error=f"{type(exc).__name__}: {exc}",
+            )
+    if len(reports) > 1:
+        try:
+            store = reporter.store()
+            matched = store.record_reports(reports)  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - no batches here, or a failure: one by one
+            reporter.close()  # reconnect
+        else:
+            for report, recorded in zip(reports, matched, strict=True):
+                event = f"occurrence.{report['event']}"
+                level = logging.DEBUG if report["event"] == "started" else logging.INFO
+                if report.get("outcome") not in (None, Outcome.SUCCEEDED.value):
+                    level = logging.WARNING
+                fields = {k: report.get(k) for k in ("outcome", "error", "runtime") if k in report}
+                log_event(
+                    event, level=level, idempotency_key=report["key"], recorded=recorded, **fields
+                )
+            return
+    for report in reports:
+        try:
+            _write(reporter, report)
+        except Exception as exc:  # noqa: BLE001 - a bad outcome name, say: the next goes on
+            log_event(
+                "occurrence.finished",
+                level=logging.WARNING,
+                idempotency_key=report.get("key"),
+                recorded=False,
+                report_error=f"{type(exc).__name__}: {exc}",
+            )
+
+
+def serve(fd: int, parent: int, reporter: Reporter) -> int:
+    """The reporter process's loop: write the reports read from the pipe ``fd`` in arrival
+    order (what is pending in one transaction) until ``parent`` is gone or every writer
+    closed the pipe, then what is left in it; the number of reports written."""
+    written = 0
+    os.set_blocking(fd, False)
+    buffered = b""
+    draining = False
+    while True:
+        if not draining:
+            draining = os.getppid() != parent
+            if not draining:
+                with contextlib.suppress(InterruptedError):
+                    ready, _, _ = select.select([fd], [], [], POLL_INTERVAL)
+                    if ready:
+                        time.sleep(GATHER)
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except (BlockingIOError, InterruptedError):
+            if draining:
+                break  # the parent is gone and the pipe is empty
+            continue
+        if not chunk:
+            break  # every writer closed it
+        *lines, buffered = (buffered + chunk).split(b"\n")
+        for start in range(0, len(lines), BATCH):
+            batch = lines[start : start + BATCH]
+            write(reporter, batch)
+            written += len(batch)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    # Ctrl-C and a warm shutdown's SIGTERM are for the worker: it finishes its job, then
+    # exits, and this process follows once it has written what the job reported.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(NICE)
+    fd, parent = int(argv[0]), int(argv[1])
+    reporter = Reporter(os.environ.get(DATABASE_ENV) or None)
+    try:
+        serve(fd, parent, reporter)
+    finally:
+        reporter.close()
+        os.close(fd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
