@@ -19,7 +19,7 @@ import pytest
 
 from goatbeat.core.errors import PermanentSubmitError
 from goatbeat.core.model import Occurrence, Routing
-from goatbeat.submitters.celery import CelerySubmitter
+from goatbeat.submitters.celery import BrokerRefused, CelerySubmitter
 from goatbeat.submitters.keys import RESERVED_HEADERS
 
 celery = pytest.importorskip("celery")
@@ -315,21 +315,28 @@ def test_a_queue_missing_from_task_queues_is_refused_at_publish(
     assert isinstance(result, PermanentSubmitError)
 
 
-def test_an_exchange_of_another_type_is_a_retryable_failure_naming_the_broker_error(
-    app: Any, amqp_url: str
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirm_publish", "no confirms"])
+def test_an_exchange_of_another_type_fails_at_once_naming_precondition_failed(
+    app: Any, amqp_url: str, confirm: bool
 ) -> None:
     """The workers declared ``mismatch`` as a topic exchange; the scheduler's app says direct:
-    RabbitMQ refuses the declaration (406 PRECONDITION_FAILED), which goatbeat reports, as
-    docs/rabbitmq.md says, as a retryable failure carrying the broker's text."""
-    from goatbeat.core.errors import RetryableSubmitError
-
+    RabbitMQ refuses the declaration (406 PRECONDITION_FAILED), which no retry would pass:
+    goatbeat reports it at once (BrokerRefused, a PermanentSubmitError) with the broker's
+    text, the exchange and the schedule (tests/rabbitmq/test_permanent_errors.py has the
+    rest)."""
     with kombu.Connection(amqp_url) as conn:
         Exchange("mismatch", type="topic")(conn.default_channel).declare()
     app.conf.task_queues = [Queue("mismatch", Exchange("mismatch", type="direct"))]
+    if confirm:
+        app.conf.broker_transport_options = {"confirm_publish": True}
     submitter = CelerySubmitter(app)
     try:
-        with pytest.raises(RetryableSubmitError) as caught:
+        with pytest.raises(BrokerRefused) as caught:
             submitter.submit(_occurrence("proj.tasks.report", Routing(queue="mismatch")))
     finally:
         submitter.close()
-    assert "PRECONDITION_FAILED" in str(caught.value)
+    refused = caught.value
+    assert refused.reply_code == 406 and refused.exchange == "mismatch"
+    assert refused.schedule == "nightly"
+    message = str(refused)
+    assert "PRECONDITION_FAILED" in message and "'mismatch'" in message and "'nightly'" in message
