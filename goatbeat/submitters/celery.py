@@ -35,6 +35,7 @@ router function, task protocol 1, inside a Celery task).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import re
@@ -54,6 +55,14 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import BaseSubmitter, check_supported
+from goatbeat.submitters._amqp_batch import (
+    FrameBatch,
+    after_classic,
+    await_confirms,
+    batchable,
+    before_classic,
+    forget_tags,
+)
 from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
@@ -249,6 +258,11 @@ class CelerySubmitter(BaseSubmitter):
         self._closed = False
         # A publish timed out: probe before the next one (_still_blocked).
         self._blocked = False
+        # A chunk's confirms the broker withheld past publish_timeout (tag -> task id), on
+        # that channel; the task ids of those it confirmed later, answered without a resend.
+        self._owed: dict[int, str] = {}
+        self._owed_channel: Any = None
+        self._landed: set[str] = set()
         self._modules_loaded = False
         self._publisher = Publisher(self.app)
 
@@ -325,7 +339,15 @@ class CelerySubmitter(BaseSubmitter):
         results: list[str | None | Exception] = [_UNSENT] * len(occurrences)
         healthy = True
         direct = self._publisher.usable()
+        channel = self._framable(producer)
         try:
+            if channel is not None:
+                healthy = self._send_framed(producer, channel, occurrences, direct, results)
+                results = [_UNTRIED if r is _UNSENT else r for r in results]
+                if not (self._owed and self._owed_channel is channel):
+                    healthy = healthy and not any(_suspect(r) for r in results)
+                # else: kept, with the connection the withheld confirms will come on
+                return results
             if batch is None:
                 self._send_each(producer, occurrences, direct, results)
             else:
@@ -339,11 +361,7 @@ class CelerySubmitter(BaseSubmitter):
                         f"{type(exc).__name__}: {exc}"
                     )
                     return [r if isinstance(r, Exception) else error for r in results]
-            untried = RetryableSubmitError(
-                "not sent: an earlier publish of the same chunk timed out (blocked or frozen "
-                "broker)"
-            )
-            results = [untried if r is _UNSENT else r for r in results]
+            results = [_UNTRIED if r is _UNSENT else r for r in results]
             healthy = not any(_suspect(r) for r in results)
             return results
         finally:
@@ -351,6 +369,114 @@ class CelerySubmitter(BaseSubmitter):
                 self._check_in(producer)
             else:
                 _release(producer)
+
+    def _framable(self, producer: Any) -> Any | None:
+        """``producer``'s py-amqp channel when this chunk can go out in one socket write
+        (:mod:`~goatbeat.submitters._amqp_batch`): RabbitMQ through py-amqp, connected, a
+        ``Producer.batch`` to publish in, ``batch_publish`` on; else None (one by one)."""
+        if not self._batch_publish or getattr(producer, "batch", None) is None:
+            return None
+        try:
+            if not producer.connection.connected:
+                return None  # the first publish connects, with kombu's retry policy
+            channel = producer.channel
+        except Exception:  # the publish will meet it, and handle it
+            return None
+        return channel if batchable(channel) else None
+
+    def _send_framed(
+        self,
+        producer: Any,
+        channel: Any,
+        occurrences: Sequence[Occurrence],
+        direct: bool,
+        results: list[str | None | Exception],
+    ) -> bool:
+        """Publish ``occurrences`` through a :class:`FrameBatch`: every message built and
+        published by kombu as usual, the frames written in one go, then with confirms one
+        wait for all the acks, without them one round trip (:meth:`_verify`). Each message's
+        fate is its occurrence's: acked (or routed) is submitted, nacked or unknown is
+        retryable, refused (404/406) is :class:`BrokerRefused` and what the broker discarded
+        after it is sent again. Returns False when the connection was dropped."""
+        todo = list(range(len(occurrences)))
+        for _ in range(len(occurrences) + 2):  # each round settles at least one message
+            if not todo:
+                break
+            session = FrameBatch(channel, self.publish_timeout)
+            vars(channel)["create_publish_batch"] = functools.partial(_same, session)
+            try:
+                with producer.batch(max_size=_BATCH_COMMANDS):
+                    for index in todo:
+                        session.owner = index
+                        result = self._send_or_error(producer, occurrences[index], direct)
+                        results[index] = result
+                        if isinstance(result, _Refused):  # a declaration's: this message's own
+                            self._attribute(result.error, occurrences, results, [], index)
+                        elif isinstance(result, PublishTimedOut):
+                            break
+                    settled = session.settle()
+            except Exception as exc:  # kombu's batch itself (a channel replaced under it)
+                uncertain = RetryableSubmitError(
+                    f"celery broker batch failed, delivery uncertain: {type(exc).__name__}: {exc}"
+                )
+                for index in todo:
+                    if not isinstance(results[index], Exception):
+                        results[index] = uncertain
+                return False
+            finally:
+                vars(channel).pop("create_publish_batch", None)
+            todo = []
+            first: dict[int, int] = {}
+            for position, owner in enumerate(session.owners):
+                first.setdefault(owner, position)
+            sent = [i for i in sorted(first) if not isinstance(results[i], Exception)]
+            error = settled.error
+            if error is None and not session.confirm:
+                todo = self._verify(producer, occurrences, results, sent)
+                continue
+            unknown: list[int] = []
+            for index in sent:
+                outcome = settled.outcomes[first[index]]
+                if outcome == "nack":
+                    results[index] = RetryableSubmitError(
+                        f"celery broker refused (nack) {occurrences[index].idempotency_key}; "
+                        "retried later"
+                    )
+                elif outcome == "unknown":
+                    unknown.append(index)
+            if error is None or not unknown:
+                continue
+            refused = _refusal(error)
+            if refused is not None and settled.written:
+                todo = self._attribute(refused, occurrences, results, unknown, None)
+                continue
+            timed_out = _timed_out(error) or isinstance(error, TimeoutError)
+            if timed_out and settled.written and session.confirm and not self._owed:
+                # Written, acks withheld (a broker blocking publishers): the connection stays,
+                # and the next submission waits for those acks first (_still_blocked), so a
+                # message the broker took after all is not sent twice.
+                first_tag = {i: settled.base + 1 + first[i] for i in unknown}
+                self._owed = {first_tag[i]: occurrences[i].idempotency_key for i in unknown}
+                self._owed_channel = channel
+                abandoned = self._timed_out_error(occurrences[unknown[0]], error)
+                for index in unknown:
+                    results[index] = abandoned
+                return True
+            # Not written, partly written, or no answer: the connection cannot be trusted
+            # (a frame half on the wire, late acks for tags given out), so it goes.
+            with contextlib.suppress(Exception):
+                producer.connection.collect()
+            if timed_out:
+                failure: Exception = self._timed_out_error(occurrences[unknown[0]], error)
+            else:
+                failure = RetryableSubmitError(
+                    f"celery broker failed before it confirmed, delivery uncertain: "
+                    f"{type(error).__name__}: {error}"
+                )
+            for index in unknown:
+                results[index] = failure
+            return False
+        return True
 
     def _send_each(
         self,
@@ -374,8 +500,13 @@ class CelerySubmitter(BaseSubmitter):
         while todo and budget > 0:
             budget -= 1
             index = todo.pop(0)
+            before = before_classic(getattr(producer, "_channel", None))
             result = self._send_or_error(producer, occurrences[index], direct)
             results[index] = result
+            if not isinstance(result, Exception):
+                after_classic(getattr(producer, "_channel", None), before)
+            elif _suspect(result):
+                forget_tags(getattr(producer, "_channel", None))
             if isinstance(result, _Refused):
                 todo[:0] = self._attribute(result.error, occurrences, results, unverified, index)
             elif isinstance(result, PublishTimedOut):
@@ -391,6 +522,11 @@ class CelerySubmitter(BaseSubmitter):
     def _send_or_error(
         self, producer: Any, occurrence: Occurrence, direct: bool
     ) -> str | None | Exception:
+        if self._landed and occurrence.idempotency_key in self._landed:
+            # Its message was confirmed after its publish had been given up on: delivered.
+            with self._lock:
+                self._landed.discard(occurrence.idempotency_key)
+            return occurrence.idempotency_key
         try:
             return self._send(producer, occurrence, direct=direct)
         except Exception as exc:  # reported for this occurrence; the others still go
@@ -605,6 +741,23 @@ class CelerySubmitter(BaseSubmitter):
         (retryable) without publishing anything. Raises RetryableSubmitError then."""
         if not self._blocked:
             return
+        if self._owed:
+            owed_channel = self._owed_channel
+            if getattr(producer, "_channel", None) is owed_channel:
+                try:
+                    await_confirms(owed_channel, self._owed, self.publish_timeout, self._landed)
+                except Exception as exc:
+                    if not _timed_out(exc) and not isinstance(exc, TimeoutError):
+                        self._owed = {}  # the channel is gone, and with it what it owed
+                        with contextlib.suppress(Exception):
+                            producer.connection.collect()
+                    raise RetryableSubmitError(
+                        "celery broker still withholds the confirms of an earlier chunk "
+                        f"({type(exc).__name__}: {exc}); nothing sent, retried later"
+                    ) from exc
+                self._blocked = False
+                return
+            self._owed = {}  # another producer's channel: what it owed is unknown now
         channel = _unconfirmed_channel(producer)
         if channel is not None:
             # Without confirms a probe would return at once: wait for the answer to the round
@@ -630,6 +783,7 @@ class CelerySubmitter(BaseSubmitter):
                 ) from exc
             self._blocked = False
             return
+        before = before_classic(_concrete_channel(producer))
         try:
             with producer.connection._reraise_as_library_errors():
                 producer.publish(
@@ -652,6 +806,7 @@ class CelerySubmitter(BaseSubmitter):
                 f"celery broker still blocks publishers (probe: {type(exc).__name__}: {exc}); "
                 "nothing sent, retried later"
             ) from exc
+        after_classic(getattr(producer, "_channel", None), before)
         self._blocked = False
 
     def _timed_out_error(self, occurrence: Occurrence, exc: BaseException) -> PublishTimedOut:
@@ -779,6 +934,10 @@ class _Refused(RetryableSubmitError):
         self.error = error
 
 
+_UNTRIED = RetryableSubmitError(
+    "not sent: an earlier publish of the same chunk timed out (blocked or frozen broker)"
+)
+
 _UNSENT: Any = RetryableSubmitError("not sent")
 """A chunk's placeholder for a message not (or not yet) sent."""
 
@@ -868,6 +1027,19 @@ def _timed_out(exc: BaseException) -> bool:
 def _no_retry_after_timeout(exc: BaseException, interval: float) -> None:
     if _timed_out(exc):
         raise _Abandoned(str(exc)) from exc
+
+
+def _concrete_channel(producer: Any) -> Any | None:
+    """``producer``'s channel when its connection is up (made concrete), else None."""
+    try:
+        return producer.channel if producer.connection.connected else None
+    except Exception:  # the publish will meet it
+        return None
+
+
+def _same(session: FrameBatch, max_size: int = 0) -> FrameBatch:
+    """``channel.create_publish_batch`` for one chunk: the session already made for it."""
+    return session
 
 
 def _suspect(result: object) -> bool:

@@ -108,10 +108,11 @@ def test_an_unknown_exchange_fails_at_once_naming_it(
     assert "NOT_FOUND" in message and f"'{NOWHERE}'" in message and "'nightly'" in message
 
 
+@pytest.mark.parametrize("warm", [False, True], ids=["first chunk", "one write"])
 @pytest.mark.parametrize("where", [0, 1, 2], ids=["first", "middle", "last"])
 @CONFIRMS
 def test_in_a_chunk_the_refusal_is_the_refused_messages_own(
-    apps: list[Any], amqp_url: str, confirm: bool, where: int
+    apps: list[Any], amqp_url: str, confirm: bool, where: int, warm: bool
 ) -> None:
     """Without confirms the broker's close arrives after the next message was written (and
     discarded by the broker): the refusal is still put on the message that caused it, and the
@@ -123,6 +124,9 @@ def test_in_a_chunk_the_refusal_is_the_refused_messages_own(
     chunk = [_occurrence(f"fine{i}", fine) for i in range(3)]
     chunk.insert(where, _occurrence("refused", Routing(exchange=NOWHERE, routing_key="x")))
     try:
+        if warm:
+            # Connected: the chunk goes out in one socket write (one wait for its acks).
+            assert submitter.submit_many([_occurrence("warm", fine)]) == ["warm:0"]
         first = submitter.submit_many(chunk)
         # The next chunk goes out on a fresh channel.
         second = submitter.submit_many([_occurrence("next", fine)])
@@ -133,7 +137,8 @@ def test_in_a_chunk_the_refusal_is_the_refused_messages_own(
     assert first == ["fine0:0", "fine1:0", "fine2:0"]
     assert second == ["next:0"]
     # Exactly what was reported submitted reached the queue, once each.
-    assert sorted(_drain(amqp_url, "fine")) == ["fine0:0", "fine1:0", "fine2:0", "next:0"]
+    expected = ["fine0:0", "fine1:0", "fine2:0", "next:0"] + (["warm:0"] if warm else [])
+    assert sorted(_drain(amqp_url, "fine")) == sorted(expected)
 
 
 START = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
