@@ -15,9 +15,11 @@ batch, and with ``concurrency`` > 1 from that many threads.
 
 The scheduler hands the submitter chunks of occurrences (:meth:`CelerySubmitter.submit_many`):
 each chunk is published inside kombu's ``Producer.batch()`` (kombu >= 5.7), which on Redis
-sends the chunk's ``LPUSH`` commands in one pipelined round trip; the messages are exactly those
-``send_task`` publishes (routing, ``task_routes``, signals and all). Transports without batch
-support publish each message at once inside the same call.
+sends the chunk's ``LPUSH`` commands in one pipelined round trip, and on RabbitMQ (py-amqp) writes
+the chunk's frames in one socket write and, with publisher confirms, waits once for all the acks
+(:mod:`~goatbeat.submitters._amqp_batch`); the messages are exactly those ``send_task``
+publishes (routing, ``task_routes``, signals and all). Other transports publish each message at
+once inside the same call.
 
 On RabbitMQ, a channel error no retry can fix (404 NOT_FOUND, an unknown exchange; 406
 PRECONDITION_FAILED, an exchange or queue declared otherwise than it exists) is
@@ -40,6 +42,7 @@ import importlib
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -262,7 +265,15 @@ class CelerySubmitter(BaseSubmitter):
         # that channel; the task ids of those it confirmed later, answered without a resend.
         self._owed: dict[int, str] = {}
         self._owed_channel: Any = None
-        self._landed: set[str] = set()
+        self._owed_since = 0.0
+        # Task ids whose messages the broker confirmed (the latest _LANDED_LIMIT), so a
+        # resubmission after an answer was lost (a timed-out wait, a call the scheduler gave
+        # up on) is answered without a second copy; and those written, not yet confirmed.
+        self._landed: dict[str, None] = {}
+        self._inflight: set[str] = set()
+        # The scheduler's bound of one call (bound_calls): a call that outlived it was given
+        # up on, and the confirms it then got were never seen by the scheduler.
+        self._call_bound: float | None = None
         self._modules_loaded = False
         self._publisher = Publisher(self.app)
 
@@ -399,10 +410,12 @@ class CelerySubmitter(BaseSubmitter):
         retryable, refused (404/406) is :class:`BrokerRefused` and what the broker discarded
         after it is sent again. Returns False when the connection was dropped."""
         todo = list(range(len(occurrences)))
+        started = time.monotonic()
         for _ in range(len(occurrences) + 2):  # each round settles at least one message
             if not todo:
                 break
             session = FrameBatch(channel, self.publish_timeout)
+            written: set[str] = set()
             vars(channel)["create_publish_batch"] = functools.partial(_same, session)
             try:
                 with producer.batch(max_size=_BATCH_COMMANDS):
@@ -414,6 +427,10 @@ class CelerySubmitter(BaseSubmitter):
                             self._attribute(result.error, occurrences, results, [], index)
                         elif isinstance(result, PublishTimedOut):
                             break
+                    written = {occurrences[i].idempotency_key for i in set(session.owners)}
+                    if session.confirm:
+                        with self._lock:
+                            self._inflight |= written
                     settled = session.settle()
             except Exception as exc:  # kombu's batch itself (a channel replaced under it)
                 uncertain = RetryableSubmitError(
@@ -425,6 +442,9 @@ class CelerySubmitter(BaseSubmitter):
                 return False
             finally:
                 vars(channel).pop("create_publish_batch", None)
+                if session.confirm:
+                    with self._lock:
+                        self._inflight -= written - set(self._owed.values())
             todo = []
             first: dict[int, int] = {}
             for position, owner in enumerate(session.owners):
@@ -437,7 +457,10 @@ class CelerySubmitter(BaseSubmitter):
             unknown: list[int] = []
             for index in sent:
                 outcome = settled.outcomes[first[index]]
-                if outcome == "nack":
+                if outcome == "ok":
+                    if self._abandoned(started):
+                        self._land(occurrences[index].idempotency_key)
+                elif outcome == "nack":
                     results[index] = RetryableSubmitError(
                         f"celery broker refused (nack) {occurrences[index].idempotency_key}; "
                         "retried later"
@@ -456,8 +479,11 @@ class CelerySubmitter(BaseSubmitter):
                 # and the next submission waits for those acks first (_still_blocked), so a
                 # message the broker took after all is not sent twice.
                 first_tag = {i: settled.base + 1 + first[i] for i in unknown}
-                self._owed = {first_tag[i]: occurrences[i].idempotency_key for i in unknown}
-                self._owed_channel = channel
+                with self._lock:
+                    self._owed = {first_tag[i]: occurrences[i].idempotency_key for i in unknown}
+                    self._owed_channel = channel
+                    self._owed_since = time.monotonic()
+                    self._inflight |= set(self._owed.values())
                 abandoned = self._timed_out_error(occurrences[unknown[0]], error)
                 for index in unknown:
                     results[index] = abandoned
@@ -522,11 +548,17 @@ class CelerySubmitter(BaseSubmitter):
     def _send_or_error(
         self, producer: Any, occurrence: Occurrence, direct: bool
     ) -> str | None | Exception:
-        if self._landed and occurrence.idempotency_key in self._landed:
+        key = occurrence.idempotency_key
+        if key in self._landed:
             # Its message was confirmed after its publish had been given up on: delivered.
             with self._lock:
-                self._landed.discard(occurrence.idempotency_key)
-            return occurrence.idempotency_key
+                self._landed.pop(key, None)
+            return key
+        if key in self._inflight:
+            return RetryableSubmitError(
+                f"{key}: its message awaits the broker's confirm on another connection; "
+                "not sent again, retried later"
+            )
         try:
             return self._send(producer, occurrence, direct=direct)
         except Exception as exc:  # reported for this occurrence; the others still go
@@ -537,6 +569,9 @@ class CelerySubmitter(BaseSubmitter):
             if self._closed:
                 raise RetryableSubmitError("the Celery submitter is closed")
             if self._idle:
+                for i, idle in enumerate(self._idle):
+                    if self._owed and getattr(idle, "_channel", None) is self._owed_channel:
+                        return self._idle.pop(i)  # it owes the confirms to wait for first
                 return self._idle.pop()
         return self.app.producer_pool.acquire(block=True)
 
@@ -743,21 +778,39 @@ class CelerySubmitter(BaseSubmitter):
             return
         if self._owed:
             owed_channel = self._owed_channel
-            if getattr(producer, "_channel", None) is owed_channel:
+            if _concrete_channel(producer) is owed_channel:
+                landed: set[str] = set()
                 try:
-                    await_confirms(owed_channel, self._owed, self.publish_timeout, self._landed)
+                    await_confirms(owed_channel, self._owed, self.publish_timeout, landed)
                 except Exception as exc:
                     if not _timed_out(exc) and not isinstance(exc, TimeoutError):
-                        self._owed = {}  # the channel is gone, and with it what it owed
+                        self._forget_owed()  # the channel is gone, and with it what it owed
                         with contextlib.suppress(Exception):
                             producer.connection.collect()
                     raise RetryableSubmitError(
                         "celery broker still withholds the confirms of an earlier chunk "
                         f"({type(exc).__name__}: {exc}); nothing sent, retried later"
                     ) from exc
+                finally:
+                    for key in landed:
+                        self._land(key)
+                    with self._lock:
+                        self._inflight -= landed
+                self._forget_owed()
                 self._blocked = False
                 return
-            self._owed = {}  # another producer's channel: what it owed is unknown now
+            alive = getattr(getattr(owed_channel, "connection", None), "sock", None) is not None
+            patience = 3 * (self.publish_timeout or DEFAULT_PUBLISH_TIMEOUT)
+            if alive and time.monotonic() - self._owed_since < patience:
+                # Its producer is busy elsewhere (a call the scheduler gave up on, still
+                # waiting): nothing goes out before those confirms are in.
+                raise RetryableSubmitError(
+                    "an earlier chunk's confirms are awaited on another connection; nothing "
+                    "sent, retried later"
+                )
+            # That connection is gone, or nobody waits on it any more: what it owed is
+            # unknown, and a resend may deliver a second copy.
+            self._forget_owed()
         channel = _unconfirmed_channel(producer)
         if channel is not None:
             # Without confirms a probe would return at once: wait for the answer to the round
@@ -809,6 +862,25 @@ class CelerySubmitter(BaseSubmitter):
         after_classic(getattr(producer, "_channel", None), before)
         self._blocked = False
 
+    def _abandoned(self, started: float) -> bool:
+        """Whether a call that started at ``started`` (monotonic) has outlived the scheduler's
+        bound of it, so the scheduler no longer waits for its answer."""
+        bound = self._call_bound
+        return bound is not None and time.monotonic() - started >= 0.8 * bound
+
+    def _land(self, key: str) -> None:
+        """Remember that the broker confirmed ``key``'s message (the latest few thousand)."""
+        with self._lock:
+            self._landed[key] = None
+            if len(self._landed) > _LANDED_LIMIT:
+                del self._landed[next(iter(self._landed))]
+
+    def _forget_owed(self) -> None:
+        with self._lock:
+            self._inflight -= set(self._owed.values())
+            self._owed = {}
+            self._owed_channel = None
+
     def _timed_out_error(self, occurrence: Occurrence, exc: BaseException) -> PublishTimedOut:
         self._blocked = True
         log_event(
@@ -859,6 +931,7 @@ class CelerySubmitter(BaseSubmitter):
         Redis also ends, and frees its producer (connections kombu opens from now on), instead of
         hanging until Redis wakes. The
         AMQP publish path is left as kombu configures it."""
+        self._call_bound = seconds
         conf = self.app.conf
         url = str(getattr(conf, "broker_url", None) or "")
         if not url.split("://", 1)[0].startswith(("redis", "rediss", "sentinel")):
@@ -933,6 +1006,9 @@ class _Refused(RetryableSubmitError):
         super().__init__(str(error))
         self.error = error
 
+
+_LANDED_LIMIT = 10_000
+"""Confirmed task ids remembered, to answer a resubmission without a second copy."""
 
 _UNTRIED = RetryableSubmitError(
     "not sent: an earlier publish of the same chunk timed out (blocked or frozen broker)"
