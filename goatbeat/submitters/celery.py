@@ -194,10 +194,13 @@ class CelerySubmitter(BaseSubmitter):
     ``expires_from``: ``"submission"`` (default, as celery beat) or ``"scheduled"``, where
     ``expires`` counts from (see :mod:`goatbeat.submitters._expiry`); from the scheduled
     instant it is sent as an absolute expiry. ``publish_timeout`` (seconds, default
-    :data:`DEFAULT_PUBLISH_TIMEOUT`; None: wait forever, as Celery does) bounds each publish:
-    past it the connection is dropped, the occurrence counts as a retryable failure (logged
-    ``submitter.publish_timeout``) and the rest of its chunk is not tried; keep it well below
-    the lease's local deadline.
+    :data:`DEFAULT_PUBLISH_TIMEOUT`; None: wait forever, as Celery does) bounds each publish
+    (on RabbitMQ, a chunk's write and the wait for its confirms): past it the occurrence counts
+    as a retryable failure (logged ``submitter.publish_timeout``) and the rest of its chunk is
+    not tried; the connection is dropped, except on RabbitMQ with confirms after a complete
+    write, where the next submission first waits for the withheld confirms (a message the
+    broker confirmed then is answered submitted on its retry, not sent twice). Keep it well
+    below the lease's local deadline.
     """
 
     name: ClassVar[str] = "celery"
