@@ -129,6 +129,23 @@ class Publisher:
             )
         return task_id
 
+    def exchanges(self, name: str, options: Mapping[str, Any]) -> set[str]:
+        """The exchange names a message for task ``name`` with routing ``options`` may be
+        published to, as its route says (an exchange, a queue's exchange); empty when the
+        route is unknown (never prepared, or an app unlike Celery's)."""
+        found = self._prepared.get((name, *options.items()))
+        if found is None:
+            return set()
+        routed = found[0]
+        names = set()
+        for exchange in (routed.get("exchange"), getattr(routed.get("queue"), "exchange", None)):
+            exchange_name = (
+                exchange if isinstance(exchange, str) else getattr(exchange, "name", None)
+            )
+            if isinstance(exchange_name, str):
+                names.add(exchange_name)
+        return names
+
     def _prepare(
         self, name: str, options: Mapping[str, Any]
     ) -> tuple[dict[str, Any], Mapping[str, Any]]:

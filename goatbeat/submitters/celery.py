@@ -15,9 +15,17 @@ batch, and with ``concurrency`` > 1 from that many threads.
 
 The scheduler hands the submitter chunks of occurrences (:meth:`CelerySubmitter.submit_many`):
 each chunk is published inside kombu's ``Producer.batch()`` (kombu >= 5.7), which on Redis
-sends the chunk's ``LPUSH`` commands in one pipelined round trip; the messages are exactly those
-``send_task`` publishes (routing, ``task_routes``, signals and all). Transports without batch
-support publish each message at once inside the same call.
+sends the chunk's ``LPUSH`` commands in one pipelined round trip, and on RabbitMQ (py-amqp) writes
+the chunk's frames in one socket write and, with publisher confirms, waits once for all the acks
+(:mod:`~goatbeat.submitters._amqp_batch`); the messages are exactly those ``send_task``
+publishes (routing, ``task_routes``, signals and all). Other transports publish each message at
+once inside the same call.
+
+On RabbitMQ, a channel error no retry can fix (404 NOT_FOUND, an unknown exchange; 406
+PRECONDITION_FAILED, an exchange or queue declared otherwise than it exists) is
+:class:`BrokerRefused`, a PermanentSubmitError, on the occurrence whose message caused it.
+Without publisher confirms the broker's close arrives after later messages were written, so
+each chunk ends with one round trip on its channel before it is reported (docs/rabbitmq.md).
 
 Each message is built by :class:`~goatbeat.submitters._celery_publish.Publisher`, which does
 ``send_task``'s per-task work (registry options, route) once per schedule's routing and leaves
@@ -29,10 +37,12 @@ router function, task protocol 1, inside a Celery task).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import re
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -48,12 +58,21 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import Occurrence, Schedule
 from goatbeat.core.observability import log_event
 from goatbeat.core.submit import BaseSubmitter, check_supported
+from goatbeat.submitters._amqp_batch import (
+    FrameBatch,
+    after_classic,
+    await_confirms,
+    batchable,
+    before_classic,
+    forget_tags,
+)
 from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
 from goatbeat.submitters.keys import RESERVED_HEADERS, key_headers
 
 __all__ = [
     "BEAT_HEADER",
+    "BrokerRefused",
     "CelerySubmitter",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_PUBLISH_TIMEOUT",
@@ -175,10 +194,13 @@ class CelerySubmitter(BaseSubmitter):
     ``expires_from``: ``"submission"`` (default, as celery beat) or ``"scheduled"``, where
     ``expires`` counts from (see :mod:`goatbeat.submitters._expiry`); from the scheduled
     instant it is sent as an absolute expiry. ``publish_timeout`` (seconds, default
-    :data:`DEFAULT_PUBLISH_TIMEOUT`; None: wait forever, as Celery does) bounds each publish:
-    past it the connection is dropped, the occurrence counts as a retryable failure (logged
-    ``submitter.publish_timeout``) and the rest of its chunk is not tried; keep it well below
-    the lease's local deadline.
+    :data:`DEFAULT_PUBLISH_TIMEOUT`; None: wait forever, as Celery does) bounds each publish
+    (on RabbitMQ, a chunk's write and the wait for its confirms): past it the occurrence counts
+    as a retryable failure (logged ``submitter.publish_timeout``) and the rest of its chunk is
+    not tried; the connection is dropped, except on RabbitMQ with confirms after a complete
+    write, where the next submission first waits for the withheld confirms (a message the
+    broker confirmed then is answered submitted on its retry, not sent twice). Keep it well
+    below the lease's local deadline.
     """
 
     name: ClassVar[str] = "celery"
@@ -242,6 +264,19 @@ class CelerySubmitter(BaseSubmitter):
         self._closed = False
         # A publish timed out: probe before the next one (_still_blocked).
         self._blocked = False
+        # A chunk's confirms the broker withheld past publish_timeout (tag -> task id), on
+        # that channel; the task ids of those it confirmed later, answered without a resend.
+        self._owed: dict[int, str] = {}
+        self._owed_channel: Any = None
+        self._owed_since = 0.0
+        # Task ids whose messages the broker confirmed (the latest _LANDED_LIMIT), so a
+        # resubmission after an answer was lost (a timed-out wait, a call the scheduler gave
+        # up on) is answered without a second copy; and those written, not yet confirmed.
+        self._landed: dict[str, None] = {}
+        self._inflight: set[str] = set()
+        # The scheduler's bound of one call (bound_calls): a call that outlived it was given
+        # up on, and the confirms it then got were never seen by the scheduler.
+        self._call_bound: float | None = None
         self._modules_loaded = False
         self._publisher = Publisher(self.app)
 
@@ -285,19 +320,10 @@ class CelerySubmitter(BaseSubmitter):
             )
 
     def submit(self, occurrence: Occurrence) -> str | None:
-        producer = self._check_out()
-        try:
-            self._still_blocked(producer)
-            task_id = self._send(producer, occurrence, direct=self._publisher.usable())
-        except PermanentSubmitError:
-            self._check_in(producer)
-            raise
-        except BaseException:
-            # The connection may be half-dead: start from a fresh producer next time.
-            _release(producer)
-            raise
-        self._check_in(producer)
-        return task_id
+        [result] = self._publish_chunk([occurrence], batched=False)
+        if isinstance(result, Exception):
+            raise result
+        return result
 
     def submit_many(self, occurrences: Sequence[Occurrence]) -> list[str | None | Exception]:
         """Publish ``occurrences`` in one kombu publish batch (``Producer.batch``, kombu >=
@@ -305,42 +331,52 @@ class CelerySubmitter(BaseSubmitter):
         instead of one round trip (and one fresh redis client) per message. A batch that
         fails to flush leaves delivery uncertain, so each message in it counts as a retryable
         failure: resubmitted with the same key, at least once. Without batch support (an older
-        kombu, ``batch_publish=False``) the messages go one by one."""
+        kombu, ``batch_publish=False``, RabbitMQ) the messages go one by one; on RabbitMQ
+        without publisher confirms the chunk ends with one round trip on its channel, so a
+        message the broker refused is known, and reported, before the chunk is
+        (:meth:`_verify`)."""
+        return self._publish_chunk(occurrences, batched=self._batch_publish)
+
+    def _publish_chunk(
+        self, occurrences: Sequence[Occurrence], *, batched: bool
+    ) -> list[str | None | Exception]:
+        """Publish ``occurrences`` through one producer; each one's task id or error, in
+        order. The producer goes back to the free list unless an error says its connection
+        or channel may be broken (then it is released, and the next chunk starts afresh)."""
         producer = self._check_out()
         try:
             self._still_blocked(producer)
         except RetryableSubmitError as exc:
             _release(producer)
             return [exc] * len(occurrences)
-        batch = getattr(producer, "batch", None) if self._batch_publish else None
-        results: list[str | None | Exception] = []
+        batch = getattr(producer, "batch", None) if batched else None
+        results: list[str | None | Exception] = [_UNSENT] * len(occurrences)
         healthy = True
         direct = self._publisher.usable()
+        channel = self._framable(producer)
         try:
-            if batch is None:
-                for occ in occurrences:
-                    results.append(self._send_or_error(producer, occ, direct))
-                    if isinstance(results[-1], PublishTimedOut):
-                        break
-                results += _untried(results, len(occurrences))
-                healthy = not any(_suspect(r) for r in results)
+            if channel is not None:
+                healthy = self._send_framed(producer, channel, occurrences, direct, results)
+                results = [_UNTRIED if r is _UNSENT else r for r in results]
+                if not (self._owed and self._owed_channel is channel):
+                    healthy = healthy and not any(_suspect(r) for r in results)
+                # else: kept, with the connection the withheld confirms will come on
                 return results
-            try:
-                with batch(max_size=_BATCH_COMMANDS):
-                    for occ in occurrences:
-                        results.append(self._send_or_error(producer, occ, direct))
-                        if isinstance(results[-1], PublishTimedOut):
-                            break
-            except Exception as exc:  # the flush: nothing buffered is known to have landed
-                healthy = False
-                error = RetryableSubmitError(
-                    f"celery broker batch failed, delivery uncertain: {type(exc).__name__}: {exc}"
-                )
-                results = [r if isinstance(r, Exception) else error for r in results]
-                results += [error] * (len(occurrences) - len(results))
+            if batch is None:
+                self._send_each(producer, occurrences, direct, results)
             else:
-                results += _untried(results, len(occurrences))
-                healthy = not any(_suspect(r) for r in results)
+                try:
+                    with batch(max_size=_BATCH_COMMANDS):
+                        self._send_each(producer, occurrences, direct, results)
+                except Exception as exc:  # the flush: nothing buffered is known to have landed
+                    healthy = False
+                    error = RetryableSubmitError(
+                        "celery broker batch failed, delivery uncertain: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    return [r if isinstance(r, Exception) else error for r in results]
+            results = [_UNTRIED if r is _UNSENT else r for r in results]
+            healthy = not any(_suspect(r) for r in results)
             return results
         finally:
             if healthy:
@@ -348,9 +384,184 @@ class CelerySubmitter(BaseSubmitter):
             else:
                 _release(producer)
 
+    def _framable(self, producer: Any) -> Any | None:
+        """``producer``'s py-amqp channel when this chunk can go out in one socket write
+        (:mod:`~goatbeat.submitters._amqp_batch`): RabbitMQ through py-amqp, connected, a
+        ``Producer.batch`` to publish in, ``batch_publish`` on; else None (one by one)."""
+        if not self._batch_publish or getattr(producer, "batch", None) is None:
+            return None
+        try:
+            if not producer.connection.connected:
+                return None  # the first publish connects, with kombu's retry policy
+            channel = producer.channel
+        except Exception:  # the publish will meet it, and handle it
+            return None
+        return channel if batchable(channel) else None
+
+    def _send_framed(
+        self,
+        producer: Any,
+        channel: Any,
+        occurrences: Sequence[Occurrence],
+        direct: bool,
+        results: list[str | None | Exception],
+    ) -> bool:
+        """Publish ``occurrences`` through a :class:`FrameBatch`: every message built and
+        published by kombu as usual, the frames written in one go, then with confirms one
+        wait for all the acks, without them one round trip (:meth:`_verify`). Each message's
+        fate is its occurrence's: acked (or routed) is submitted, nacked or unknown is
+        retryable, refused (404/406) is :class:`BrokerRefused` and what the broker discarded
+        after it is sent again. Returns False when the connection was dropped."""
+        todo = list(range(len(occurrences)))
+        started = time.monotonic()
+        for _ in range(len(occurrences) + 2):  # each round settles at least one message
+            if not todo:
+                break
+            session = FrameBatch(channel, self.publish_timeout)
+            written: set[str] = set()
+            vars(channel)["create_publish_batch"] = functools.partial(_same, session)
+            try:
+                with producer.batch(max_size=_BATCH_COMMANDS):
+                    for index in todo:
+                        session.owner = index
+                        result = self._send_or_error(producer, occurrences[index], direct)
+                        results[index] = result
+                        if isinstance(result, _Refused):  # a declaration's: this message's own
+                            self._attribute(result.error, occurrences, results, [], index)
+                        elif isinstance(result, PublishTimedOut):
+                            break
+                    written = {occurrences[i].idempotency_key for i in set(session.owners)}
+                    if session.confirm:
+                        with self._lock:
+                            self._inflight |= written
+                    settled = session.settle()
+            except Exception as exc:  # kombu's batch itself (a channel replaced under it)
+                uncertain = RetryableSubmitError(
+                    f"celery broker batch failed, delivery uncertain: {type(exc).__name__}: {exc}"
+                )
+                for index in todo:
+                    if not isinstance(results[index], Exception):
+                        results[index] = uncertain
+                return False
+            finally:
+                vars(channel).pop("create_publish_batch", None)
+                if session.confirm:
+                    with self._lock:
+                        self._inflight -= written - set(self._owed.values())
+            todo = []
+            first: dict[int, int] = {}
+            for position, owner in enumerate(session.owners):
+                first.setdefault(owner, position)
+            sent = [i for i in sorted(first) if not isinstance(results[i], Exception)]
+            error = settled.error
+            if error is None and not session.confirm:
+                todo = self._verify(producer, occurrences, results, sent)
+                continue
+            unknown: list[int] = []
+            for index in sent:
+                outcome = settled.outcomes[first[index]]
+                if outcome == "ok":
+                    if self._abandoned(started):
+                        self._land(occurrences[index].idempotency_key)
+                elif outcome == "nack":
+                    results[index] = RetryableSubmitError(
+                        f"celery broker refused (nack) {occurrences[index].idempotency_key}; "
+                        "retried later"
+                    )
+                elif outcome == "unknown":
+                    unknown.append(index)
+            if error is None or not unknown:
+                continue
+            refused = _refusal(error)
+            if refused is not None and settled.written:
+                todo = self._attribute(refused, occurrences, results, unknown, None)
+                continue
+            timed_out = _timed_out(error) or isinstance(error, TimeoutError)
+            if timed_out and settled.written and session.confirm and not self._owed:
+                # Written, acks withheld (a broker blocking publishers): the connection stays,
+                # and the next submission waits for those acks first (_still_blocked), so a
+                # message the broker took after all is not sent twice.
+                first_tag = {i: settled.base + 1 + first[i] for i in unknown}
+                with self._lock:
+                    self._owed = {first_tag[i]: occurrences[i].idempotency_key for i in unknown}
+                    self._owed_channel = channel
+                    self._owed_since = time.monotonic()
+                    self._inflight |= set(self._owed.values())
+                abandoned = self._timed_out_error(occurrences[unknown[0]], error)
+                for index in unknown:
+                    results[index] = abandoned
+                return True
+            # Not written, partly written, or no answer: the connection cannot be trusted
+            # (a frame half on the wire, late acks for tags given out), so it goes.
+            with contextlib.suppress(Exception):
+                producer.connection.collect()
+            if timed_out:
+                failure: Exception = self._timed_out_error(occurrences[unknown[0]], error)
+            else:
+                failure = RetryableSubmitError(
+                    f"celery broker failed before it confirmed, delivery uncertain: "
+                    f"{type(error).__name__}: {error}"
+                )
+            for index in unknown:
+                results[index] = failure
+            return False
+        return True
+
+    def _send_each(
+        self,
+        producer: Any,
+        occurrences: Sequence[Occurrence],
+        direct: bool,
+        results: list[str | None | Exception],
+    ) -> None:
+        """Send ``occurrences`` one after the other, putting each one's result in
+        ``results``; stops after a publish that timed out (the rest is left unsent). A channel
+        error the broker raised is put on the message that caused it (:meth:`_attribute`),
+        and what the broker discarded after it is sent again, on the channel py-amqp reopened.
+        On RabbitMQ without confirms the chunk ends with a round trip (:meth:`_verify`)."""
+        todo = list(range(len(occurrences)))
+        # Indexes of messages sent on a RabbitMQ channel without confirms since its last
+        # round trip: accepted, or not, as far as anybody knows yet.
+        unverified: list[int] = []
+        unconfirmed: bool | None = None
+        # Each resend follows a refusal that settled at least one message: bounded anyway.
+        budget = 3 * len(occurrences) + 3
+        while todo and budget > 0:
+            budget -= 1
+            index = todo.pop(0)
+            before = before_classic(getattr(producer, "_channel", None))
+            result = self._send_or_error(producer, occurrences[index], direct)
+            results[index] = result
+            if not isinstance(result, Exception):
+                after_classic(getattr(producer, "_channel", None), before)
+            elif _suspect(result):
+                forget_tags(getattr(producer, "_channel", None))
+            if isinstance(result, _Refused):
+                todo[:0] = self._attribute(result.error, occurrences, results, unverified, index)
+            elif isinstance(result, PublishTimedOut):
+                return
+            elif not isinstance(result, Exception):
+                if unconfirmed is None:
+                    unconfirmed = _unconfirmed_channel(producer) is not None
+                if unconfirmed:
+                    unverified.append(index)
+            if not todo and unverified:
+                todo = self._verify(producer, occurrences, results, unverified)
+
     def _send_or_error(
         self, producer: Any, occurrence: Occurrence, direct: bool
     ) -> str | None | Exception:
+        key = occurrence.idempotency_key
+        if key in self._landed:
+            # Its message was confirmed after its publish had been given up on: delivered.
+            with self._lock:
+                self._landed.pop(key, None)
+            return key
+        if key in self._inflight:
+            return RetryableSubmitError(
+                f"{key}: its message awaits the broker's confirm on another connection; "
+                "not sent again, retried later"
+            )
         try:
             return self._send(producer, occurrence, direct=direct)
         except Exception as exc:  # reported for this occurrence; the others still go
@@ -361,13 +572,15 @@ class CelerySubmitter(BaseSubmitter):
             if self._closed:
                 raise RetryableSubmitError("the Celery submitter is closed")
             if self._idle:
+                for i, idle in enumerate(self._idle):
+                    if self._owed and getattr(idle, "_channel", None) is self._owed_channel:
+                        return self._idle.pop(i)  # it owes the confirms to wait for first
                 return self._idle.pop()
         return self.app.producer_pool.acquire(block=True)
 
-    def _send(self, producer: Any, occurrence: Occurrence, *, direct: bool) -> str | None:
-        """One message, as ``send_task`` sends it (``direct``: through the :class:`Publisher`,
-        which builds the same message for less); kombu/redis errors turned into goatbeat's
-        SubmitErrors."""
+    @staticmethod
+    def _options(occurrence: Occurrence) -> dict[str, Any]:
+        """The schedule's routing as ``send_task`` options, always in the same order."""
         routing = occurrence.routing
         options: dict[str, Any] = {}
         if routing.queue is not None:
@@ -378,6 +591,14 @@ class CelerySubmitter(BaseSubmitter):
             options["routing_key"] = routing.routing_key
         if routing.priority is not None:
             options["priority"] = routing.priority
+        return options
+
+    def _send(self, producer: Any, occurrence: Occurrence, *, direct: bool) -> str | None:
+        """One message, as ``send_task`` sends it (``direct``: through the :class:`Publisher`,
+        which builds the same message for less); kombu/redis errors turned into goatbeat's
+        SubmitErrors."""
+        routing = occurrence.routing
+        options = self._options(occurrence)
         left = expires_left(occurrence, self.expires_from, self.clock)
         expires: float | datetime | None = None
         if left is not None and self.expires_from == "scheduled":
@@ -430,6 +651,9 @@ class CelerySubmitter(BaseSubmitter):
                 f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
             ) from exc
         except self._retryable as exc:
+            refused = _refusal(exc)
+            if refused is not None:
+                raise _Refused(refused) from exc
             if self.publish_timeout is not None and _timed_out(exc):
                 raise self._timed_out_error(occurrence, exc) from exc
             raise RetryableSubmitError(
@@ -437,6 +661,115 @@ class CelerySubmitter(BaseSubmitter):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         return str(result.id)
+
+    def _attribute(
+        self,
+        error: BaseException,
+        occurrences: Sequence[Occurrence],
+        results: list[str | None | Exception],
+        unverified: list[int],
+        current: int | None,
+    ) -> list[int]:
+        """Put a channel error the broker raised (404 or 406, :func:`_refusal`) on the message
+        that caused it, in ``results``, and settle the chunk's unverified messages; returns
+        the indexes of the messages the broker never took, to send again.
+
+        The broker closes the channel on the first method it refuses and discards every
+        later one on it. An error on a declaration (a queue's, an exchange's: synchronous)
+        is the ``current`` message's own, and everything sent before it on the channel was
+        accepted. An error on a ``basic.publish`` is the current message's when the channel
+        has confirms (nothing is left unverified there); without them it arrives later, and
+        belongs to one of the ``unverified`` messages: the only one, or the first whose
+        exchange the broker's text names. The unverified messages before it were accepted,
+        those after it were discarded, and the ``current`` one was not sent (the error was
+        read before it went out): those are returned. When the culprit cannot be told, every
+        unverified message counts as a retryable failure, delivery uncertain."""
+        text = f"({getattr(error, 'reply_code', '?')}) {getattr(error, 'reply_text', error)}"
+        on_publish = getattr(error, "method_sig", None) == _BASIC_PUBLISH
+        culprit: int | None = None
+        if current is not None and (not on_publish or not unverified):
+            culprit, unverified[:] = current, []
+        elif on_publish and unverified:
+            named = _named_exchange(error)
+            if len(unverified) == 1:
+                culprit = unverified[0]
+            else:
+                culprit = next(
+                    (i for i in unverified if named in self._exchanges(occurrences[i])), None
+                )
+        resend: list[int] = []
+        if culprit is None:
+            uncertain = RetryableSubmitError(
+                f"RabbitMQ refused one of {len(unverified)} unconfirmed messages {text}, "
+                "which one is unknown without publisher confirms: delivery uncertain, "
+                "retried later"
+            )
+            for i in unverified:
+                results[i] = uncertain
+        else:
+            occ = occurrences[culprit]
+            exchange = next(iter(sorted(self._exchanges(occ))), None)
+            results[culprit] = BrokerRefused(occ, error, _named_exchange(error) or exchange)
+            resend = [i for i in unverified if i > culprit]
+        if current is not None and current != culprit:
+            resend.append(current)
+        for i in resend:
+            results[i] = _UNSENT
+        unverified[:] = []
+        log_event(
+            "submitter.refused",
+            level=logging.ERROR,
+            submitter=self.name,
+            key=None if culprit is None else occurrences[culprit].idempotency_key,
+            error=text,
+        )
+        return resend
+
+    def _exchanges(self, occurrence: Occurrence) -> set[str]:
+        """The exchange names ``occurrence``'s message may have gone to: its schedule's own,
+        and the one its route or queue gives it (the :class:`Publisher`'s record)."""
+        names = set()
+        if occurrence.routing.exchange is not None:
+            names.add(occurrence.routing.exchange)
+        names |= self._publisher.exchanges(occurrence.task, self._options(occurrence))
+        return names
+
+    def _verify(
+        self,
+        producer: Any,
+        occurrences: Sequence[Occurrence],
+        results: list[str | None | Exception],
+        unverified: list[int],
+    ) -> list[int]:
+        """End a chunk sent without publisher confirms with one round trip on its channel
+        (``basic.qos`` and its ``qos-ok``, bounded by ``publish_timeout``): the broker handles
+        a channel's methods in order, so the answer says every message before it was routed,
+        and a channel close arriving instead names the refused one (:meth:`_attribute`). A
+        round trip that times out (a broker blocking publishers) leaves the messages reported
+        sent, as written to the socket, and the next submission waits for the answer first
+        (:meth:`_still_blocked`); a connection that fails leaves their delivery uncertain:
+        retryable. Returns what the broker discarded after a refusal, to send again."""
+        channel = _unconfirmed_channel(producer)
+        if channel is None:
+            unverified[:] = []
+            return []
+        try:
+            _round_trip(producer, channel, self.publish_timeout)
+        except Exception as exc:
+            refused = _refusal(exc)
+            if refused is not None:
+                return self._attribute(refused, occurrences, results, unverified, None)
+            if _timed_out(exc):
+                self._blocked = True
+            else:
+                uncertain = RetryableSubmitError(
+                    "celery broker connection failed before it answered for the chunk, "
+                    f"delivery uncertain: {type(exc).__name__}: {exc}"
+                )
+                for i in unverified:
+                    results[i] = uncertain
+        unverified[:] = []
+        return []
 
     def _still_blocked(self, producer: Any) -> None:
         """After a publish timed out, first ask whether the broker takes messages again: a
@@ -446,6 +779,67 @@ class CelerySubmitter(BaseSubmitter):
         (retryable) without publishing anything. Raises RetryableSubmitError then."""
         if not self._blocked:
             return
+        if self._owed:
+            owed_channel = self._owed_channel
+            if _concrete_channel(producer) is owed_channel:
+                landed: set[str] = set()
+                try:
+                    await_confirms(owed_channel, self._owed, self.publish_timeout, landed)
+                except Exception as exc:
+                    if not _timed_out(exc) and not isinstance(exc, TimeoutError):
+                        self._forget_owed()  # the channel is gone, and with it what it owed
+                        with contextlib.suppress(Exception):
+                            producer.connection.collect()
+                    raise RetryableSubmitError(
+                        "celery broker still withholds the confirms of an earlier chunk "
+                        f"({type(exc).__name__}: {exc}); nothing sent, retried later"
+                    ) from exc
+                finally:
+                    for key in landed:
+                        self._land(key)
+                    with self._lock:
+                        self._inflight -= landed
+                self._forget_owed()
+                self._blocked = False
+                return
+            alive = getattr(getattr(owed_channel, "connection", None), "sock", None) is not None
+            patience = 3 * (self.publish_timeout or DEFAULT_PUBLISH_TIMEOUT)
+            if alive and time.monotonic() - self._owed_since < patience:
+                # Its producer is busy elsewhere (a call the scheduler gave up on, still
+                # waiting): nothing goes out before those confirms are in.
+                raise RetryableSubmitError(
+                    "an earlier chunk's confirms are awaited on another connection; nothing "
+                    "sent, retried later"
+                )
+            # That connection is gone, or nobody waits on it any more: what it owed is
+            # unknown, and a resend may deliver a second copy.
+            self._forget_owed()
+        channel = _unconfirmed_channel(producer)
+        if channel is not None:
+            # Without confirms a probe would return at once: wait for the answer to the round
+            # trip that timed out (and one more) instead.
+            try:
+                _round_trip(producer, channel, self.publish_timeout)
+            except Exception as exc:
+                if _refusal(exc) is not None:
+                    # A refusal of a message already reported sent: it can only be logged.
+                    log_event(
+                        "submitter.refused",
+                        level=logging.ERROR,
+                        submitter=self.name,
+                        key=None,
+                        error=f"after the chunk was reported sent (blocked broker): {exc}",
+                    )
+                else:
+                    with contextlib.suppress(Exception):
+                        producer.connection.collect()
+                raise RetryableSubmitError(
+                    "celery broker still blocks publishers (round trip: "
+                    f"{type(exc).__name__}: {exc}); nothing sent, retried later"
+                ) from exc
+            self._blocked = False
+            return
+        before = before_classic(_concrete_channel(producer))
         try:
             with producer.connection._reraise_as_library_errors():
                 producer.publish(
@@ -468,7 +862,27 @@ class CelerySubmitter(BaseSubmitter):
                 f"celery broker still blocks publishers (probe: {type(exc).__name__}: {exc}); "
                 "nothing sent, retried later"
             ) from exc
+        after_classic(getattr(producer, "_channel", None), before)
         self._blocked = False
+
+    def _abandoned(self, started: float) -> bool:
+        """Whether a call that started at ``started`` (monotonic) has outlived the scheduler's
+        bound of it, so the scheduler no longer waits for its answer."""
+        bound = self._call_bound
+        return bound is not None and time.monotonic() - started >= 0.8 * bound
+
+    def _land(self, key: str) -> None:
+        """Remember that the broker confirmed ``key``'s message (the latest few thousand)."""
+        with self._lock:
+            self._landed[key] = None
+            if len(self._landed) > _LANDED_LIMIT:
+                del self._landed[next(iter(self._landed))]
+
+    def _forget_owed(self) -> None:
+        with self._lock:
+            self._inflight -= set(self._owed.values())
+            self._owed = {}
+            self._owed_channel = None
 
     def _timed_out_error(self, occurrence: Occurrence, exc: BaseException) -> PublishTimedOut:
         self._blocked = True
@@ -520,6 +934,7 @@ class CelerySubmitter(BaseSubmitter):
         Redis also ends, and frees its producer (connections kombu opens from now on), instead of
         hanging until Redis wakes. The
         AMQP publish path is left as kombu configures it."""
+        self._call_bound = seconds
         conf = self.app.conf
         url = str(getattr(conf, "broker_url", None) or "")
         if not url.split("://", 1)[0].startswith(("redis", "rediss", "sentinel")):
@@ -567,6 +982,113 @@ def _bound_redis_sockets(app: Any, seconds: float) -> None:
         return
 
 
+class BrokerRefused(PermanentSubmitError):
+    """RabbitMQ closed the channel on this occurrence's message with an error no retry can
+    fix: 404 NOT_FOUND (no such exchange) or 406 PRECONDITION_FAILED (an exchange or queue
+    declared otherwise than it exists). The occurrence fails at once (``submit_failed``),
+    naming the reply, the exchange and the schedule."""
+
+    def __init__(self, occurrence: Occurrence, error: BaseException, exchange: str | None):
+        self.reply_code: int | None = getattr(error, "reply_code", None)
+        self.reply_text: str = str(getattr(error, "reply_text", None) or error)
+        self.exchange = exchange
+        self.schedule = occurrence.schedule_name
+        method = getattr(error, "method_name", "") or "the broker"
+        super().__init__(
+            f"RabbitMQ refused schedule {occurrence.schedule_name!r}'s message "
+            f"({occurrence.idempotency_key}) to exchange {exchange!r}: "
+            f"({self.reply_code}) {self.reply_text} (on {method}); no retry can fix this"
+        )
+
+
+class _Refused(RetryableSubmitError):
+    """A channel error :func:`_refusal` picked out, on its way to :meth:`_attribute` (which
+    always replaces it in the results)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_LANDED_LIMIT = 10_000
+"""Confirmed task ids remembered, to answer a resubmission without a second copy."""
+
+_UNTRIED = RetryableSubmitError(
+    "not sent: an earlier publish of the same chunk timed out (blocked or frozen broker)"
+)
+
+_UNSENT: Any = RetryableSubmitError("not sent")
+"""A chunk's placeholder for a message not (or not yet) sent."""
+
+_REFUSALS = frozenset({404, 406})
+"""AMQP channel error codes no retry fixes: NOT_FOUND, PRECONDITION_FAILED."""
+
+_BASIC_PUBLISH = (60, 40)
+"""The AMQP (class, method) of ``basic.publish``, as a channel error names it."""
+
+_EXCHANGE_NAME = re.compile(r"exchange '((?:[^'\\]|\\.)*)'")
+
+
+def _refusal(exc: BaseException) -> BaseException | None:
+    """The py-amqp channel error behind ``exc`` (itself or what it wraps) when its reply
+    code is one no retry fixes (:data:`_REFUSALS`), else None."""
+    seen: BaseException | None = exc
+    for _ in range(4):
+        if seen is None:
+            return None
+        if getattr(seen, "reply_code", None) in _REFUSALS and hasattr(seen, "method_sig"):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _named_exchange(error: BaseException) -> str | None:
+    """The exchange a broker's reply text names (``no exchange 'x' in vhost '/'``)."""
+    found = _EXCHANGE_NAME.search(str(getattr(error, "reply_text", "") or ""))
+    return found.group(1) if found else None
+
+
+def _unconfirmed_channel(producer: Any) -> Any | None:
+    """``producer``'s py-amqp channel when it publishes without confirms, else None (other
+    transports, or a channel whose publishes wait for the broker's confirm)."""
+    try:
+        channel = producer._channel
+        connection = channel.connection
+        if connection is None or not callable(getattr(channel, "send_method", None)):
+            return None
+        if getattr(connection, "confirm_publish", False):
+            return None
+        import amqp  # type: ignore[import-untyped]
+
+        if not isinstance(connection, amqp.Connection):
+            return None
+    except Exception:  # a channel promise not yet kept, a transport unlike py-amqp's
+        return None
+    return channel
+
+
+def _round_trip(producer: Any, channel: Any, timeout: float | None) -> None:
+    """One ``basic.qos`` (prefetch unchanged: this channel consumes nothing) and its
+    ``qos-ok`` on ``channel``, and the answers owed to earlier round trips that timed out
+    (each would otherwise satisfy a later wait too early). Raises the channel error the
+    broker sent instead, or TimeoutError after ``timeout`` seconds."""
+    from amqp import spec
+
+    owed = getattr(producer, "_goatbeat_owed", None)
+    waits = 1 + (owed[1] if owed is not None and owed[0] is channel else 0)
+    with channel.connection.transport.having_timeout(timeout):
+        channel.send_method(spec.Basic.Qos, "lBb", (0, 0, False))
+    try:
+        while waits:
+            channel.wait(spec.Basic.QosOk, timeout=timeout)
+            waits -= 1
+    except Exception as exc:
+        # A closed channel owes nothing (py-amqp reopens it); a timeout leaves it owing.
+        producer._goatbeat_owed = (channel, waits if _timed_out(exc) else 0)
+        raise
+    producer._goatbeat_owed = None
+
+
 class PublishTimedOut(RetryableSubmitError):
     """A publish that took longer than ``publish_timeout``: the broker may hold it, or not."""
 
@@ -586,19 +1108,26 @@ def _no_retry_after_timeout(exc: BaseException, interval: float) -> None:
         raise _Abandoned(str(exc)) from exc
 
 
-def _untried(results: Sequence[object], total: int) -> list[Exception]:
-    """The rest of a chunk after a publish timed out: not tried, retried later."""
-    if len(results) >= total:
-        return []
-    error = RetryableSubmitError(
-        "not sent: an earlier publish of the same chunk timed out (blocked or frozen broker)"
-    )
-    return [error] * (total - len(results))
+def _concrete_channel(producer: Any) -> Any | None:
+    """``producer``'s channel when its connection is up (made concrete), else None."""
+    try:
+        return producer.channel if producer.connection.connected else None
+    except Exception:  # the publish will meet it
+        return None
+
+
+def _same(session: FrameBatch, max_size: int = 0) -> FrameBatch:
+    """``channel.create_publish_batch`` for one chunk: the session already made for it."""
+    return session
 
 
 def _suspect(result: object) -> bool:
-    """Whether a submission's result says the producer's connection may be broken."""
-    return isinstance(result, Exception) and not isinstance(result, PermanentSubmitError)
+    """Whether a submission's result says the producer's connection or channel may be
+    broken: any failure but a permanent one raised before the broker was asked (a broker's
+    refusal closed the channel)."""
+    return isinstance(result, Exception) and (
+        not isinstance(result, PermanentSubmitError) or isinstance(result, BrokerRefused)
+    )
 
 
 def _release(producer: Any) -> None:

@@ -11,6 +11,7 @@ relative expiries (within a second), and goatbeat's own two headers, which beat 
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from goatbeat.core.errors import PermanentSubmitError
 from goatbeat.core.model import Occurrence, Routing
-from goatbeat.submitters.celery import CelerySubmitter
+from goatbeat.submitters.celery import BrokerRefused, CelerySubmitter
 from goatbeat.submitters.keys import RESERVED_HEADERS
 
 celery = pytest.importorskip("celery")
@@ -315,21 +316,94 @@ def test_a_queue_missing_from_task_queues_is_refused_at_publish(
     assert isinstance(result, PermanentSubmitError)
 
 
-def test_an_exchange_of_another_type_is_a_retryable_failure_naming_the_broker_error(
-    app: Any, amqp_url: str
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirm_publish", "no confirms"])
+def test_an_exchange_of_another_type_fails_at_once_naming_precondition_failed(
+    app: Any, amqp_url: str, confirm: bool
 ) -> None:
     """The workers declared ``mismatch`` as a topic exchange; the scheduler's app says direct:
-    RabbitMQ refuses the declaration (406 PRECONDITION_FAILED), which goatbeat reports, as
-    docs/rabbitmq.md says, as a retryable failure carrying the broker's text."""
-    from goatbeat.core.errors import RetryableSubmitError
-
+    RabbitMQ refuses the declaration (406 PRECONDITION_FAILED), which no retry would pass:
+    goatbeat reports it at once (BrokerRefused, a PermanentSubmitError) with the broker's
+    text, the exchange and the schedule (tests/rabbitmq/test_permanent_errors.py has the
+    rest)."""
     with kombu.Connection(amqp_url) as conn:
         Exchange("mismatch", type="topic")(conn.default_channel).declare()
     app.conf.task_queues = [Queue("mismatch", Exchange("mismatch", type="direct"))]
+    if confirm:
+        app.conf.broker_transport_options = {"confirm_publish": True}
     submitter = CelerySubmitter(app)
     try:
-        with pytest.raises(RetryableSubmitError) as caught:
+        with pytest.raises(BrokerRefused) as caught:
             submitter.submit(_occurrence("proj.tasks.report", Routing(queue="mismatch")))
     finally:
         submitter.close()
-    assert "PRECONDITION_FAILED" in str(caught.value)
+    refused = caught.value
+    assert refused.reply_code == 406 and refused.exchange == "mismatch"
+    assert refused.schedule == "nightly"
+    message = str(refused)
+    assert "PRECONDITION_FAILED" in message and "'mismatch'" in message and "'nightly'" in message
+
+
+def _publishes(writes: list[bytes]) -> list[bytes]:
+    """The ``basic.publish`` frames (method, header, body) in what was written, in order."""
+    stream = b"".join(writes)
+    frames, offset = [], 0
+    while offset < len(stream):
+        kind, _, size = struct.unpack_from(">BHI", stream, offset)
+        frames.append((kind, stream[offset : offset + 8 + size]))
+        offset += 8 + size
+    out, taking = [], False
+    for kind, frame in frames:
+        if kind == 1:
+            taking = frame[7:11] == struct.pack(">HH", 60, 40)
+        if taking:
+            out.append(frame)
+    return out
+
+
+@pytest.mark.parametrize("confirm", [True, False], ids=["confirm_publish", "no confirms"])
+def test_a_chunk_in_one_socket_write_is_the_bytes_kombu_writes(
+    app: Any, amqp_url: str, confirm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connected submitter writes a chunk's messages in one socket write (and with confirms
+    waits once for all the acks); the frames are byte for byte what kombu and py-amqp write
+    publishing them one by one (``batch_publish=False``)."""
+    import amqp.transport
+
+    writes: list[bytes] = []
+    original = amqp.transport._AbstractTransport.write
+
+    def recording(self: Any, data: Any) -> None:
+        writes.append(bytes(data))
+        original(self, data)
+
+    monkeypatch.setattr(amqp.transport._AbstractTransport, "write", recording)
+    if confirm:
+        app.conf.broker_transport_options = {"confirm_publish": True}
+    app.conf.task_queues = [Queue("celery"), Queue("emails"), Queue("urgent", max_priority=10)]
+    chunk = [
+        _occurrence("proj.tasks.report", Routing(), idempotency_key=f"{KEY}:0"),
+        _occurrence("proj.tasks.report", Routing(queue="emails"), idempotency_key=f"{KEY}:1"),
+        _occurrence(
+            "proj.tasks.report",
+            Routing(queue="urgent", priority=7, headers={"x-tenant": "acme"}),
+            idempotency_key=f"{KEY}:2",
+            kwargs={"tenant": "acme", "n": [1, 2.5, None, True]},
+        ),
+    ]
+    frames = {}
+    for framed in (False, True):
+        submitter = CelerySubmitter(app, batch_publish=framed)
+        try:
+            # The first chunk connects (and declares); the second is the one compared.
+            assert submitter.submit_many(chunk) == [o.idempotency_key for o in chunk]
+            writes.clear()
+            assert submitter.submit_many(chunk) == [o.idempotency_key for o in chunk]
+        finally:
+            submitter.close()
+        frames[framed] = _publishes(writes)
+        carrying = [w for w in writes if _publishes([w])]
+        assert len(carrying) == (1 if framed else 3), "one write for the chunk, or one each"
+    assert len(frames[True]) == 3 * 3  # method, header, body, for each
+    assert frames[True] == frames[False]
+    for queue in ("celery", "emails", "urgent"):
+        _empty(amqp_url, queue)
