@@ -17,6 +17,7 @@ from tests.chaos.checker import (
     Definition,
     Evidence,
     ExecRow,
+    Promotion,
     Segment,
     check,
     expected_claims,
@@ -454,3 +455,101 @@ def test_a_lone_copy_of_a_run_reported_failed_is_no_duplicate() -> None:
     assert report.ok, report.summary()
     assert report.figures["duplicates_by_cause"] == {}
     assert report.figures["missed_though_delivered"] == 1
+
+
+# -- a promoted standby ----------------------------------------------------------------------
+
+
+def _promoted(
+    *, sync: bool = False, lost: bool = True, replay_at: float = 3.5, logged: bool = True
+) -> tuple[History, dict]:
+    """Claims at 1..3 s replicated; the claim of 4 s (id 4, token 1) committed on the old
+    primary at 4.01 s and sent, its WAL never shipped; crash at 4.3 s, promotion at 5.3 s;
+    the new primary hands out id 4 again: 4 s and 5 s claimed at 5.6 s with token 2."""
+    h = History()
+    for i in range(1, 4):
+        h.claim(T0 + i * S + timedelta(milliseconds=10), [T0 + i * S])
+    at = (T0 + 4 * S).timestamp()
+    key4 = idempotency_key("s", T0 + 4 * S)
+    h.records += [
+        {"type": "claimed", "ids": [4], "keys": [key4], "tokens": [1], "src": "a", "t": at + 0.01},
+        {"type": "submit", "key": key4, "id": 4, "token": 1, "src": "a", "t": at + 0.02},
+    ]
+    h.next_id = 4
+    h.claim(T0 + 5 * S + timedelta(milliseconds=600), [T0 + 4 * S, T0 + 5 * S], token=2, sid="b")
+    new = [r for r in h.records if r.get("src") == "b" and r["type"] == "submit"]
+    h.records.append(
+        {
+            "type": "claimed",
+            "ids": [r["id"] for r in new],
+            "keys": [r["key"] for r in new],
+            "tokens": [2, 2],
+            "src": "b",
+            "t": new[0]["t"] - 0.005,
+        }
+    )
+    promotion = Promotion(
+        n=1,
+        sync=sync,
+        crash_at=at + 0.3,
+        crashed_at=at + 0.31,
+        promote_at=at + 1.3,
+        promoted_at=at + 1.5,
+        replay_ts=T0.timestamp() + replay_at,
+        lost_claims={(4, key4): 1} if lost else {},
+        leases_standby={"scheduler": ("a", 1)},
+    )
+    changes = [(at + 1.8, "b", "promotion: the database is on a new timeline", [key4])]
+    extra = {
+        "promotions": [promotion],
+        "changes": changes if logged else [],
+        "starts": {"a": T0.timestamp(), "b": T0.timestamp()},
+        "acquisitions": [("a", 1, "scheduler"), ("b", 2, "scheduler")],
+        "acquired_at": [T0.timestamp(), at + 1.55],
+    }
+    return h, extra
+
+
+def test_a_claim_lost_with_the_wal_not_shipped_explains_its_repeat() -> None:
+    h, extra = _promoted()
+    report = check(h.evidence(T0 + 6 * S, **extra))
+    assert report.ok, report.summary()
+    assert report.figures["doubled"] == 1
+    assert report.figures["doubled_explained_by_the_wal_not_shipped"] == 1
+    assert report.figures["doubled_named_by_goatbeat"] == 1
+    assert report.figures["first_claim_by_a_scheduler_up_before_the_crash"] == 1
+
+
+def test_a_repeat_the_promotion_did_not_lose_is_a_violation() -> None:
+    h, extra = _promoted(lost=False)
+    assert {"wrong-token", "unjustified-duplicate"} <= kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_synchronous_standby_that_lost_a_claim_is_a_violation() -> None:
+    h, extra = _promoted(sync=True)
+    assert "promotion-lost" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_lost_claim_acknowledged_before_the_standbys_last_replayed_commit_is_unexplained():
+    h, extra = _promoted(replay_at=4.5)  # the standby had a commit later than that claim's
+    assert "promotion-unexplained" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_promotion_goatbeat_did_not_log_is_a_violation() -> None:
+    h, extra = _promoted(logged=False)
+    assert "promotion-not-logged" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_token_issued_only_by_the_old_primary_may_be_issued_again() -> None:
+    h, extra = _promoted()
+    at = (T0 + 4 * S).timestamp()
+    # "c" took the lease with token 2 on the old primary after the standby's copy (token 1).
+    extra["acquisitions"] = [*extra["acquisitions"], ("c", 2, "scheduler")]
+    extra["acquired_at"] = [*extra["acquired_at"], at + 0.1]
+    report = check(h.evidence(T0 + 6 * S, **extra))
+    assert report.ok, report.summary()
+    # Had the standby's copy already held token 2, two holders of token 2 is a violation.
+    extra["promotions"] = [
+        dataclasses.replace(extra["promotions"][0], leases_standby={"scheduler": ("c", 2)})
+    ]
+    assert "token-holder" in kinds(h.evidence(T0 + 6 * S, **extra))
