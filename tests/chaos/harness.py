@@ -596,6 +596,17 @@ class ChaosRun:
         holder = self.rng.choice(holders)
         return next((n for n in self.nodes if n.sid == holder), None)
 
+    def _lease_held(self) -> bool:
+        try:
+            store = self._store("probe")
+            try:
+                leases = store.read_leases(self._lease_names())
+            finally:
+                store.close()
+        except StoreError:
+            return False
+        return any(not row[3] for row in leases.values())
+
     def _lease_names(self) -> list[str]:
         return [lease_name(i, self.config.shards) for i in range(self.config.shards)]
 
@@ -742,6 +753,10 @@ class ChaosRun:
         evidence in ``promotions.jsonl``. Every wait is bounded (the helpers' CALL_TIMEOUT,
         ``pg_ctl -t 60``)."""
         assert self.server is not None and self.standby is not None
+        # Under load: a scheduler leads (a slow machine may still be starting them).
+        waited = time.monotonic() + 30.0
+        while not self._lease_held() and time.monotonic() < waited and not self._stop.is_set():
+            self._sleep(0.2)
         primary, standby = self.server, self.standby
         sync = standby.synchronous
         freeze = self.config.walsender_freeze

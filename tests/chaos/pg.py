@@ -320,7 +320,15 @@ def read_crashed(server: PostgresServer) -> dict[str, Any]:
         raise RuntimeError(f"the crashed primary's copy did not start: {tail}")
     try:
         _wait_port(port, 30)
-        return read_state(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        state = read_state(dsn)
+        # Where its WAL ended at the crash: the redo point of the checkpoint that ended its
+        # crash recovery (its insert position now has that checkpoint's own record after it).
+        with _connect(dsn) as conn:
+            row = conn.execute("SELECT redo_lsn::text FROM pg_control_checkpoint()").fetchone()
+        if row is not None:
+            state["wal_lsn"] = row[0]
+        return state
     finally:
         subprocess.run(
             _as_pg_user([*base, "-m", "immediate", "stop"]),

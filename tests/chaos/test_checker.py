@@ -501,6 +501,8 @@ def _promoted(
     )
     changes = [(at + 1.8, "b", "promotion: the database is on a new timeline", [key4])]
     extra = {
+        # b worked on the old primary and leads on the promoted one: it must say so.
+        "events": {"b": [(at - 2, "lease.standby"), (at + 1.9, "lease.acquired")]},
         "promotions": [promotion],
         "changes": changes if logged else [],
         "starts": {"a": T0.timestamp(), "b": T0.timestamp()},
