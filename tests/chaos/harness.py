@@ -596,16 +596,19 @@ class ChaosRun:
         holder = self.rng.choice(holders)
         return next((n for n in self.nodes if n.sid == holder), None)
 
-    def _lease_held(self) -> bool:
+    def _claiming(self) -> bool:
+        """Whether a scheduler claimed something in the last second."""
+        import psycopg
+
         try:
-            store = self._store("probe")
-            try:
-                leases = store.read_leases(self._lease_names())
-            finally:
-                store.close()
-        except StoreError:
+            with self._sql() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM goatbeat_execution "
+                    "WHERE claimed_at > now() - interval '1 second'"
+                ).fetchone()
+        except psycopg.Error:
             return False
-        return any(not row[3] for row in leases.values())
+        return row is not None and row[0] > 0
 
     def _lease_names(self) -> list[str]:
         return [lease_name(i, self.config.shards) for i in range(self.config.shards)]
@@ -753,9 +756,10 @@ class ChaosRun:
         evidence in ``promotions.jsonl``. Every wait is bounded (the helpers' CALL_TIMEOUT,
         ``pg_ctl -t 60``)."""
         assert self.server is not None and self.standby is not None
-        # Under load: a scheduler leads (a slow machine may still be starting them).
+        # Under load: a scheduler claiming right now (a slow machine may still be starting
+        # them, or a leader be catching up after its start).
         waited = time.monotonic() + 30.0
-        while not self._lease_held() and time.monotonic() < waited and not self._stop.is_set():
+        while not self._claiming() and time.monotonic() < waited and not self._stop.is_set():
             self._sleep(0.2)
         primary, standby = self.server, self.standby
         sync = standby.synchronous

@@ -86,6 +86,7 @@ def test_a_promotion_under_load_loses_nothing_or_only_the_wal_not_shipped(
         standby=standby,
         promote_at=8.0,
         settle=8.0,
+        min_faults=3,
         log=lines.append,
     )
     run, report = run_chaos(config, tmp_path)
