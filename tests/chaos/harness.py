@@ -32,8 +32,9 @@ seconds injects faults drawn from ``random.Random(seed)``:
                standby) and ``target_session_attrs=read-write``, so the schedulers find the
                promoted one by themselves. The ``promote`` fault: for ``"async"`` the admin
                edits are paused and shipped first (the checker trusts the definition log),
-               then the walsender is SIGSTOPped ``walsender_freeze`` seconds (2 by default:
-               committed WAL that never reaches the standby, as under replication lag); the
+               then the walsender is SIGSTOPped ``walsender_freeze`` seconds (2 by default,
+               longer until a claim was committed meanwhile, at most 10 s more: committed WAL
+               that never reaches the standby, as under replication lag); the
                primary's host is crashed, the standby's replay position and its claims and
                leases are read (what the promoted database starts from), it is promoted, and
                the old primary's data directory is started alone on a port nobody else knows
@@ -355,7 +356,17 @@ class ChaosRun:
                 if time.monotonic() > deadline:
                     break
                 node = _Node(name="drain", incarnation=attempt)
-                self._start(node, fail_rate=0.0, extra=["--once", "--batch-size", "100000"])
+                # A long lease: its one iteration may submit for up to 30 s. With the run's 3 s,
+                # a loaded machine (two CPU burners) got ~90 submissions a run out of it, each
+                # run starting in ~20 s, and new claims of every run outgrew them.
+                self._start(
+                    node,
+                    fail_rate=0.0,
+                    extra=[
+                        "--once", "--batch-size", "100000",
+                        "--lease-ttl", "30s", "--lease-renew-interval", "5s",
+                    ],
+                )  # fmt: skip
                 assert node.proc is not None
                 self._draining = node.proc
                 try:
@@ -596,15 +607,16 @@ class ChaosRun:
         holder = self.rng.choice(holders)
         return next((n for n in self.nodes if n.sid == holder), None)
 
-    def _claiming(self) -> bool:
-        """Whether a scheduler claimed something in the last second."""
+    def _claiming(self, since: float | None = None) -> bool:
+        """Whether a scheduler claimed something in the last second (or since ``since``)."""
         import psycopg
 
         try:
             with self._sql() as conn:
                 row = conn.execute(
-                    "SELECT count(*) FROM goatbeat_execution "
-                    "WHERE claimed_at > now() - interval '1 second'"
+                    "SELECT count(*) FROM goatbeat_execution WHERE claimed_at > "
+                    "coalesce(to_timestamp(%s), now() - interval '1 second')",
+                    (since,),
                 ).fetchone()
         except psycopg.Error:
             return False
@@ -785,6 +797,13 @@ class ChaosRun:
                 os.kill(walsender, signal.SIGSTOP)  # the SIGKILL below ends it all the same
                 record["frozen_at"] = time.time()
                 time.sleep(freeze)
+                # At least one claim committed and never shipped, however starved the
+                # schedulers (two CPU burners once left 2 s without a single commit).
+                waited = time.monotonic() + 10.0
+                while not self._claiming(since=record["frozen_at"]):
+                    if time.monotonic() > waited:
+                        break
+                    time.sleep(0.2)
         self.fault("promote", sync=sync, walsender_freeze=freeze, port=standby.port)
         record["n"] = self.stats.faults["promote"]
         record["crash_at"] = time.time()

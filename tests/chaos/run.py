@@ -37,8 +37,8 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> tuple[ChaosRun, Report]:
     try:
         run.run()
         report = check(load_evidence(workdir, run.dsn))
-        for error in run.errors:
-            report.add("harness-error", error)
+        # First in the list: a void run explains the violations after it.
+        report.violations[:0] = [("harness-error", error) for error in run.errors]
     finally:
         run.stop_server()
     stats = run.stats
