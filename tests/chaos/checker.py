@@ -662,18 +662,17 @@ def _check_broker(ev: Evidence, report: Report) -> None:
     failed_after_sending = Counter(
         r["key"] for r in ev.records if r["type"] == "submit-error" and r.get("landed")
     )
-    ended = {
-        (r["src"], r["id"], r.get("attempts"))
-        for r in ev.records
-        if r["type"] in ("submit", "submit-error")
-    }
-    cut_by_death = Counter(
-        r["key"]
-        for r in ev.records
-        if r["type"] == "submit-start"
-        and r["src"] in ev.died
-        and (r["src"], r["id"], r.get("attempts")) not in ended
-    )
+    # Counted per call: a process may resubmit its own occurrence (same attempts) and die
+    # inside that second call, the first one having ended.
+    calls: Counter[tuple[Any, ...]] = Counter()
+    for r in ev.records:
+        if r["src"] in ev.died and r["type"] in ("submit-start", "submit", "submit-error"):
+            one = 1 if r["type"] == "submit-start" else -1
+            calls[(r["src"], r["id"], r.get("attempts"), r["key"])] += one
+    cut_by_death: Counter[str] = Counter()
+    for (_, _, _, key), open_calls in calls.items():
+        if open_calls > 0:
+            cut_by_death[key] += open_calls
     causes: Counter[str] = Counter()
     for key in sorted(set(accepted) | set(ev.broker)):
         there, took = ev.broker.get(key, 0), accepted.get(key, 0)

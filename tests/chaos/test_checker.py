@@ -555,3 +555,22 @@ def test_a_token_issued_only_by_the_old_primary_may_be_issued_again() -> None:
         dataclasses.replace(extra["promotions"][0], leases_standby={"scheduler": ("c", 2)})
     ]
     assert "token-holder" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_second_call_of_the_same_process_cut_by_its_death_may_have_landed() -> None:
+    # "a" sent row 3, read it again as pending (its bookkeeping not yet visible), called the
+    # broker again with the same attempts count and was killed inside that call.
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    submit = next(r for r in h.records if r["type"] == "submit" and r["id"] == row.id)
+    start = {k: submit[k] for k in ("key", "id", "token", "src")}
+    h.records += [
+        dict(start, type="submit-start", t=submit["t"] - 0.001),
+        dict(start, type="submit-start", t=submit["t"] + 1),
+    ]
+    broker = Counter({r.key: 1 for r in h.rows})
+    broker[row.key] = 2
+    report = check(h.evidence(nxt, broker=broker, died={"a"}))
+    assert report.ok, report.summary()
+    assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))  # nobody died: no cause
