@@ -127,6 +127,9 @@ from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.shards import lease_name, shard_of
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
+CLAIM_OVERLAP = timedelta(seconds=1)
+"""How long before an edit's transaction a claim's may have begun and still read the edited
+row (a claim transaction reads its schedules first thing: milliseconds)."""
 EVIL_PREFIX = "evil-"
 """Names of the schedules the harness writes with SQL, naming a task nobody allowed."""
 
@@ -818,6 +821,17 @@ def _check_misfire(ev: Evidence, report: Report) -> None:
                     and claimed_at < seg.answered
                     and _fits(prev.definition, instants, prev.start)
                 )
+                # The other way round: a claim whose transaction began just before the edit's
+                # (its claimed_at) and read the row after the edit committed follows the NEW
+                # definition: it belongs to the edit's segment.
+                after = segments[i + 1] if i + 1 < len(segments) else None
+                if (
+                    after is not None
+                    and after.start - claimed_at < CLAIM_OVERLAP
+                    and _fits(after.definition, instants, after.start)
+                ):
+                    assigned[i + 1].append((claimed_at, instants))
+                    continue
                 if not raced:
                     report.add(
                         "stale-claim",

@@ -574,3 +574,24 @@ def test_a_second_call_of_the_same_process_cut_by_its_death_may_have_landed() ->
     report = check(h.evidence(nxt, broker=broker, died={"a"}))
     assert report.ok, report.summary()
     assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))  # nobody died: no cause
+
+
+def test_a_claim_begun_just_before_an_edit_may_follow_the_new_definition() -> None:
+    # Every 2 s, then an edit at 7.5 s to every 3 s; a claim whose transaction began 1 ms
+    # before the edit's read the row after the edit committed: it claims 9 s, an instant of
+    # the new definition only (seen in a soak, 1.5 ms apart).
+    h = History(definition())
+    h.d = dataclasses.replace(h.d, trigger=IntervalTrigger("2s"))
+    for i in (2, 4, 6):
+        h.claim(T0 + i * S + timedelta(milliseconds=10), [T0 + i * S])
+    edit = T0 + 7 * S + timedelta(milliseconds=500)
+    new = dataclasses.replace(h.d, trigger=IntervalTrigger("3s"))
+    assert new.trigger.next_after(edit) == T0 + 9 * S
+    h.claim(edit - timedelta(milliseconds=1), [T0 + 9 * S])
+    segments = [Segment(start=T0, definition=h.d), Segment(start=edit, definition=new)]
+    h.d = new  # the final row carries the edit
+    report = check(h.evidence(T0 + 12 * S, segments={"s": segments}))
+    assert report.ok, report.summary()
+    # Begun seconds before the edit, the same claim is stale.
+    h.rows[-1] = dataclasses.replace(h.rows[-1], claimed_at=edit - 3 * S)
+    assert "stale-claim" in kinds(h.evidence(T0 + 12 * S, segments={"s": segments}))
