@@ -11,8 +11,14 @@ host, so no fsync). Records, all with ``t`` = real wall time (``time.time()``, n
 - ``submit-error``: the submission failed (key, id, ``error``, and ``landed``: whether the
   broker may have taken the message anyway, i.e. the call timed out after sending it).
 - ``pending``: the store is about to read ``claimed`` rows for resubmission; ``t`` is taken
-  BEFORE the query, so a row booked before ``t`` cannot be in the answer.
-- ``booked``: ``record_outcomes`` committed; ``ids`` are the executions it marked submitted.
+  BEFORE the query, so a row booked before ``t`` cannot be in the answer. ``ids`` and
+  their ``keys``.
+- ``booked``: ``record_outcomes`` committed; ``ids`` (and ``keys``) are the executions it
+  marked submitted.
+- ``claimed``: ``claim_due`` committed (``t`` AFTER it returned); ``ids``, ``keys``,
+  ``tokens`` of the occurrences it returned. With a promoted standby an execution id may be
+  handed out again (the sequence is replicated in steps), so the checker names an execution
+  by id and key, and tells which database a claim was made on by its ``t``.
 
 The broker is a real Redis (``GB_CHAOS_REDIS``): each accepted occurrence is one ``LPUSH`` of
 its key on the list :data:`DELIVERIES`, with no client-side retry (redis-py would otherwise
@@ -38,7 +44,7 @@ from typing import Any, ClassVar
 
 from goatbeat.beat import Beat
 from goatbeat.core.errors import RetryableSubmitError
-from goatbeat.core.model import Occurrence, SubmitOutcome
+from goatbeat.core.model import ClaimResult, LeaseGrant, Occurrence, SubmitOutcome
 from goatbeat.core.shards import ALL, Shard
 from goatbeat.core.store import ScheduleStore
 from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
@@ -70,6 +76,8 @@ class Recorder:
 
     def __init__(self, path: str | None) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
+        self.keys: dict[int, str] = {}
+        """The key of each execution id this process submitted last (for ``booked``)."""
 
     def write(self, record: dict[str, Any]) -> None:
         if self.fd is None:
@@ -111,6 +119,7 @@ class RecordingSubmitter(AcceptingSubmitter):
             )
 
     def _record(self, kind: str, occurrence: Occurrence, **extra: Any) -> None:
+        self.recorder.keys[occurrence.execution_id] = occurrence.idempotency_key
         self.recorder.write(
             {
                 "type": kind,
@@ -173,15 +182,35 @@ class RecordingPostgresStore(PostgresStore):
         rows = super().pending(limit=limit, exclude=exclude, shard=shard)
         if rows:
             self.recorder.write(
-                {"type": "pending", "ids": [o.execution_id for o in rows], "t": started}
+                {
+                    "type": "pending",
+                    "ids": [o.execution_id for o in rows],
+                    "keys": [o.idempotency_key for o in rows],
+                    "t": started,
+                }
             )
         return rows
+
+    def claim_due(self, lease: LeaseGrant, **kwargs: Any) -> ClaimResult:
+        result = super().claim_due(lease, **kwargs)
+        if result.occurrences:
+            self.recorder.write(
+                {
+                    "type": "claimed",
+                    "ids": [o.execution_id for o in result.occurrences],
+                    "keys": [o.idempotency_key for o in result.occurrences],
+                    "tokens": [o.fencing_token for o in result.occurrences],
+                    "t": time.time(),
+                }
+            )
+        return result
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         super().record_outcomes(outcomes)
         ok = [o.execution_id for o in outcomes if o.ok]
         if ok:
-            self.recorder.write({"type": "booked", "ids": ok, "t": time.time()})
+            keys = [self.recorder.keys.get(i) for i in ok]
+            self.recorder.write({"type": "booked", "ids": ok, "keys": keys, "t": time.time()})
 
 
 class ChaosBeat(Beat):

@@ -90,11 +90,32 @@ What is asserted, and what is allowed (and why):
 ``stalled``
     Liveness at the end: every enabled schedule's final ``next_run_at`` lies after the moment
     faults stopped (the cluster recovered from everything).
+
+``promotion-*`` (a run with a streaming standby, ``promotions.jsonl``)
+    Each promotion's evidence is the difference between what the crashed primary had
+    committed (its data directory started alone afterwards) and what the standby held when it
+    was promoted. A claim in that difference was in the WAL not shipped, and so was its
+    process's bookkeeping there. The records say on which database a claim was made: a
+    ``claimed`` record (written after the commit returned) before the promotion began is the
+    old primary's, and a ``pending`` read issued before the crash ended was answered by it;
+    the harness leaves a second with no primary between the two. An execution is therefore
+    named by (id, key, and the promotion that lost it, if one did): ids are handed out again
+    after a promotion. With a **synchronous** standby the difference must be empty: nothing
+    lost, so nothing doubled (``promotion-lost``). With an **asynchronous** one, a key sent
+    under two claims (``doubled``) is allowed only when every earlier claim is in the
+    difference, committed after the standby's last replayed transaction (its ``claimed``
+    record after ``pg_last_xact_replay_timestamp()``, else ``promotion-unexplained``); a
+    resubmission after a bookkeeping the difference holds is case 5. Every promotion is
+    followed by goatbeat's ``store.database_changed`` ERROR (``promotion-not-logged``) and
+    by a claim on the promoted primary (``promotion-no-claim``). A submission of a lost claim
+    is no ``wrong-token`` / ``unknown-submission``; fencing tokens are checked per database
+    history (a token the old primary issued after the standby's copy may be issued again).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +127,9 @@ from goatbeat.core.model import MisfirePolicy, Schedule
 from goatbeat.core.shards import lease_name, shard_of
 from goatbeat.core.triggers import Trigger, trigger_from_spec
 
+CLAIM_OVERLAP = timedelta(seconds=1)
+"""How long before an edit's transaction a claim's may have begun and still read the edited
+row (a claim transaction reads its schedules first thing: milliseconds)."""
 EVIL_PREFIX = "evil-"
 """Names of the schedules the harness writes with SQL, naming a task nobody allowed."""
 
@@ -114,6 +138,7 @@ CASES = {
     2: "2 database error between submission and bookkeeping",
     3: "3 leader stalled in or after the broker call while a standby resubmitted",
     4: "4 reported failed, but the broker had taken it",
+    5: "5 its bookkeeping was in the WAL an asynchronous standby never got (promoted)",
 }
 """The README's guarantee cases, the only causes of a duplicate."""
 
@@ -124,6 +149,7 @@ __all__ = [
     "Segment",
     "ExecRow",
     "Evidence",
+    "Promotion",
     "Report",
     "check",
     "expected_claims",
@@ -197,6 +223,52 @@ class ExecRow:
     attempts: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """One crash of the primary and promotion of the standby (wall times, host clock)."""
+
+    n: int
+    sync: bool
+    crash_at: float
+    crashed_at: float
+    promote_at: float
+    promoted_at: float
+    replay_ts: float | None = None
+    """The old primary's commit time of the last transaction the standby replayed."""
+    frozen_at: float | None = None
+    wal_not_shipped_bytes: int = 0
+    lost_claims: Mapping[tuple[int, str], int | None] = field(default_factory=dict)
+    """(id, key) -> fencing token of the claims the old primary had and the standby had not."""
+    lost_updates: frozenset[tuple[int, str]] = frozenset()
+    """(id, key) of rows both had, updated (status, attempts) only on the old primary."""
+    only_on_standby: int = 0
+    leases_standby: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """Lease rows the promoted database started with: name -> (holder, token)."""
+
+    @classmethod
+    def from_json(cls, rec: Mapping[str, Any]) -> Promotion:
+        from goatbeat.core.instance import split_instance
+
+        return cls(
+            n=int(rec["n"]),
+            sync=bool(rec["sync"]),
+            crash_at=float(rec["crash_at"]),
+            crashed_at=float(rec["crashed_at"]),
+            promote_at=float(rec["promote_at"]),
+            promoted_at=float(rec["promoted_at"]),
+            replay_ts=None if rec.get("replay_ts") is None else float(rec["replay_ts"]),
+            frozen_at=None if rec.get("frozen_at") is None else float(rec["frozen_at"]),
+            wal_not_shipped_bytes=int(rec.get("wal_not_shipped_bytes") or 0),
+            lost_claims={(int(r[0]), str(r[1])): r[2] for r in rec.get("lost_claims", [])},
+            lost_updates=frozenset((int(r[0]), str(r[1])) for r in rec.get("lost_updates", [])),
+            only_on_standby=len(rec.get("only_on_standby", [])),
+            leases_standby={
+                str(k): (split_instance(str(v[0]))[0], int(v[1]))
+                for k, v in (rec.get("leases_standby") or {}).items()
+            },
+        )
+
+
 @dataclass
 class Evidence:
     executions: list[ExecRow]
@@ -228,6 +300,30 @@ class Evidence:
     """(fault, scheduler id, wall time) of every fault aimed at the leader."""
     fault_times: list[float] = field(default_factory=list)
     """Wall time of every fault injected (of any kind)."""
+    promotions: list[Promotion] = field(default_factory=list)
+    """Each promotion of the standby, in order (a run with ``standby``)."""
+    changes: list[tuple[float, str, str, list[str]]] = field(default_factory=list)
+    """(wall time, scheduler id, reason, lost_keys) of every ``store.database_changed``."""
+    starts: dict[str, float] = field(default_factory=dict)
+    """When each scheduler process was started."""
+    acquired_at: list[float] = field(default_factory=list)
+    """Wall time of each of ``acquisitions`` (same order), when known."""
+
+    def commit_epoch(self, t: float) -> int:
+        """The database a commit acknowledged at ``t`` was made on: the number of promotions
+        begun before (0: the first primary)."""
+        return sum(1 for p in self.promotions if p.promote_at <= t)
+
+    def read_epoch(self, t: float) -> int:
+        """The database a read issued at ``t`` was answered by (promotions whose crash ended
+        before: no primary answers between the crash and the promotion)."""
+        return sum(1 for p in self.promotions if p.crashed_at <= t)
+
+    def lost_at(self, epoch: int, pair: tuple[int, str]) -> Promotion | None:
+        """The promotion that lost the claim ``pair`` (id, key) made on database ``epoch``."""
+        if epoch < len(self.promotions) and pair in self.promotions[epoch].lost_claims:
+            return self.promotions[epoch]
+        return None
 
 
 @dataclass
@@ -309,7 +405,73 @@ def check(ev: Evidence) -> Report:
     _check_pauses(ev, report)
     _check_liveness(ev, report)
     _takeovers(ev, report)
+    if ev.promotions:
+        _check_promotions(ev, report)
     return report
+
+
+def _keys_of(ev: Evidence, r: Mapping[str, Any]) -> list[str | None]:
+    """The keys of a pending/booked/claimed record's ids (records written before keys were
+    recorded: looked up in the final table)."""
+    keys = r.get("keys")
+    if keys is not None:
+        return list(keys)
+    by_id = _by_id(ev)
+    return [by_id[i].key if i in by_id else None for i in r["ids"]]
+
+
+def _by_id(ev: Evidence) -> dict[int, ExecRow]:
+    cached = getattr(ev, "_by_id_cache", None)
+    if cached is None:
+        cached = {e.id: e for e in ev.executions}
+        object.__setattr__(ev, "_by_id_cache", cached)
+    return cached
+
+
+Claim = tuple[int, str, int | None]
+"""An execution as the checker names it: (id, key, the promotion that lost it or None)."""
+
+
+class _Claims:
+    """Which claim each submission was of: the latest ``claimed`` or ``pending`` record of
+    the same process naming its (id, key), and on which database that happened."""
+
+    def __init__(self, ev: Evidence) -> None:
+        self.ev = ev
+        self.seen: dict[tuple[str, int, str], list[tuple[float, int]]] = defaultdict(list)
+        for r in ev.records:
+            if r["type"] not in ("claimed", "pending"):
+                continue
+            t = float(r["t"])
+            epoch = ev.commit_epoch(t) if r["type"] == "claimed" else ev.read_epoch(t)
+            for i, key in zip(r["ids"], _keys_of(ev, r), strict=False):
+                if key is not None:
+                    self.seen[(str(r["src"]), int(i), key)].append((t, epoch))
+        for v in self.seen.values():
+            v.sort()
+
+    def epoch_of(self, src: str, exec_id: int, key: str, t: float) -> int | None:
+        found = [e for at, e in self.seen.get((src, exec_id, key), []) if at <= t]
+        return found[-1] if found else None
+
+    def of(self, r: Mapping[str, Any]) -> Claim:
+        """The claim submission (or submit-start) ``r`` was of."""
+        exec_id, key = int(r["id"]), str(r["key"])
+        if not self.ev.promotions:
+            return (exec_id, key, None)
+        epoch = self.epoch_of(str(r["src"]), exec_id, key, float(r["t"]))
+        if epoch is None:
+            epoch = self.ev.commit_epoch(float(r["t"]))
+        lost = self.ev.lost_at(epoch, (exec_id, key))
+        return (exec_id, key, None if lost is None else lost.n)
+
+    def of_read(self, exec_id: int, key: str, t: float, commit: bool) -> Claim:
+        """The claim a pending read (or a booking, ``commit``) of (id, key) at ``t`` was of."""
+        if not self.ev.promotions:
+            return (exec_id, key, None)
+        epoch = self.ev.commit_epoch(t) if commit else self.ev.read_epoch(t)
+        lost = self.ev.lost_at(epoch, (exec_id, key))
+        return (exec_id, key, None if lost is None else lost.n)
 
 
 def _exempt(ev: Evidence, name: str) -> bool:
@@ -389,10 +551,17 @@ def _check_submissions(ev: Evidence, report: Report) -> None:
             )
     report.figures["missed_in_broker_outages"] = missed
     report.figures["missed_though_delivered"] = delivered_anyway
+    claims = _Claims(ev)
+    sent_lost: set[str] = set()
     for r in ev.records:
         if r["type"] != "submit":
             continue
         row = by_key.get(r["key"])
+        if claims.of(r)[2] is not None:
+            # Its claim was committed on the old primary and never reached the standby:
+            # _check_promotions judges it.
+            sent_lost.add(r["key"])
+            continue
         if row is None:
             report.add(
                 "unknown-submission", f"{r['key']} submitted by {r['src']} but never claimed"
@@ -403,24 +572,29 @@ def _check_submissions(ev: Evidence, report: Report) -> None:
                 f"{r['key']} submitted by {r['src']} as execution {r['id']} token {r['token']}, "
                 f"claimed as {row.id} token {row.token}",
             )
+    if ev.promotions:
+        report.figures["sent_then_claim_lost"] = len(sent_lost)
 
 
 def _check_duplicates(ev: Evidence, report: Report) -> None:
-    submits: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    starts: dict[tuple[str, int], list[float]] = defaultdict(list)
-    pending: dict[tuple[str, int], list[float]] = defaultdict(list)
-    booked: dict[int, list[tuple[float, str]]] = defaultdict(list)
+    claims = _Claims(ev)
+    submits: dict[Claim, list[dict[str, Any]]] = defaultdict(list)
+    starts: dict[tuple[str, Claim], list[float]] = defaultdict(list)
+    pending: dict[tuple[str, Claim], list[float]] = defaultdict(list)
+    booked: dict[Claim, list[tuple[float, str]]] = defaultdict(list)
     for r in ev.records:
         if r["type"] == "submit-start":
-            starts[(r["src"], r["id"])].append(r["t"])
+            starts[(r["src"], claims.of(r))].append(r["t"])
         if r["type"] == "submit":
-            submits[r["id"]].append(r)
+            submits[claims.of(r)].append(r)
         elif r["type"] == "pending":
-            for i in r["ids"]:
-                pending[(r["src"], i)].append(r["t"])
+            for i, key in zip(r["ids"], _keys_of(ev, r), strict=False):
+                if key is not None:
+                    pending[(r["src"], claims.of_read(i, key, r["t"], False))].append(r["t"])
         elif r["type"] == "booked":
-            for i in r["ids"]:
-                booked[i].append((r["t"], r["src"]))
+            for i, key in zip(r["ids"], _keys_of(ev, r), strict=False):
+                if key is not None:
+                    booked[claims.of_read(i, key, r["t"], True)].append((r["t"], r["src"]))
     causes: Counter[str] = Counter()
     extra = 0
     for exec_id, subs in submits.items():
@@ -445,7 +619,11 @@ def _check_duplicates(ev: Evidence, report: Report) -> None:
                 )
                 continue
             read_at = max(reads)
-            before = [t for t, _ in booked.get(exec_id, []) if t < read_at]
+            before = [
+                t
+                for t, _ in booked.get(exec_id, [])
+                if t < read_at and not _booking_lost(ev, exec_id, t, read_at)
+            ]
             if before:
                 report.add(
                     "unjustified-duplicate",
@@ -455,7 +633,9 @@ def _check_duplicates(ev: Evidence, report: Report) -> None:
                 continue
             in_call = began(earlier) <= read_at <= earlier["t"]
             first_booking = [t for t, src in booked.get(exec_id, []) if src == earlier["src"]]
-            if in_call or first_booking:
+            if any(t < read_at for t, _ in booked.get(exec_id, [])):
+                causes[CASES[5]] += 1  # every booking before the read is in a lost WAL
+            elif in_call or first_booking:
                 causes[CASES[3]] += 1
             elif earlier["src"] in ev.died:
                 causes[CASES[1]] += 1
@@ -463,6 +643,16 @@ def _check_duplicates(ev: Evidence, report: Report) -> None:
                 causes[CASES[2]] += 1
     report.figures["duplicate_submissions"] = extra
     report.figures["duplicates_by_cause"] = dict(causes)
+
+
+def _booking_lost(ev: Evidence, claim: Claim, booked_at: float, read_at: float) -> bool:
+    """Whether a booking of ``claim`` at ``booked_at`` was in the WAL a promotion between it
+    and ``read_at`` lost (the old primary had it, the standby did not)."""
+    exec_id, key, _ = claim
+    return any(
+        booked_at < p.promote_at <= read_at and (exec_id, key) in p.lost_updates
+        for p in ev.promotions
+    )
 
 
 def _check_broker(ev: Evidence, report: Report) -> None:
@@ -475,18 +665,17 @@ def _check_broker(ev: Evidence, report: Report) -> None:
     failed_after_sending = Counter(
         r["key"] for r in ev.records if r["type"] == "submit-error" and r.get("landed")
     )
-    ended = {
-        (r["src"], r["id"], r.get("attempts"))
-        for r in ev.records
-        if r["type"] in ("submit", "submit-error")
-    }
-    cut_by_death = Counter(
-        r["key"]
-        for r in ev.records
-        if r["type"] == "submit-start"
-        and r["src"] in ev.died
-        and (r["src"], r["id"], r.get("attempts")) not in ended
-    )
+    # Counted per call: a process may resubmit its own occurrence (same attempts) and die
+    # inside that second call, the first one having ended.
+    calls: Counter[tuple[Any, ...]] = Counter()
+    for r in ev.records:
+        if r["src"] in ev.died and r["type"] in ("submit-start", "submit", "submit-error"):
+            one = 1 if r["type"] == "submit-start" else -1
+            calls[(r["src"], r["id"], r.get("attempts"), r["key"])] += one
+    cut_by_death: Counter[str] = Counter()
+    for (_, _, _, key), open_calls in calls.items():
+        if open_calls > 0:
+            cut_by_death[key] += open_calls
     causes: Counter[str] = Counter()
     for key in sorted(set(accepted) | set(ev.broker)):
         there, took = ev.broker.get(key, 0), accepted.get(key, 0)
@@ -632,6 +821,17 @@ def _check_misfire(ev: Evidence, report: Report) -> None:
                     and claimed_at < seg.answered
                     and _fits(prev.definition, instants, prev.start)
                 )
+                # The other way round: a claim whose transaction began just before the edit's
+                # (its claimed_at) and read the row after the edit committed follows the NEW
+                # definition: it belongs to the edit's segment.
+                after = segments[i + 1] if i + 1 < len(segments) else None
+                if (
+                    after is not None
+                    and after.start - claimed_at < CLAIM_OVERLAP
+                    and _fits(after.definition, instants, after.start)
+                ):
+                    assigned[i + 1].append((claimed_at, instants))
+                    continue
                 if not raced:
                     report.add(
                         "stale-claim",
@@ -723,8 +923,21 @@ def _check_edits(ev: Evidence, report: Report) -> None:
     report.figures["admin_edits_checked"] = edits
 
 
+def _token_use(ev: Evidence, lease: str, token: int, t: float | None) -> tuple[Any, ...]:
+    """``(lease, token)``; for a token the old primary issued beyond the standby's copy of
+    the lease, which the promotion forgot (it may be issued again): ``(lease, token, n)``."""
+    if ev.promotions and t is not None:
+        epoch = ev.commit_epoch(t)
+        if epoch < len(ev.promotions):
+            p = ev.promotions[epoch]
+            kept = p.leases_standby.get(lease)
+            if kept is None or token > kept[1]:
+                return (lease, token, p.n)
+    return (lease, token)
+
+
 def _check_tokens(ev: Evidence, report: Report) -> None:
-    holders: dict[tuple[str, int], set[str]] = defaultdict(set)
+    holders: dict[tuple[Any, ...], set[str]] = defaultdict(set)
     ordered = sorted(
         (e for e in ev.executions if e.token is not None), key=lambda e: (e.claimed_at, e.id)
     )
@@ -742,13 +955,21 @@ def _check_tokens(ev: Evidence, report: Report) -> None:
             )
         if top is None or (top.token or 0) < e.token:
             highest[lease] = e
-    for sid, token, lease in ev.acquisitions:
-        holders[lease, token].add(sid)
+    for n, (sid, token, lease) in enumerate(ev.acquisitions):
+        at = ev.acquired_at[n] if n < len(ev.acquired_at) else None
+        holders[_token_use(ev, lease, token, at)].add(sid)
     last: dict[str, tuple[float, str, int, str]] = {}
     changes = 0
+    epoch = 0
     for poll in sorted(ev.lease_polls):
-        _, holder, token, lease = poll
-        holders[lease, token].add(holder)
+        t, holder, token, lease = poll
+        while ev.promotions and epoch < ev.commit_epoch(t):
+            # A new database history: what the promoted one started with is the baseline.
+            p = ev.promotions[epoch]
+            for name, (kept_holder, kept_token) in p.leases_standby.items():
+                last[name] = (p.promote_at, kept_holder, kept_token, name)
+            epoch += 1
+        holders[_token_use(ev, lease, token, t)].add(holder)
         before = last.get(lease)
         if before is not None:
             if token < before[2]:
@@ -761,9 +982,9 @@ def _check_tokens(ev: Evidence, report: Report) -> None:
             elif holder != before[1]:
                 changes += 1
         last[lease] = poll
-    for (lease, token), sids in sorted(holders.items()):
+    for use, sids in sorted(holders.items(), key=str):
         if len(sids) > 1:
-            report.add("token-holder", f"{lease} token {token} used by {sorted(sids)}")
+            report.add("token-holder", f"{use[0]} token {use[1]} used by {sorted(sids)}")
     report.figures["fencing_tokens"] = len(holders)
     report.figures["leader_changes_polled"] = changes
 
@@ -825,6 +1046,108 @@ def _check_liveness(ev: Evidence, report: Report) -> None:
             )
 
 
+def _check_promotions(ev: Evidence, report: Report) -> None:
+    """A run with a streaming standby: see the module docstring (``promotion-*``)."""
+    claims = _Claims(ev)
+    claimed_at: dict[Claim, float] = {}
+    for r in ev.records:
+        if r["type"] in ("claimed", "submit-start", "submit"):
+            t = float(r["t"])
+            if r["type"] == "claimed":
+                epoch = ev.commit_epoch(t)
+                for i, key in zip(r["ids"], _keys_of(ev, r), strict=False):
+                    if key is None:
+                        continue
+                    lost = ev.lost_at(epoch, (int(i), key))
+                    claimed_at.setdefault((int(i), key, None if lost is None else lost.n), t)
+            else:  # a manual run has no claimed record: its first broker call, later still
+                claimed_at.setdefault(claims.of(r), t)
+    by_key: dict[str, set[Claim]] = defaultdict(set)
+    for r in ev.records:
+        if r["type"] == "submit":
+            by_key[str(r["key"])].add(claims.of(r))
+    doubled = {k: cs for k, cs in by_key.items() if len(cs) > 1}
+    explained = while_frozen = 0
+    for key, cs in sorted(doubled.items()):
+        for c in sorted(cs, key=str):
+            if c[2] is None:
+                continue
+            p = ev.promotions[c[2] - 1]
+            at = claimed_at.get(c)
+            if p.replay_ts is not None and at is not None and at < p.replay_ts:
+                report.add(
+                    "promotion-unexplained",
+                    f"{key}: claim {c[0]} acknowledged at {at:.6f}, before the last commit "
+                    f"the standby replayed ({p.replay_ts:.6f}), yet promotion {p.n} lost it",
+                )
+                continue
+            explained += 1
+            while_frozen += p.frozen_at is not None and at is not None and at >= p.frozen_at
+    names: list[int] = []
+    firsts: list[float] = []
+    by_survivor = 0
+    claimed_records = sorted(
+        (float(r["t"]), str(r["src"])) for r in ev.records if r["type"] == "claimed"
+    )
+    # A claim, a pending read or a booking: the promoted primary answered.
+    answers = sorted(
+        (float(r["t"]), str(r["src"]))
+        for r in ev.records
+        if r["type"] in ("claimed", "pending", "booked")
+    )
+    for index, p in enumerate(ev.promotions):
+        until = ev.promotions[index + 1].promote_at if index + 1 < len(ev.promotions) else math.inf
+        if p.sync and (p.lost_claims or p.lost_updates):
+            report.add(
+                "promotion-lost",
+                f"promotion {p.n} of a synchronous standby lost {len(p.lost_claims)} claims and "
+                f"{len(p.lost_updates)} updates the primary had committed",
+            )
+        if p.only_on_standby:
+            report.add(
+                "promotion-lost", f"promotion {p.n}: {p.only_on_standby} rows only the standby had"
+            )
+        changes = [c for c in ev.changes if p.promote_at <= c[0] < until]
+        # Who must have said it: a scheduler that worked on the old primary (a lease event
+        # before the crash) and on the promoted one (a lease event after the promotion).
+        witnesses = sorted(
+            sid
+            for sid, seen in ev.events.items()
+            if any(t < p.crash_at for t, _ in seen)
+            and any(p.promote_at <= t < until for t, _ in seen)
+        )
+        told = {sid for _, sid, reason, _ in changes if reason.startswith("promotion")}
+        if witnesses and not told:
+            report.add(
+                "promotion-not-logged",
+                f"no store.database_changed after promotion {p.n}, though {witnesses} "
+                "worked on both databases",
+            )
+        named = {k for _, _, _, keys in changes for k in keys}
+        mine = [k for k, cs in doubled.items() if any(c[2] == p.n for c in cs)]
+        names.append(sum(1 for k in mine if k in named))
+        first = next(((t, src) for t, src in claimed_records if p.promote_at <= t < until), None)
+        if first is None:
+            report.add("promotion-no-claim", f"nothing was claimed after promotion {p.n}")
+            continue
+        by_survivor += ev.starts.get(first[1], math.inf) < p.crash_at
+        back = next((t for t, _ in answers if t >= p.promote_at), first[0])
+        firsts.append(min(back, first[0]) - p.promote_at)
+    report.figures.update(
+        promotions=len(ev.promotions),
+        promotions_synchronous=sum(p.sync for p in ev.promotions),
+        wal_not_shipped_bytes=[p.wal_not_shipped_bytes for p in ev.promotions],
+        claims_lost_at_promotion=sum(len(p.lost_claims) for p in ev.promotions),
+        updates_lost_at_promotion=sum(len(p.lost_updates) for p in ev.promotions),
+        doubled=len(doubled),
+        doubled_explained_by_the_wal_not_shipped=explained,
+        doubled_claimed_while_walsender_frozen=while_frozen,
+        doubled_named_by_goatbeat=sum(names),
+        back_after_promote_s=({"n": len(firsts), "max": round(max(firsts), 2)} if firsts else {}),
+        first_claim_by_a_scheduler_up_before_the_crash=by_survivor,
+    )
+
+
 # -- loading -------------------------------------------------------------------------------------
 
 
@@ -850,7 +1173,8 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
 
     from goatbeat.stores.postgres import PostgresStore
 
-    with psycopg.connect(dsn) as conn:
+    # Bounded: a server that does not answer ends the check with an error, never a hang.
+    with psycopg.connect(dsn, connect_timeout=10, options="-c statement_timeout=120000") as conn:
         rows = conn.execute(
             "SELECT id, schedule_name, scheduled_at, idempotency_key, kind, status, "
             "fencing_token, scheduler_id, claimed_at, error, attempts FROM goatbeat_execution"
@@ -872,6 +1196,7 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
         for r in rows
     ]
     store = PostgresStore(dsn)
+    store.bound_calls(60.0)
     try:
         final = {s.name: s for s in store.list_schedules()}
     finally:
@@ -899,6 +1224,8 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
             rec["src"] = src
             records.append(rec)
     acquisitions: list[tuple[str, int, str]] = []
+    acquired_at: list[float] = []
+    changes: list[tuple[float, str, str, list[str]]] = []
     events: dict[str, list[tuple[float, str]]] = defaultdict(list)
     for path in sorted(workdir.glob("log-*.jsonl")):
         for rec in _read_jsonl(path):
@@ -909,6 +1236,16 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
                         str(rec["scheduler_id"]),
                         int(rec["fencing_token"]),
                         str(rec.get("lease") or "scheduler"),
+                    )
+                )
+                acquired_at.append(_dt(rec["ts"]).timestamp())
+            if event == "store.database_changed" and rec.get("level") == "ERROR":
+                changes.append(
+                    (
+                        _dt(rec["ts"]).timestamp(),
+                        str(rec.get("scheduler_id")),
+                        str(rec.get("reason")),
+                        [str(k) for k in rec.get("lost_keys") or []],
                     )
                 )
             if event in _STAND_DOWN or event in _ATTEMPTS or event == "lease.acquired":
@@ -928,9 +1265,12 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
     damaged: dict[str, float] = {}
     leader_faults: list[tuple[str, str, float]] = []
     fault_times: list[float] = []
+    starts: dict[str, float] = {}
     faults_path = workdir / "faults.jsonl"
     for rec in _read_jsonl(faults_path) if faults_path.exists() else []:
         kind = rec.get("fault")
+        if kind == "start":
+            starts.setdefault(str(rec["sid"]), float(rec["t"]))
         if kind not in (None, "start", "exit", "drain", "broker-back", "thawed", "end"):
             fault_times.append(float(rec["t"]))
         if rec.get("died"):
@@ -955,7 +1295,17 @@ def load_evidence(workdir: Path, dsn: str) -> Evidence:
     shards = int(json.loads(config_path.read_text())["shards"]) if config_path.exists() else 1
     broker_path = workdir / "broker.json"
     broker = Counter(json.loads(broker_path.read_text())) if broker_path.exists() else None
+    promotions_path = workdir / "promotions.jsonl"
+    promotions = [
+        Promotion.from_json(rec)
+        for rec in (_read_jsonl(promotions_path) if promotions_path.exists() else [])
+    ]
+    promotions.sort(key=lambda p: p.promote_at)
     return Evidence(
+        promotions=promotions,
+        changes=changes,
+        starts=starts,
+        acquired_at=acquired_at,
         executions=executions,
         final=final,
         segments=dict(segments),

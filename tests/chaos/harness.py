@@ -23,6 +23,26 @@ seconds injects faults drawn from ``random.Random(seed)``:
 ``damage``     corrupt an admin schedule's trigger JSON (a zone that does not exist) with SQL:
                the damaged-row quarantine takes that schedule out (``schedule.invalid``) and
                nothing else may stop running
+``promote``    (with ``standby``, see below) crash the primary's host under load, every process
+               of it SIGKILLed at once, and promote the streaming standby
+``standby``    (``ChaosConfig.standby``: ``"sync"`` or ``"async"``) a streaming standby of the
+               primary (``pg_basebackup -R``): with ``"sync"`` the primary's
+               ``synchronous_standby_names`` names it and ``synchronous_commit`` is on, so
+               every commit waits for it. Everything connects with a multi-host URL (primary,
+               standby) and ``target_session_attrs=read-write``, so the schedulers find the
+               promoted one by themselves. The ``promote`` fault: for ``"async"`` the admin
+               edits are paused and shipped first (the checker trusts the definition log),
+               then the walsender is SIGSTOPped ``walsender_freeze`` seconds (2 by default,
+               longer until a claim was committed meanwhile, at most 10 s more: committed WAL
+               that never reaches the standby, as under replication lag); the
+               primary's host is crashed, the standby's replay position and its claims and
+               leases are read (what the promoted database starts from), it is promoted, and
+               the old primary's data directory is started alone on a port nobody else knows
+               and read (the forensic copy: what it had committed). The difference of the two
+               is written to ``promotions.jsonl``: the claims and the bookkeeping that were in
+               the WAL not shipped. A new standby of the promoted primary takes the old one's
+               port, so a long run promotes again and again. ``promote_at``: one promotion at
+               that moment instead of a ``promote`` among the random faults.
 Each restarted node gets a new scheduler id and a random clock skew for the whole process
 (``GOATBEAT_CLOCK_OFFSET``, goatbeat's own hook: none, minutes or hours, either way), and
 ``--max-submit-retries 2``, so a broker outage longer than an occurrence's grace makes it
@@ -63,7 +83,15 @@ from goatbeat.core.triggers import CronTrigger, IntervalTrigger, Trigger
 from goatbeat.stores.postgres import FREEZE_ENV, DsnConnectionProvider, PostgresStore
 from tests.chaos.app import APP_NAME_PREFIX, DELIVERIES
 from tests.chaos.checker import EVIL_PREFIX, Definition
-from tests.chaos.pg import ChaosPostgres
+from tests.chaos.pg import (
+    CALL_TIMEOUT,
+    ChaosPostgres,
+    StandbyPostgres,
+    crash_host,
+    read_crashed,
+    read_state,
+    wal_bytes,
+)
 from tests.services import RedisServer
 
 __all__ = ["ChaosConfig", "ChaosRun", "FAULTS", "OPTIONAL_FAULTS"]
@@ -82,8 +110,10 @@ FAULTS = (
     "evil-row",
     "damage",
 )
-OPTIONAL_FAULTS: tuple[str, ...] = ()
-"""Faults only a ``--faults`` list asks for (see the module docstring)."""
+OPTIONAL_FAULTS: tuple[str, ...] = ("promote",)
+"""Faults only a ``--faults`` list (or ``--standby``) asks for (see the module docstring)."""
+DRAIN_BOUND = 180.0
+"""Seconds the end drain may take in all; each ``--once`` scheduler gets at most a minute."""
 MAX_SUBMIT_RETRIES = 2
 _SKEWS = (0.0, 0.0, 90.0, -300.0, 3600.0, -7200.0, 5 * 3600.0)
 _TRIGGERS: tuple[Callable[[], Trigger], ...] = (
@@ -123,6 +153,16 @@ class ChaosConfig:
     """``--shards`` of every scheduler: each shard's lease is polled and its tokens checked
     apart, faults aimed at "the leader" hit a random shard's holder."""
     log: Callable[[str], None] = print
+    standby: str | None = None
+    """``"sync"`` or ``"async"``: a streaming standby, a multi-host URL, the ``promote`` fault
+    (module docstring). None: one server, no promotion."""
+    promote_at: float | None = None
+    """Seconds after the faults begin: one promotion then (a bounded run), instead of a
+    ``promote`` drawn among the faults."""
+    walsender_freeze: float | None = None
+    """Seconds the walsender is SIGSTOPped before the crash; None: 2 for ``"async"``, 0 for
+    ``"sync"`` (a synchronous commit waits for the standby, so a frozen walsender would only
+    stall every commit)."""
 
 
 @dataclass
@@ -154,6 +194,11 @@ class ChaosRun:
         self.workdir = workdir
         self.rng = random.Random(config.seed)
         self.server: ChaosPostgres | None = None
+        self.standby: StandbyPostgres | None = None
+        self._editing = threading.Lock()
+        """Held by the editor during each edit: a promotion of an asynchronous standby pauses
+        the edits and waits for it."""
+        self._draining: subprocess.Popen[bytes] | None = None
         self.broker: RedisServer | None = None
         self._broker_frozen = False
         self.dsn = ""
@@ -184,10 +229,23 @@ class ChaosRun:
         self.config.log(f"  fault {kind} {detail}")
 
     def _store(self, label: str) -> PostgresStore:
-        return PostgresStore(
+        store = PostgresStore(
             connection_provider=DsnConnectionProvider(
                 self.dsn, connect_timeout=2, application_name=f"harness:{label}"
             )
+        )
+        # Every wait for the server bounded (a statement, a connection), as the scheduler's.
+        store.bound_calls(CALL_TIMEOUT)
+        return store
+
+    def _sql(self) -> Any:
+        """A plain psycopg connection to the primary, every wait bounded."""
+        import psycopg
+
+        return psycopg.connect(
+            self.dsn,
+            connect_timeout=2,
+            options=f"-c statement_timeout={int(CALL_TIMEOUT * 1000)}",
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -205,6 +263,17 @@ class ChaosRun:
             # run's records would be checked as this one's.
             raise ValueError(f"chaos workdir {self.workdir} is not empty")
         self.server = ChaosPostgres().start()
+        self.dsn = self.server.dsn
+        if cfg.standby is not None:
+            if cfg.standby not in ("sync", "async"):
+                raise ValueError(f"standby must be 'sync' or 'async', not {cfg.standby!r}")
+            self.standby = StandbyPostgres(self.server, synchronous=cfg.standby == "sync").start()
+            # Both hosts, the writable one wanted: after a promotion the schedulers (and the
+            # harness) find the new primary by themselves.
+            self.dsn = (
+                f"postgresql://postgres@127.0.0.1:{self.server.port},127.0.0.1:"
+                f"{self.standby.port}/postgres?target_session_attrs=read-write&connect_timeout=2"
+            )
         self.broker = RedisServer(data_dir=self.workdir / "redis").start()
         try:
             self._run()
@@ -214,8 +283,9 @@ class ChaosRun:
     def _run(self) -> None:
         cfg = self.config
         assert self.server is not None
-        self.dsn = self.server.dsn
-        (self.workdir / "config.json").write_text(json.dumps({"shards": cfg.shards}))
+        (self.workdir / "config.json").write_text(
+            json.dumps({"shards": cfg.shards, "standby": cfg.standby})
+        )
         setup = self._store("setup")
         setup.migrate()
         self._create_admin_schedules(setup)
@@ -232,6 +302,8 @@ class ChaosRun:
         # Past the duration only while fewer faults than min_faults were injected (an attempt
         # may find no leader to hit), and never beyond three times the duration.
         cap = deadline + 2 * cfg.duration
+        began = time.monotonic()
+        promote_due = cfg.promote_at is not None and cfg.standby is not None
         while time.monotonic() < deadline or (
             sum(self.stats.faults.values()) < cfg.min_faults and time.monotonic() < cap
         ):
@@ -241,7 +313,11 @@ class ChaosRun:
                 bag = list(cfg.faults)
                 self.rng.shuffle(bag)
             self._supervise()
-            self._inject(bag.pop())
+            if promote_due and time.monotonic() - began >= (cfg.promote_at or 0.0):
+                promote_due = False
+                self._inject("promote")
+            elif bag:
+                self._inject(bag.pop())
             self._supervise()
             self._sleep(self.rng.uniform(*cfg.fault_gap))
         self._edits_on.clear()
@@ -260,8 +336,9 @@ class ChaosRun:
                 try:
                     node.proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
+                    self.config.log(f"  {node.sid} ignored SIGTERM for 20 s: killed")
                     node.proc.kill()
-                    node.proc.wait()
+                    node.proc.wait(timeout=10)
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=20)
@@ -273,12 +350,32 @@ class ChaosRun:
         nothing is left ``claimed``: what the cluster left at SIGTERM (a retry not yet due) is
         what any next leader submits when its retry is due."""
         store = self._store("drain")
+        deadline = time.monotonic() + DRAIN_BOUND
         try:
             for attempt in range(40):
+                if time.monotonic() > deadline:
+                    break
                 node = _Node(name="drain", incarnation=attempt)
-                self._start(node, fail_rate=0.0, extra=["--once", "--batch-size", "100000"])
+                # A long lease: its one iteration may submit for up to 30 s. With the run's 3 s,
+                # a loaded machine (two CPU burners) got ~90 submissions a run out of it, each
+                # run starting in ~20 s, and new claims of every run outgrew them.
+                self._start(
+                    node,
+                    fail_rate=0.0,
+                    extra=[
+                        "--once", "--batch-size", "100000",
+                        "--lease-ttl", "30s", "--lease-renew-interval", "5s",
+                    ],
+                )  # fmt: skip
                 assert node.proc is not None
-                node.proc.wait(timeout=60)
+                self._draining = node.proc
+                try:
+                    node.proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait(timeout=10)
+                    self.errors.append(f"drain: {node.sid} was still running after 60 s")
+                self._draining = None
                 self._append(
                     "faults.jsonl",
                     {
@@ -288,17 +385,25 @@ class ChaosRun:
                         "rc": node.proc.returncode,
                     },
                 )
-                if not store.pending(limit=1) and store.next_retry_at() is None:
-                    return
-                retry_at = store.next_retry_at()
-                wait = 0.5 if retry_at is None else (retry_at - store.now()).total_seconds()
-                time.sleep(min(max(wait, 0.1), 30.0))
+                try:
+                    if not store.pending(limit=1) and store.next_retry_at() is None:
+                        return
+                    retry_at = store.next_retry_at()
+                    wait = 0.5 if retry_at is None else (retry_at - store.now()).total_seconds()
+                except StoreError as exc:
+                    self.config.log(f"  drain: {exc}")
+                    wait = 1.0
+                time.sleep(min(max(wait, 0.1), 30.0, max(0.0, deadline - time.monotonic())))
         finally:
             store.close()
-        raise RuntimeError("the drain never submitted what was left claimed")
+        # Reported, not raised: the checker still reads what there is (and names what is left).
+        self.errors.append(f"the drain left claimed rows after {DRAIN_BOUND:g} s or 40 runs")
 
     def _shutdown(self) -> None:
         self._stop.set()
+        if self._draining is not None and self._draining.poll() is None:
+            self._draining.kill()
+            self._draining.wait(timeout=10)
         if self.broker is not None and self.broker.proc is not None and self._broker_frozen:
             os.kill(self.broker.proc.pid, signal.SIGCONT)
             self._broker_frozen = False
@@ -308,7 +413,7 @@ class ChaosRun:
                 if node.stopped:
                     os.kill(proc.pid, signal.SIGCONT)
                 proc.kill()
-                proc.wait()
+                proc.wait(timeout=10)
         for thread in self._threads:
             thread.join(timeout=10)
         for fh in self._files.values():
@@ -319,6 +424,9 @@ class ChaosRun:
         if self.broker is not None:
             self.broker.stop()
             self.broker = None
+        if self.standby is not None:
+            self.standby.stop()
+            self.standby = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -330,7 +438,9 @@ class ChaosRun:
         assert self.broker is not None
         if self.broker.proc is None:
             self.broker.start()
-        client = redis.Redis.from_url(self.broker.url)
+        client = redis.Redis.from_url(
+            self.broker.url, socket_timeout=CALL_TIMEOUT, socket_connect_timeout=CALL_TIMEOUT
+        )
         try:
             keys = [k.decode() for k in client.lrange(DELIVERIES, 0, -1)]
         finally:
@@ -497,6 +607,21 @@ class ChaosRun:
         holder = self.rng.choice(holders)
         return next((n for n in self.nodes if n.sid == holder), None)
 
+    def _claiming(self, since: float | None = None) -> bool:
+        """Whether a scheduler claimed something in the last second (or since ``since``)."""
+        import psycopg
+
+        try:
+            with self._sql() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM goatbeat_execution WHERE claimed_at > "
+                    "coalesce(to_timestamp(%s), now() - interval '1 second')",
+                    (since,),
+                ).fetchone()
+        except psycopg.Error:
+            return False
+        return row is not None and row[0] > 0
+
     def _lease_names(self) -> list[str]:
         return [lease_name(i, self.config.shards) for i in range(self.config.shards)]
 
@@ -590,6 +715,9 @@ class ChaosRun:
             name = self._damage_row()
             if name is not None:
                 self.fault("damage", name=name)
+        elif kind == "promote":
+            if self.standby is not None:
+                self._promote()
         elif kind == "restart":
             self.fault("restart")
             self.server.restart()
@@ -604,7 +732,7 @@ class ChaosRun:
 
         name = f"{EVIL_PREFIX}{self.stats.faults['evil-row']:03d}"
         try:
-            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+            with self._sql() as conn:
                 conn.execute(
                     "INSERT INTO goatbeat_schedule (name, source, task, trigger, args, "
                     "next_run_at) VALUES (%s, 'admin', 'os.system', %s, %s, now())",
@@ -626,7 +754,7 @@ class ChaosRun:
             self.admin_names.remove(name)  # the editor must not repair it
         spec = {"kind": "cron", "expression": "* * * * * *", "timezone": "Mars/Olympus"}
         try:
-            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
+            with self._sql() as conn:
                 conn.execute(
                     "UPDATE goatbeat_schedule SET trigger = %s WHERE name = %s",
                     (json.dumps(spec), name),
@@ -634,6 +762,91 @@ class ChaosRun:
         except psycopg.Error:
             return None
         return name
+
+    def _promote(self) -> None:
+        """The primary's host lost under load, the standby promoted (module docstring); the
+        evidence in ``promotions.jsonl``. Every wait is bounded (the helpers' CALL_TIMEOUT,
+        ``pg_ctl -t 60``)."""
+        assert self.server is not None and self.standby is not None
+        # Under load: a scheduler claiming right now (a slow machine may still be starting
+        # them, or a leader be catching up after its start).
+        waited = time.monotonic() + 30.0
+        while not self._claiming() and time.monotonic() < waited and not self._stop.is_set():
+            self._sleep(0.2)
+        primary, standby = self.server, self.standby
+        sync = standby.synchronous
+        freeze = self.config.walsender_freeze
+        if freeze is None:
+            freeze = 0.0 if sync else 2.0
+        record: dict[str, Any] = {"sync": sync, "walsender_freeze": freeze}
+        paused = False
+        if not sync and self._edits_on.is_set():
+            # An edit the standby never gets would be in the definition log and not in the
+            # database: pause them, and let the standby replay the last one.
+            self._edits_on.clear()
+            paused = True
+            if self._editing.acquire(timeout=4 * CALL_TIMEOUT):
+                self._editing.release()
+            with self._sql() as conn:
+                row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            if row is not None and not standby.wait_replayed(row[0]):
+                self.errors.append("promote: the standby never replayed the last admin edit")
+        if freeze > 0:
+            walsender = standby.walsender_pid()
+            if walsender is not None:
+                os.kill(walsender, signal.SIGSTOP)  # the SIGKILL below ends it all the same
+                record["frozen_at"] = time.time()
+                time.sleep(freeze)
+                # At least one claim committed and never shipped, however starved the
+                # schedulers (two CPU burners once left 2 s without a single commit).
+                waited = time.monotonic() + 10.0
+                while not self._claiming(since=record["frozen_at"]):
+                    if time.monotonic() > waited:
+                        break
+                    time.sleep(0.2)
+        self.fault("promote", sync=sync, walsender_freeze=freeze, port=standby.port)
+        record["n"] = self.stats.faults["promote"]
+        record["crash_at"] = time.time()
+        crash_host(primary)
+        record["crashed_at"] = time.time()
+        # What the promoted database starts from: all the WAL the standby received, replayed.
+        record["replay_lsn"], record["replay_ts"] = standby.caught_up()
+        starts_from = read_state(standby.dsn)
+        # At least a second with no primary at all: a commit acknowledged by the old one and a
+        # commit on the new one can then be told apart by the time alone (the checker's epochs).
+        time.sleep(max(0.0, record["crashed_at"] + 1.0 - time.time()))
+        record["promote_at"] = time.time()
+        standby.promote()
+        record["promoted_at"] = time.time()
+        self.server = standby
+        if paused:
+            self._edits_on.set()
+        try:
+            had = read_crashed(primary)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self.errors.append(f"promote {record['n']}: {exc}")  # the run is void
+            had = {"executions": {}, "leases": {}, "wal_lsn": record["replay_lsn"]}
+        primary.stop()  # its data directory goes; its port takes the next standby
+        lost_claims, lost_updates, extra = _diff(had["executions"], starts_from["executions"])
+        record.update(
+            old_wal_end=had["wal_lsn"],
+            wal_not_shipped_bytes=wal_bytes(
+                self.dsn, had["wal_lsn"], record["replay_lsn"] or had["wal_lsn"]
+            ),
+            lost_claims=lost_claims,
+            lost_updates=lost_updates,
+            only_on_standby=extra,
+            leases_old=had["leases"],
+            leases_standby=starts_from["leases"],
+        )
+        self._append("promotions.jsonl", record)
+        self.config.log(
+            f"  promoted {standby.port}: {record['wal_not_shipped_bytes']} bytes of WAL not "
+            f"shipped, {len(lost_claims)} claims and {len(lost_updates)} updates lost"
+        )
+        # A new standby of the promoted primary on the old one's port (the URL stays the same),
+        # synchronous again if this one was.
+        self.standby = StandbyPostgres(standby, synchronous=sync, port=primary.port).start()
 
     def _freeze_watcher(self) -> None:
         """Resume a node frozen inside its claim (GOATBEAT_FREEZE_IN_CLAIM) once its lease
@@ -665,7 +878,8 @@ class ChaosRun:
         import psycopg
 
         try:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=2) as conn:
+            with self._sql() as conn:
+                conn.autocommit = True
                 rows = conn.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE application_name = %s",
@@ -716,18 +930,19 @@ class ChaosRun:
                 if not self._edits_on.wait(0.2):
                     continue
                 self._stop.wait(rng.uniform(0, 2 * self.config.edit_gap))
-                if not self._edits_on.is_set():
-                    continue
-                name = rng.choice(self.admin_names)
-                if rng.random() < 0.1:
-                    try:
-                        store.request_run(name)
-                        self.stats.manual_runs += 1
-                    except (StoreError, ConflictError):
-                        self.stats.edit_errors += 1
-                    continue
-                n += 1
-                self._edit(store, name, self._admin_schedule(name, rng, f"edit-{n}"))
+                with self._editing:
+                    if not self._edits_on.is_set():
+                        continue
+                    name = rng.choice(self.admin_names)
+                    if rng.random() < 0.1:
+                        try:
+                            store.request_run(name)
+                            self.stats.manual_runs += 1
+                        except (StoreError, ConflictError):
+                            self.stats.edit_errors += 1
+                        continue
+                    n += 1
+                    self._edit(store, name, self._admin_schedule(name, rng, f"edit-{n}"))
         finally:
             store.close()
 
@@ -769,6 +984,25 @@ class ChaosRun:
                 "answered": time.time(),
             },
         )
+
+
+def _diff(
+    old: dict[int, list[Any]], new: dict[int, list[Any]]
+) -> tuple[list[list[Any]], list[list[Any]], list[list[Any]]]:
+    """What the old primary had committed and the standby did not: claims (rows absent, or
+    under another key: the id was handed out again) as ``[id, key, token, status,
+    scheduler_id]``, and updates of rows both have (``[id, key, old status, old attempts,
+    standby status, standby attempts]``); third, rows only the standby has (none, ever)."""
+    lost_claims: list[list[Any]] = []
+    lost_updates: list[list[Any]] = []
+    for i, (key, token, status, attempts, sid) in sorted(old.items()):
+        there = new.get(i)
+        if there is None or there[0] != key or there[1] != token:
+            lost_claims.append([i, key, token, status, sid])
+        elif there[2] != status or there[3] != attempts:
+            lost_updates.append([i, key, status, attempts, there[2], there[3]])
+    extra = [[i, *row] for i, row in sorted(new.items()) if old.get(i, [None])[0] != row[0]]
+    return lost_claims, lost_updates, extra
 
 
 def _is_stopped(pid: int) -> bool:

@@ -6,6 +6,8 @@
     python -m tests.chaos.run --shards 4    # every scheduler runs 4 shards
     ./dev soak                      # the same, 600 s by default; figures for docs/reliability.md
     ./dev soak --shards 4           # the sharded soak; figures for docs/scaling.md
+    ./dev soak --standby sync       # a streaming standby, promoted among the faults
+    ./dev soak --standby async --promote-at 20   # one promotion, 20 s in
 
 Prints the seed first (replay a failure with ``--seed``), each fault as it is injected, then
 the checker's figures and violations. Exit status 0 when no guarantee was broken, 1 otherwise.
@@ -35,8 +37,8 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> tuple[ChaosRun, Report]:
     try:
         run.run()
         report = check(load_evidence(workdir, run.dsn))
-        for error in run.errors:
-            report.add("harness-error", error)
+        # First in the list: a void run explains the violations after it.
+        report.violations[:0] = [("harness-error", error) for error in run.errors]
     finally:
         run.stop_server()
     stats = run.stats
@@ -45,6 +47,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> tuple[ChaosRun, Report]:
         "duration_s": config.duration,
         "schedulers": config.schedulers,
         "shards": config.shards,
+        "standby": config.standby,
         "faults_injected": sum(n for k, n in stats.faults.items() if k != "end"),
         "faults": {k: n for k, n in sorted(stats.faults.items()) if k != "end"},
         "process_restarts": stats.restarts,
@@ -66,6 +69,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=1, help="--shards of every scheduler")
     parser.add_argument("--schedules", type=int, default=280, help="admin schedules")
     parser.add_argument("--faults", default=",".join(FAULTS), help="comma-separated subset")
+    parser.add_argument(
+        "--standby",
+        choices=("sync", "async"),
+        default=None,
+        help="a streaming standby (synchronous or not) and the 'promote' fault",
+    )
+    parser.add_argument(
+        "--promote-at",
+        type=float,
+        default=None,
+        help="with --standby: one promotion this many seconds in, not a random fault",
+    )
+    parser.add_argument(
+        "--walsender-freeze",
+        type=float,
+        default=None,
+        help="seconds the walsender is SIGSTOPped before the crash (default: 2 async, 0 sync)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--figures", type=Path, default=None, help="write the figures (JSON)")
     args = parser.parse_args(argv)
@@ -75,6 +96,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         known = ", ".join((*FAULTS, *OPTIONAL_FAULTS))
         parser.error(f"unknown faults {sorted(unknown)}; known: {known}")
+    if args.standby is None and ("promote" in faults or args.promote_at is not None):
+        parser.error("--faults promote and --promote-at need --standby sync or async")
+    if args.standby is not None and args.promote_at is None and "promote" not in faults:
+        faults = (*faults, "promote")
+    if args.promote_at is not None:
+        faults = tuple(f for f in faults if f != "promote")
     if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
         # Evidence files are appended to and the broker reloads its data directory: an earlier
         # run's records would be checked as this run's.
@@ -87,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shards=args.shards,
         admin_schedules=args.schedules,
         faults=faults,
+        standby=args.standby,
+        promote_at=args.promote_at,
+        walsender_freeze=args.walsender_freeze,
         log=lambda line: print(line, flush=True),
     )
     started = time.monotonic()

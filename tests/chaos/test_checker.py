@@ -17,6 +17,7 @@ from tests.chaos.checker import (
     Definition,
     Evidence,
     ExecRow,
+    Promotion,
     Segment,
     check,
     expected_claims,
@@ -454,3 +455,143 @@ def test_a_lone_copy_of_a_run_reported_failed_is_no_duplicate() -> None:
     assert report.ok, report.summary()
     assert report.figures["duplicates_by_cause"] == {}
     assert report.figures["missed_though_delivered"] == 1
+
+
+# -- a promoted standby ----------------------------------------------------------------------
+
+
+def _promoted(
+    *, sync: bool = False, lost: bool = True, replay_at: float = 3.5, logged: bool = True
+) -> tuple[History, dict]:
+    """Claims at 1..3 s replicated; the claim of 4 s (id 4, token 1) committed on the old
+    primary at 4.01 s and sent, its WAL never shipped; crash at 4.3 s, promotion at 5.3 s;
+    the new primary hands out id 4 again: 4 s and 5 s claimed at 5.6 s with token 2."""
+    h = History()
+    for i in range(1, 4):
+        h.claim(T0 + i * S + timedelta(milliseconds=10), [T0 + i * S])
+    at = (T0 + 4 * S).timestamp()
+    key4 = idempotency_key("s", T0 + 4 * S)
+    h.records += [
+        {"type": "claimed", "ids": [4], "keys": [key4], "tokens": [1], "src": "a", "t": at + 0.01},
+        {"type": "submit", "key": key4, "id": 4, "token": 1, "src": "a", "t": at + 0.02},
+    ]
+    h.next_id = 4
+    h.claim(T0 + 5 * S + timedelta(milliseconds=600), [T0 + 4 * S, T0 + 5 * S], token=2, sid="b")
+    new = [r for r in h.records if r.get("src") == "b" and r["type"] == "submit"]
+    h.records.append(
+        {
+            "type": "claimed",
+            "ids": [r["id"] for r in new],
+            "keys": [r["key"] for r in new],
+            "tokens": [2, 2],
+            "src": "b",
+            "t": new[0]["t"] - 0.005,
+        }
+    )
+    promotion = Promotion(
+        n=1,
+        sync=sync,
+        crash_at=at + 0.3,
+        crashed_at=at + 0.31,
+        promote_at=at + 1.3,
+        promoted_at=at + 1.5,
+        replay_ts=T0.timestamp() + replay_at,
+        lost_claims={(4, key4): 1} if lost else {},
+        leases_standby={"scheduler": ("a", 1)},
+    )
+    changes = [(at + 1.8, "b", "promotion: the database is on a new timeline", [key4])]
+    extra = {
+        # b worked on the old primary and leads on the promoted one: it must say so.
+        "events": {"b": [(at - 2, "lease.standby"), (at + 1.9, "lease.acquired")]},
+        "promotions": [promotion],
+        "changes": changes if logged else [],
+        "starts": {"a": T0.timestamp(), "b": T0.timestamp()},
+        "acquisitions": [("a", 1, "scheduler"), ("b", 2, "scheduler")],
+        "acquired_at": [T0.timestamp(), at + 1.55],
+    }
+    return h, extra
+
+
+def test_a_claim_lost_with_the_wal_not_shipped_explains_its_repeat() -> None:
+    h, extra = _promoted()
+    report = check(h.evidence(T0 + 6 * S, **extra))
+    assert report.ok, report.summary()
+    assert report.figures["doubled"] == 1
+    assert report.figures["doubled_explained_by_the_wal_not_shipped"] == 1
+    assert report.figures["doubled_named_by_goatbeat"] == 1
+    assert report.figures["first_claim_by_a_scheduler_up_before_the_crash"] == 1
+
+
+def test_a_repeat_the_promotion_did_not_lose_is_a_violation() -> None:
+    h, extra = _promoted(lost=False)
+    assert {"wrong-token", "unjustified-duplicate"} <= kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_synchronous_standby_that_lost_a_claim_is_a_violation() -> None:
+    h, extra = _promoted(sync=True)
+    assert "promotion-lost" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_lost_claim_acknowledged_before_the_standbys_last_replayed_commit_is_unexplained():
+    h, extra = _promoted(replay_at=4.5)  # the standby had a commit later than that claim's
+    assert "promotion-unexplained" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_promotion_goatbeat_did_not_log_is_a_violation() -> None:
+    h, extra = _promoted(logged=False)
+    assert "promotion-not-logged" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_token_issued_only_by_the_old_primary_may_be_issued_again() -> None:
+    h, extra = _promoted()
+    at = (T0 + 4 * S).timestamp()
+    # "c" took the lease with token 2 on the old primary after the standby's copy (token 1).
+    extra["acquisitions"] = [*extra["acquisitions"], ("c", 2, "scheduler")]
+    extra["acquired_at"] = [*extra["acquired_at"], at + 0.1]
+    report = check(h.evidence(T0 + 6 * S, **extra))
+    assert report.ok, report.summary()
+    # Had the standby's copy already held token 2, two holders of token 2 is a violation.
+    extra["promotions"] = [
+        dataclasses.replace(extra["promotions"][0], leases_standby={"scheduler": ("c", 2)})
+    ]
+    assert "token-holder" in kinds(h.evidence(T0 + 6 * S, **extra))
+
+
+def test_a_second_call_of_the_same_process_cut_by_its_death_may_have_landed() -> None:
+    # "a" sent row 3, read it again as pending (its bookkeeping not yet visible), called the
+    # broker again with the same attempts count and was killed inside that call.
+    h = History()
+    nxt = steady(h)
+    row = h.rows[2]
+    submit = next(r for r in h.records if r["type"] == "submit" and r["id"] == row.id)
+    start = {k: submit[k] for k in ("key", "id", "token", "src")}
+    h.records += [
+        dict(start, type="submit-start", t=submit["t"] - 0.001),
+        dict(start, type="submit-start", t=submit["t"] + 1),
+    ]
+    broker = Counter({r.key: 1 for r in h.rows})
+    broker[row.key] = 2
+    report = check(h.evidence(nxt, broker=broker, died={"a"}))
+    assert report.ok, report.summary()
+    assert "broker-duplicate" in kinds(h.evidence(nxt, broker=broker))  # nobody died: no cause
+
+
+def test_a_claim_begun_just_before_an_edit_may_follow_the_new_definition() -> None:
+    # Every 2 s, then an edit at 7.5 s to every 3 s; a claim whose transaction began 1 ms
+    # before the edit's read the row after the edit committed: it claims 9 s, an instant of
+    # the new definition only (seen in a soak, 1.5 ms apart).
+    h = History(definition())
+    h.d = dataclasses.replace(h.d, trigger=IntervalTrigger("2s"))
+    for i in (2, 4, 6):
+        h.claim(T0 + i * S + timedelta(milliseconds=10), [T0 + i * S])
+    edit = T0 + 7 * S + timedelta(milliseconds=500)
+    new = dataclasses.replace(h.d, trigger=IntervalTrigger("3s"))
+    assert new.trigger.next_after(edit) == T0 + 9 * S
+    h.claim(edit - timedelta(milliseconds=1), [T0 + 9 * S])
+    segments = [Segment(start=T0, definition=h.d), Segment(start=edit, definition=new)]
+    h.d = new  # the final row carries the edit
+    report = check(h.evidence(T0 + 12 * S, segments={"s": segments}))
+    assert report.ok, report.summary()
+    # Begun seconds before the edit, the same claim is stale.
+    h.rows[-1] = dataclasses.replace(h.rows[-1], claimed_at=edit - 3 * S)
+    assert "stale-claim" in kinds(h.evidence(T0 + 12 * S, segments={"s": segments}))
