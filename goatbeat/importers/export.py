@@ -68,6 +68,7 @@ from goatbeat.core.triggers import (
 )
 from goatbeat.importers import kombu_json
 from goatbeat.importers.entries import SourceEntry, celery_misfire_grace, late_on_grid
+from goatbeat.importers.pysource import read_beat_schedule_source
 
 __all__ = [
     "BeatEntry",
@@ -645,14 +646,13 @@ def _imports(names: Collection[str]) -> list[str]:
 
 
 def _read_back_beat(entry: BeatEntry, zone: str) -> SourceEntry | Refusal:
-    """The entry's code executed, and read by the importer (``celery_beat._read_entry``)."""
+    """The entry's code read back (parsed, never executed: :mod:`.pysource`), and read by
+    the importer (``celery_beat.read_entry``)."""
     from goatbeat.importers.celery_beat import read_entry
 
     source = "\n".join([*_imports(entry.imports), "", "beat_schedule = {", entry.code, "}"])
-    namespace: dict[str, Any] = {}
     try:
-        exec(compile(source, f"<export of {entry.name}>", "exec"), namespace)  # noqa: S102
-        value = namespace["beat_schedule"][entry.name]
+        value = read_beat_schedule_source(source)[entry.name]
     except Exception as exc:  # our own rendering failed: refuse rather than write it
         return Refusal(entry.name, "schedule", f"cannot be written: {describe_exception(exc)}")
     read = read_entry(entry.name, value, timezone=zone, last_run_at=entry.last_run_at)
