@@ -40,7 +40,8 @@ from goatbeat.core.timeutil import get_zone, iso_z
 from goatbeat.core.triggers import IntervalTrigger, SolarTrigger
 from goatbeat.importers import kombu_json
 from goatbeat.importers.django_celery_beat import ClockedSchedule
-from goatbeat.importers.entries import SourceEntry, celery_lateness, grid_offset, late_on_grid
+from goatbeat.importers.entries import SourceEntry
+from goatbeat.importers.grid import celery_lateness, grid_offset, late_on_grid
 
 __all__ = [
     "DiffReport",

@@ -21,6 +21,8 @@ from goatbeat.core.model import DEFAULT_MISFIRE_GRACE, DamagedSchedule, Schedule
 from goatbeat.core.store import PublishResult, ScheduleStore
 from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import IntervalTrigger, Trigger
+from goatbeat.importers.comparison import BEAT_FIELDS, DCB_FIELDS, differences
+from goatbeat.importers.grid import celery_lateness, grid_offset, late_on_grid
 
 __all__ = [
     "ImportPlan",
@@ -51,33 +53,6 @@ def celery_instant(value: Any, field: str, naive_tz: str = "UTC") -> datetime | 
         value = value.replace(tzinfo=get_zone(naive_tz))
     result: datetime = value.astimezone(UTC)
     return result
-
-
-def late_on_grid(instant: datetime, every: timedelta, anchor: datetime | None) -> bool:
-    """Whether celery's run dated ``instant`` is the run of an instant of the grid ``anchor + k
-    * every`` (the epoch's grid without an anchor), run late.
-
-    Celery dates a run when it sends it, a little after the instant it was due (a few ms on a
-    quiet machine, more under load), and an interval counts from that date: the lateness adds
-    up run after run. A run within ``min(every / 4, 1 s)`` after a grid instant is that
-    instant's run: the grid goatbeat handed over (or the ``start_time`` the row declares)
-    still holds. Beyond it celery has really moved the phase, and celery's phase is kept."""
-    return grid_offset(instant, every, anchor) <= celery_lateness(every)
-
-
-def celery_lateness(every: timedelta) -> timedelta:
-    """How late celery's run of an interval's instant may be dated and still be that
-    instant's run (:func:`late_on_grid`)."""
-    return min(every / 4, _LATENESS)
-
-
-def grid_offset(instant: datetime, every: timedelta, anchor: datetime | None) -> timedelta:
-    """How far ``instant`` lies after the last instant of the grid ``anchor + k * every``."""
-    return (instant - (anchor or _EPOCH)) % every
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_LATENESS = timedelta(seconds=1)
 
 
 def celery_misfire_grace(trigger: Trigger) -> timedelta:
@@ -302,14 +277,12 @@ def plan_import(
 
 def _exported_back(row: Schedule, incoming: Schedule, now: datetime) -> bool:
     """A schedule made in goatbeat (source admin) that ``goatbeat export`` wrote to the
-    source, which still says the same (:func:`goatbeat.importers.export.differences`)."""
-    from goatbeat.importers import export
-
+    source, which still says the same (:func:`goatbeat.importers.comparison.differences`)."""
     if row.source is not Source.ADMIN:
         return False
     dcb = incoming.source is Source.DJANGO_CELERY_BEAT
-    fields = export.DCB_FIELDS if dcb else export.BEAT_FIELDS
-    return not export.differences(row, incoming, now=now, fields=fields, dcb=dcb)
+    fields = DCB_FIELDS if dcb else BEAT_FIELDS
+    return not differences(row, incoming, now=now, fields=fields, dcb=dcb)
 
 
 def _same_grid(incoming: Schedule, row: Schedule | None) -> Schedule:
