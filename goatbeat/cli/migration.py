@@ -45,7 +45,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -780,13 +780,7 @@ def export_last_runs(
         )
     except GoatbeatError as exc:
         raise OperationalError(one_line(exc)) from None
-    prefix = "would set" if dry_run else "set"
-    for row in changed:
-        was = "never" if row.before is None else iso_z(row.before)
-        click.echo(
-            f"{prefix}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
-            f"total_run_count {row.total_run_count}"
-        )
+    _echo_handed_back(changed, dry_run)
     click.echo(
         f"summary: {len(changed)} row(s) {'would be ' if dry_run else ''}moved forward, "
         f"{len(ran) - len(changed)} already at or past goatbeat's last run"
@@ -795,6 +789,17 @@ def export_last_runs(
         click.echo(
             "django_celery_beat_periodictasks.last_update moved to now: a DatabaseScheduler "
             "reads the rows again as written"
+        )
+
+
+def _echo_handed_back(changed: Sequence[Any], dry_run: bool) -> None:
+    """One line per last run handed back (django-celery-beat rows, redbeat's meta)."""
+    verb = "would set" if dry_run else "set"
+    for row in changed:
+        was = "never" if row.before is None else iso_z(row.before)
+        click.echo(
+            f"{verb}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
+            f"total_run_count {row.total_run_count}"
         )
 
 
@@ -821,13 +826,7 @@ def _hand_back_to_redbeat(ran: list[Any], url: str, prefix: str, zone: str, dry_
         )
     except GoatbeatError as exc:
         raise OperationalError(one_line(exc)) from None
-    prefix_word = "would set" if dry_run else "set"
-    for row in changed:
-        was = "never" if row.before is None else iso_z(row.before)
-        click.echo(
-            f"{prefix_word}  {row.name}: last_run_at {iso_z(row.after)} (was {was}), "
-            f"total_run_count {row.total_run_count}"
-        )
+    _echo_handed_back(changed, dry_run)
     click.echo(
         f"summary: {len(changed)} entr{'y' if len(changed) == 1 else 'ies'} "
         f"{'would be ' if dry_run else ''}moved forward, {len(ran) - len(changed)} already at "
