@@ -95,8 +95,13 @@ class Publisher:
             keywords,
             # Celery's saferepr of plain values is their repr, built in C (saferepr walks
             # them in Python: a tenth of a message's cost); anything else is left to Celery.
-            argsrepr=_plain_repr(arguments, getattr(amqp, "argsrepr_maxsize", None)),
-            kwargsrepr=_plain_repr(keywords, getattr(amqp, "kwargsrepr_maxsize", None)),
+            # An empty one's is the same for every message: Celery's own, computed once.
+            argsrepr=_plain_repr(arguments, getattr(amqp, "argsrepr_maxsize", None))
+            if arguments
+            else fixed["empty_argsrepr"],
+            kwargsrepr=_plain_repr(keywords, getattr(amqp, "kwargsrepr_maxsize", None))
+            if keywords
+            else fixed["empty_kwargsrepr"],
             expires=expires,
             reply_to=self.app.thread_oid,
             time_limit=fixed["time_limit"],
@@ -163,6 +168,8 @@ class Publisher:
             "ignore_result": merged.pop("ignore_result", None),
             "sent_event": app.conf.task_send_sent_event,
             "reply_queue": _declares_reply_queue(app),
+            "empty_argsrepr": _empty_repr(app, (), "argsrepr_maxsize"),
+            "empty_kwargsrepr": _empty_repr(app, {}, "kwargsrepr_maxsize"),
         }
         # Only MapRoute routers (usable() checked): the route depends on the name alone.
         routed = app.amqp.router.route(merged, name, None, None, task_type)
@@ -196,6 +203,20 @@ def _declares_reply_queue(app: Any) -> bool:
         return isinstance(app.backend, RPCBackend)
     except Exception:  # no backend can be built: send_task would fail on it too, later
         return False
+
+
+def _empty_repr(app: Any, empty: tuple[()] | dict[str, Any], maxsize: str) -> str | None:
+    """The ``argsrepr`` (or ``kwargsrepr``) Celery computes for empty arguments (which it
+    makes ``()``) or keywords (``{}``), with its own ``saferepr`` and settings; None (Celery
+    computes it per message) if that fails."""
+    try:
+        from celery.utils.saferepr import saferepr
+
+        amqp = app.amqp
+        text = saferepr(empty, getattr(amqp, maxsize), maxlevels=app.conf.task_repr_maxlevels)
+    except Exception:  # an app unlike Celery's own: it computes the header itself
+        return None
+    return text if isinstance(text, str) else None
 
 
 _SCALARS = (int, float, bool, type(None))
