@@ -93,7 +93,8 @@ _KEYS: dict[str, bytes] = {}
 
 _SCALAR_ITEMS: dict[tuple[Any, ...], bytes] = {}
 """A key and scalar value's whole encoding (None, a bool, a small int, as Celery's headers
-hold for ``retries``, ``shadow``, ``ignore_result``...), by (key, type, value)."""
+hold for ``retries``, ``shadow``, ``ignore_result``...; an empty dict or list), by (key, type,
+value)."""
 
 _CACHE_LIMIT = 4096
 
@@ -108,13 +109,15 @@ def _key(key: Any) -> bytes:
     return data
 
 
-def _scalar(key: Any, kind: type, value: Any) -> bytes:
+def _scalar(key: Any, kind: type, value: Any, *same: Any) -> bytes:
+    """Encode ``key`` and ``value`` and keep it, by ``(key, kind, value)`` (or by ``(key,
+    kind, same)`` for an empty dict or list, which is unhashable)."""
     items: list[bytes] = [_KEYS.get(key) or _key(key)]
     _item(value, items)
     data = b"".join(items)
     if len(_SCALAR_ITEMS) >= _CACHE_LIMIT:
         _SCALAR_ITEMS.clear()
-    _SCALAR_ITEMS[key, kind, value] = data
+    _SCALAR_ITEMS[(key, kind, *same) if same else (key, kind, value)] = data
     return data
 
 
@@ -135,6 +138,8 @@ def _table(table: dict[Any, Any], out: list[bytes]) -> None:
             append(data)
         elif kind is _NONE or kind is bool or (kind is int and -256 <= value <= 256):
             append(scalars.get((key, kind, value)) or _scalar(key, kind, value))
+        elif (kind is dict or kind is list) and not value:  # Celery's stamps, for one
+            append(scalars.get((key, kind, ())) or _scalar(key, kind, value, ()))
         else:
             append(keys.get(key) or _key(key))
             _item(value, items)
