@@ -48,7 +48,7 @@ import click
 
 from goatbeat.cli.context import CliContext
 from goatbeat.cli.errors import OperationalError, UserError
-from goatbeat.cli.migration import (
+from goatbeat.cli.sources import (
     Target,
     allow_list_check,
     checked_store,
@@ -95,7 +95,7 @@ class CutoverSource(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ImporterSource:
-    """The importers' own sources (:func:`goatbeat.cli.migration.collect_entries`): a Celery
+    """The importers' own sources (:func:`goatbeat.cli.sources.collect_entries`): a Celery
     app's ``beat_schedule`` (with ``last_runs_file``, the dump of stock beat's schedule file),
     django-celery-beat's tables, or, under Django, the project's."""
 
