@@ -20,7 +20,7 @@ reaches that cap the comparison stops at the earlier last instant, so a cap neve
 difference.
 
 :func:`compute_diff` is pure: entries and schedules in, a :class:`DiffReport` out. The command
-that reads the sources and prints the report is :func:`goatbeat.cli.migration.diff`.
+that reads the sources and prints the report is :func:`goatbeat.cli.diff.diff`.
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@
         schedule backfill NAME --from I --to I [--limit N] [--dry-run] [--json]
         import_celery_beat ...      celery beat's schedules into goatbeat    cli/migration.py
         import redbeat ...          celery-redbeat's Redis keys into goatbeat
-        diff ...                    do old and new fire at the same instants?
+        diff ...                    do old and new fire at the same instants?    cli/diff.py
         export_last_runs ...        goatbeat's last runs back to celery beat (rollback)
+                                                                          cli/last_runs.py
         cutover ...                 check, stop the old beat, import, start goatbeat  cli/cutover.py
         export --to beat-schedule|django-celery-beat ...  the schedules themselves back to
                                     celery beat, edits included (rollback)   cli/export.py
@@ -61,7 +62,9 @@ from goatbeat.cli import (
     control,
     cutover,
     demo,
+    diff,
     export,
+    last_runs,
     migration,
     publish,
     scheduler,
@@ -283,8 +286,8 @@ for _command in (
     status.status,
     migration.import_celery_beat,
     migration.import_group,
-    migration.diff,
-    migration.export_last_runs,
+    diff.diff,
+    last_runs.export_last_runs,
     cutover.cutover,
     export.export,
     demo.demo,

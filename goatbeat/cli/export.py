@@ -114,7 +114,7 @@ def export(
     skip_unexportable: bool,
 ) -> None:
     """Export goatbeat's schedules back to celery beat (a rollback after edits)."""
-    from goatbeat.cli.migration import open_target_store
+    from goatbeat.cli.sources import open_target_store
     from goatbeat.importers import export as plan
 
     if to == "beat-schedule" and (target or apply):

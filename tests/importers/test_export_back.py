@@ -842,11 +842,8 @@ def test_an_instant_goatbeat_still_owes_is_run_at_once_by_celery_after_the_expor
     # owed. celery, from what the export hands it, runs it at once too, and then the same
     # instants; an interval keeps goatbeat's grid.
     from goatbeat.importers.django_celery_beat import read_row
-    from goatbeat.importers.export import (
-        _importer_row,
-        plan_beat_schedule,
-        plan_django_celery_beat,
-    )
+    from goatbeat.importers.export import plan_beat_schedule, plan_django_celery_beat
+    from goatbeat.importers.export_dcb import _importer_row
 
     now = datetime(2026, 12, 2, 9, 0, 40, tzinfo=UTC)
     owed = [
