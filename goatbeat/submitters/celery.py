@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import logging
 import re
 import threading
@@ -65,6 +64,25 @@ from goatbeat.submitters._amqp_batch import (
     batchable,
     before_classic,
     forget_tags,
+)
+from goatbeat.submitters._celery_app import bound_redis_sockets, error_classes, load_app
+from goatbeat.submitters._celery_channel import (
+    concrete_channel,
+    release,
+    round_trip,
+    same,
+    unconfirmed_channel,
+)
+from goatbeat.submitters._celery_errors import (
+    Abandoned,
+    BrokerRefused,
+    PublishTimedOut,
+    Refused,
+    is_timeout,
+    named_exchange,
+    no_retry_after_timeout,
+    refusal,
+    suspect,
 )
 from goatbeat.submitters._celery_publish import Publisher, beat_options
 from goatbeat.submitters._expiry import check_expires_from, clock_or_system, expires_left
@@ -123,63 +141,6 @@ _MAX_PRIORITY = 255
 _BATCH_COMMANDS = 100_000
 """kombu's batch ``max_size`` counts Redis commands; the scheduler's chunks (50 messages) stay
 far below it, so each chunk is flushed exactly once, when it ends."""
-
-
-def _load_app(app: Any) -> tuple[Any, bool]:
-    """The Celery app and whether this submitter created it (and so must close it)."""
-    if app is None:
-        from celery import current_app
-
-        # The project's app once its module is imported, as for ``@shared_task``.
-        return current_app._get_current_object(), False
-    if not isinstance(app, str):
-        return app, False
-    if "://" in app:
-        from celery import Celery
-
-        created = Celery("goatbeat", broker=app, set_as_current=False)
-        created.conf.task_serializer = "json"
-        return created, True
-    module_name, _, attr = app.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidValue("celery_app", app, f"cannot import {module_name!r}: {exc}") from None
-    candidates = [attr] if attr else ["app", "celery"]
-    for candidate in candidates:
-        found = getattr(module, candidate, None)
-        if found is not None:
-            return found, False
-    raise InvalidValue(
-        "celery_app", app, f"{module_name!r} has no attribute {' or '.join(candidates)}"
-    )
-
-
-def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(retryable, permanent) exception classes of the installed kombu / redis."""
-    from kombu import exceptions as kombu_exc
-
-    retryable: list[type[BaseException]] = [
-        kombu_exc.OperationalError,
-        kombu_exc.ChannelError,
-        kombu_exc.ConnectionError,
-        ConnectionError,
-        TimeoutError,
-        OSError,
-    ]
-    try:
-        from redis import exceptions as redis_exc
-    except ImportError:  # an AMQP-only project: kombu wraps its errors already
-        pass
-    else:
-        retryable.append(redis_exc.RedisError)
-    permanent: list[type[BaseException]] = [
-        kombu_exc.EncodeError,
-        kombu_exc.ContentDisallowed,
-        TypeError,
-        ValueError,
-    ]
-    return tuple(retryable), tuple(permanent)
 
 
 class CelerySubmitter(BaseSubmitter):
@@ -241,7 +202,7 @@ class CelerySubmitter(BaseSubmitter):
             raise InvalidValue("concurrency", concurrency, f"{concurrency!r} must be >= 0")
         self.expires_from = check_expires_from(expires_from)
         self.clock = clock_or_system(clock)
-        self.app, self._owns_app = _load_app(app)
+        self.app, self._owns_app = load_app(app)
         self._retry_policy: dict[str, Any] = dict(
             DEFAULT_RETRY_POLICY if retry_policy is None else retry_policy
         )
@@ -249,10 +210,10 @@ class CelerySubmitter(BaseSubmitter):
             # kombu calls the errback before it reconnects and publishes again: a publish that
             # timed out may still be in the broker's hands, so it is not sent a second time
             # from here (goatbeat's own retry resends it later, with the same id).
-            self._retry_policy["errback"] = _no_retry_after_timeout
-        self._retryable, self._permanent = _error_classes()
+            self._retry_policy["errback"] = no_retry_after_timeout
+        self._retryable, self._permanent = error_classes()
         if publish_timeout is not None:
-            _bound_redis_sockets(self.app, float(publish_timeout))
+            bound_redis_sockets(self.app, float(publish_timeout))
         from celery.exceptions import QueueNotFound
 
         self._missing_queue: type[BaseException] = QueueNotFound
@@ -347,7 +308,7 @@ class CelerySubmitter(BaseSubmitter):
         try:
             self._still_blocked(producer)
         except RetryableSubmitError as exc:
-            _release(producer)
+            release(producer)
             return [exc] * len(occurrences)
         batch = getattr(producer, "batch", None) if batched else None
         results: list[str | None | Exception] = [_UNSENT] * len(occurrences)
@@ -359,7 +320,7 @@ class CelerySubmitter(BaseSubmitter):
                 healthy = self._send_framed(producer, channel, occurrences, direct, results)
                 results = [_UNTRIED if r is _UNSENT else r for r in results]
                 if not (self._owed and self._owed_channel is channel):
-                    healthy = healthy and not any(_suspect(r) for r in results)
+                    healthy = healthy and not any(suspect(r) for r in results)
                 # else: kept, with the connection the withheld confirms will come on
                 return results
             if batch is None:
@@ -376,13 +337,13 @@ class CelerySubmitter(BaseSubmitter):
                     )
                     return [r if isinstance(r, Exception) else error for r in results]
             results = [_UNTRIED if r is _UNSENT else r for r in results]
-            healthy = not any(_suspect(r) for r in results)
+            healthy = not any(suspect(r) for r in results)
             return results
         finally:
             if healthy:
                 self._check_in(producer)
             else:
-                _release(producer)
+                release(producer)
 
     def _framable(self, producer: Any) -> Any | None:
         """``producer``'s py-amqp channel when this chunk can go out in one socket write
@@ -419,14 +380,14 @@ class CelerySubmitter(BaseSubmitter):
                 break
             session = FrameBatch(channel, self.publish_timeout)
             written: set[str] = set()
-            vars(channel)["create_publish_batch"] = functools.partial(_same, session)
+            vars(channel)["create_publish_batch"] = functools.partial(same, session)
             try:
                 with producer.batch(max_size=_BATCH_COMMANDS):
                     for index in todo:
                         session.owner = index
                         result = self._send_or_error(producer, occurrences[index], direct)
                         results[index] = result
-                        if isinstance(result, _Refused):  # a declaration's: this message's own
+                        if isinstance(result, Refused):  # a declaration's: this message's own
                             self._attribute(result.error, occurrences, results, [], index)
                         elif isinstance(result, PublishTimedOut):
                             break
@@ -472,11 +433,11 @@ class CelerySubmitter(BaseSubmitter):
                     unknown.append(index)
             if error is None or not unknown:
                 continue
-            refused = _refusal(error)
+            refused = refusal(error)
             if refused is not None and settled.written:
                 todo = self._attribute(refused, occurrences, results, unknown, None)
                 continue
-            timed_out = _timed_out(error) or isinstance(error, TimeoutError)
+            timed_out = is_timeout(error) or isinstance(error, TimeoutError)
             if timed_out and settled.written and session.confirm and not self._owed:
                 # Written, acks withheld (a broker blocking publishers): the connection stays,
                 # and the next submission waits for those acks first (_still_blocked), so a
@@ -534,15 +495,15 @@ class CelerySubmitter(BaseSubmitter):
             results[index] = result
             if not isinstance(result, Exception):
                 after_classic(getattr(producer, "_channel", None), before)
-            elif _suspect(result):
+            elif suspect(result):
                 forget_tags(getattr(producer, "_channel", None))
-            if isinstance(result, _Refused):
+            if isinstance(result, Refused):
                 todo[:0] = self._attribute(result.error, occurrences, results, unverified, index)
             elif isinstance(result, PublishTimedOut):
                 return
             elif not isinstance(result, Exception):
                 if unconfirmed is None:
-                    unconfirmed = _unconfirmed_channel(producer) is not None
+                    unconfirmed = unconfirmed_channel(producer) is not None
                 if unconfirmed:
                     unverified.append(index)
             if not todo and unverified:
@@ -638,7 +599,7 @@ class CelerySubmitter(BaseSubmitter):
                 **self._timeouts,
                 **options,
             )
-        except _Abandoned as exc:
+        except Abandoned as exc:
             raise self._timed_out_error(occurrence, exc) from exc
         except self._missing_queue as exc:
             raise PermanentSubmitError(
@@ -651,10 +612,10 @@ class CelerySubmitter(BaseSubmitter):
                 f"({occurrence.idempotency_key}): {type(exc).__name__}: {exc}"
             ) from exc
         except self._retryable as exc:
-            refused = _refusal(exc)
+            refused = refusal(exc)
             if refused is not None:
-                raise _Refused(refused) from exc
-            if self.publish_timeout is not None and _timed_out(exc):
+                raise Refused(refused) from exc
+            if self.publish_timeout is not None and is_timeout(exc):
                 raise self._timed_out_error(occurrence, exc) from exc
             raise RetryableSubmitError(
                 f"celery broker unavailable for {occurrence.idempotency_key}: "
@@ -670,7 +631,7 @@ class CelerySubmitter(BaseSubmitter):
         unverified: list[int],
         current: int | None,
     ) -> list[int]:
-        """Put a channel error the broker raised (404 or 406, :func:`_refusal`) on the message
+        """Put a channel error the broker raised (404 or 406, :func:`refusal`) on the message
         that caused it, in ``results``, and settle the chunk's unverified messages; returns
         the indexes of the messages the broker never took, to send again.
 
@@ -690,7 +651,7 @@ class CelerySubmitter(BaseSubmitter):
         if current is not None and (not on_publish or not unverified):
             culprit, unverified[:] = current, []
         elif on_publish and unverified:
-            named = _named_exchange(error)
+            named = named_exchange(error)
             if len(unverified) == 1:
                 culprit = unverified[0]
             else:
@@ -709,7 +670,7 @@ class CelerySubmitter(BaseSubmitter):
         else:
             occ = occurrences[culprit]
             exchange = next(iter(sorted(self._exchanges(occ))), None)
-            results[culprit] = BrokerRefused(occ, error, _named_exchange(error) or exchange)
+            results[culprit] = BrokerRefused(occ, error, named_exchange(error) or exchange)
             resend = [i for i in unverified if i > culprit]
         if current is not None and current != culprit:
             resend.append(current)
@@ -749,17 +710,17 @@ class CelerySubmitter(BaseSubmitter):
         sent, as written to the socket, and the next submission waits for the answer first
         (:meth:`_still_blocked`); a connection that fails leaves their delivery uncertain:
         retryable. Returns what the broker discarded after a refusal, to send again."""
-        channel = _unconfirmed_channel(producer)
+        channel = unconfirmed_channel(producer)
         if channel is None:
             unverified[:] = []
             return []
         try:
-            _round_trip(producer, channel, self.publish_timeout)
+            round_trip(producer, channel, self.publish_timeout)
         except Exception as exc:
-            refused = _refusal(exc)
+            refused = refusal(exc)
             if refused is not None:
                 return self._attribute(refused, occurrences, results, unverified, None)
-            if _timed_out(exc):
+            if is_timeout(exc):
                 self._blocked = True
             else:
                 uncertain = RetryableSubmitError(
@@ -781,12 +742,12 @@ class CelerySubmitter(BaseSubmitter):
             return
         if self._owed:
             owed_channel = self._owed_channel
-            if _concrete_channel(producer) is owed_channel:
+            if concrete_channel(producer) is owed_channel:
                 landed: set[str] = set()
                 try:
                     await_confirms(owed_channel, self._owed, self.publish_timeout, landed)
                 except Exception as exc:
-                    if not _timed_out(exc) and not isinstance(exc, TimeoutError):
+                    if not is_timeout(exc) and not isinstance(exc, TimeoutError):
                         self._forget_owed()  # the channel is gone, and with it what it owed
                         with contextlib.suppress(Exception):
                             producer.connection.collect()
@@ -814,14 +775,14 @@ class CelerySubmitter(BaseSubmitter):
             # That connection is gone, or nobody waits on it any more: what it owed is
             # unknown, and a resend may deliver a second copy.
             self._forget_owed()
-        channel = _unconfirmed_channel(producer)
+        channel = unconfirmed_channel(producer)
         if channel is not None:
             # Without confirms a probe would return at once: wait for the answer to the round
             # trip that timed out (and one more) instead.
             try:
-                _round_trip(producer, channel, self.publish_timeout)
+                round_trip(producer, channel, self.publish_timeout)
             except Exception as exc:
-                if _refusal(exc) is not None:
+                if refusal(exc) is not None:
                     # A refusal of a message already reported sent: it can only be logged.
                     log_event(
                         "submitter.refused",
@@ -839,7 +800,7 @@ class CelerySubmitter(BaseSubmitter):
                 ) from exc
             self._blocked = False
             return
-        before = before_classic(_concrete_channel(producer))
+        before = before_classic(concrete_channel(producer))
         try:
             with producer.connection._reraise_as_library_errors():
                 producer.publish(
@@ -907,7 +868,7 @@ class CelerySubmitter(BaseSubmitter):
             if not self._closed:
                 self._idle.append(producer)
                 return
-        _release(producer)
+        release(producer)
 
     def prepare(self) -> None:
         """Open what the first submission needs, ahead of it: the broker's transport (kombu
@@ -921,7 +882,7 @@ class CelerySubmitter(BaseSubmitter):
         try:
             producer.connection.ensure_connection(max_retries=1, timeout=5)
         except Exception:  # the broker is down: the first send retries it as usual
-            _release(producer)
+            release(producer)
             return
         self._check_in(producer)
 
@@ -949,7 +910,7 @@ class CelerySubmitter(BaseSubmitter):
         with self._lock:
             idle, self._idle = self._idle, []
         for producer in idle:  # made before: a fresh one picks the options up
-            _release(producer)
+            release(producer)
 
     def close(self) -> None:
         with self._lock:
@@ -959,55 +920,9 @@ class CelerySubmitter(BaseSubmitter):
             idle, self._idle = self._idle, []
         # A submission still in flight releases its producer when it returns.
         for producer in idle:
-            _release(producer)
+            release(producer)
         if self._owns_app:
             self.app.close()
-
-
-def _bound_redis_sockets(app: Any, seconds: float) -> None:
-    """On Redis, kombu takes no per-publish timeout: a frozen server (SIGSTOP, a stalled
-    host) holds the publish for as long as it lasts. Give this process's Redis connections a
-    socket timeout instead, unless the app sets one (``broker_transport_options``); the
-    scheduler never blocks on a Redis read for longer (it consumes nothing)."""
-    try:
-        url = str(app.conf.broker_url or "")
-        if not url.startswith(("redis://", "rediss://", "redis+socket://")):
-            return
-        options = dict(app.conf.broker_transport_options or {})
-        if "socket_timeout" in options:
-            return
-        options["socket_timeout"] = seconds
-        app.conf.broker_transport_options = options
-    except Exception:  # an app unlike Celery's: left as it is
-        return
-
-
-class BrokerRefused(PermanentSubmitError):
-    """RabbitMQ closed the channel on this occurrence's message with an error no retry can
-    fix: 404 NOT_FOUND (no such exchange) or 406 PRECONDITION_FAILED (an exchange or queue
-    declared otherwise than it exists). The occurrence fails at once (``submit_failed``),
-    naming the reply, the exchange and the schedule."""
-
-    def __init__(self, occurrence: Occurrence, error: BaseException, exchange: str | None):
-        self.reply_code: int | None = getattr(error, "reply_code", None)
-        self.reply_text: str = str(getattr(error, "reply_text", None) or error)
-        self.exchange = exchange
-        self.schedule = occurrence.schedule_name
-        method = getattr(error, "method_name", "") or "the broker"
-        super().__init__(
-            f"RabbitMQ refused schedule {occurrence.schedule_name!r}'s message "
-            f"({occurrence.idempotency_key}) to exchange {exchange!r}: "
-            f"({self.reply_code}) {self.reply_text} (on {method}); no retry can fix this"
-        )
-
-
-class _Refused(RetryableSubmitError):
-    """A channel error :func:`_refusal` picked out, on its way to :meth:`_attribute` (which
-    always replaces it in the results)."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 _LANDED_LIMIT = 10_000
@@ -1020,119 +935,5 @@ _UNTRIED = RetryableSubmitError(
 _UNSENT: Any = RetryableSubmitError("not sent")
 """A chunk's placeholder for a message not (or not yet) sent."""
 
-_REFUSALS = frozenset({404, 406})
-"""AMQP channel error codes no retry fixes: NOT_FOUND, PRECONDITION_FAILED."""
-
 _BASIC_PUBLISH = (60, 40)
 """The AMQP (class, method) of ``basic.publish``, as a channel error names it."""
-
-_EXCHANGE_NAME = re.compile(r"exchange '((?:[^'\\]|\\.)*)'")
-
-
-def _refusal(exc: BaseException) -> BaseException | None:
-    """The py-amqp channel error behind ``exc`` (itself or what it wraps) when its reply
-    code is one no retry fixes (:data:`_REFUSALS`), else None."""
-    seen: BaseException | None = exc
-    for _ in range(4):
-        if seen is None:
-            return None
-        if getattr(seen, "reply_code", None) in _REFUSALS and hasattr(seen, "method_sig"):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
-def _named_exchange(error: BaseException) -> str | None:
-    """The exchange a broker's reply text names (``no exchange 'x' in vhost '/'``)."""
-    found = _EXCHANGE_NAME.search(str(getattr(error, "reply_text", "") or ""))
-    return found.group(1) if found else None
-
-
-def _unconfirmed_channel(producer: Any) -> Any | None:
-    """``producer``'s py-amqp channel when it publishes without confirms, else None (other
-    transports, or a channel whose publishes wait for the broker's confirm)."""
-    try:
-        channel = producer._channel
-        connection = channel.connection
-        if connection is None or not callable(getattr(channel, "send_method", None)):
-            return None
-        if getattr(connection, "confirm_publish", False):
-            return None
-        import amqp  # type: ignore[import-untyped]
-
-        if not isinstance(connection, amqp.Connection):
-            return None
-    except Exception:  # a channel promise not yet kept, a transport unlike py-amqp's
-        return None
-    return channel
-
-
-def _round_trip(producer: Any, channel: Any, timeout: float | None) -> None:
-    """One ``basic.qos`` (prefetch unchanged: this channel consumes nothing) and its
-    ``qos-ok`` on ``channel``, and the answers owed to earlier round trips that timed out
-    (each would otherwise satisfy a later wait too early). Raises the channel error the
-    broker sent instead, or TimeoutError after ``timeout`` seconds."""
-    from amqp import spec
-
-    owed = getattr(producer, "_goatbeat_owed", None)
-    waits = 1 + (owed[1] if owed is not None and owed[0] is channel else 0)
-    with channel.connection.transport.having_timeout(timeout):
-        channel.send_method(spec.Basic.Qos, "lBb", (0, 0, False))
-    try:
-        while waits:
-            channel.wait(spec.Basic.QosOk, timeout=timeout)
-            waits -= 1
-    except Exception as exc:
-        # A closed channel owes nothing (py-amqp reopens it); a timeout leaves it owing.
-        producer._goatbeat_owed = (channel, waits if _timed_out(exc) else 0)
-        raise
-    producer._goatbeat_owed = None
-
-
-class PublishTimedOut(RetryableSubmitError):
-    """A publish that took longer than ``publish_timeout``: the broker may hold it, or not."""
-
-
-class _Abandoned(Exception):
-    """Raised from kombu's retry errback to stop it publishing again after a timeout."""
-
-
-def _timed_out(exc: BaseException) -> bool:
-    # py-amqp: socket.timeout (TimeoutError) waiting for a confirm; RecoverableConnectionError
-    # "basic_publish: timed out" for a write the broker did not read in time.
-    return isinstance(exc, TimeoutError) or "timed out" in str(exc)
-
-
-def _no_retry_after_timeout(exc: BaseException, interval: float) -> None:
-    if _timed_out(exc):
-        raise _Abandoned(str(exc)) from exc
-
-
-def _concrete_channel(producer: Any) -> Any | None:
-    """``producer``'s channel when its connection is up (made concrete), else None."""
-    try:
-        return producer.channel if producer.connection.connected else None
-    except Exception:  # the publish will meet it
-        return None
-
-
-def _same(session: FrameBatch, max_size: int = 0) -> FrameBatch:
-    """``channel.create_publish_batch`` for one chunk: the session already made for it."""
-    return session
-
-
-def _suspect(result: object) -> bool:
-    """Whether a submission's result says the producer's connection or channel may be
-    broken: any failure but a permanent one raised before the broker was asked (a broker's
-    refusal closed the channel)."""
-    return isinstance(result, Exception) and (
-        not isinstance(result, PermanentSubmitError) or isinstance(result, BrokerRefused)
-    )
-
-
-def _release(producer: Any) -> None:
-    if producer is not None:
-        try:
-            producer.release()
-        except Exception:  # noqa: BLE001 - best effort: closing, or an already failing connection
-            pass
