@@ -134,9 +134,7 @@ def plan_publish(
                 published_fingerprint=printed,
                 last_status=row["last_status"],
             )
-            actions.replaces.append(
-                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-            )
+            actions.replaces.append(Replace.of(row, values))
             actions.changes[schedule.name] = toggled
             actions.updated.append(schedule.name)
             continue
@@ -158,9 +156,7 @@ def plan_publish(
                         published_fingerprint=printed,
                         last_status=row["last_status"],
                     )
-                    actions.replaces.append(
-                        Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-                    )
+                    actions.replaces.append(Replace.of(row, values))
                 continue
             # Another scheduler (celery) ran it since: move the phase forward, never back.
             nxt = schedule.first_run_after(later) if enabled else None
@@ -175,9 +171,7 @@ def plan_publish(
                 published_fingerprint=printed,
                 last_status=row["last_status"],
             )
-            actions.replaces.append(
-                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-            )
+            actions.replaces.append(Replace.of(row, values))
             actions.refreshed.append(schedule.name)
             continue
         changes = definition_changes(stored, wanted)
@@ -202,9 +196,7 @@ def plan_publish(
         values["last_status"] = None if quarantined else row["last_status"]
         values["last_run_at"] = later
         values["published_fingerprint"] = printed
-        actions.replaces.append(
-            Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-        )
+        actions.replaces.append(Replace.of(row, values))
         actions.updated.append(schedule.name)
     return actions
 

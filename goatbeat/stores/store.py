@@ -65,6 +65,7 @@ from goatbeat.stores.dialect import (
     NewExecution,
     Replace,
     RolledBack,
+    Tx,
     check_payload,
     lease_payload,
 )
@@ -240,8 +241,7 @@ class DialectStore(OperationsMixin):
             if actions.fingerprints:
                 tx.set_fingerprints(actions.fingerprints)
             if actions.changed or renamed or retired:
-                tx.notify("schedule:0")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, 0)
         return result
 
     @staticmethod
@@ -377,8 +377,7 @@ class DialectStore(OperationsMixin):
         with self.dialect.transaction() as tx:
             pruned = tx.prune(Source(source).value, set(keep))
             if pruned:
-                tx.notify("schedule:0")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, 0)
         return sorted(pruned)
 
     def create(self, schedule: Schedule) -> Schedule:
@@ -396,8 +395,7 @@ class DialectStore(OperationsMixin):
                     definition=definition,
                 )
                 stored = tx.create_schedule(row)
-                tx.notify(f"schedule:{stored['id']}")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, stored["id"])
         except NameTaken:  # lost a race for the name
             raise taken from None
         return schedule_from_row(stored)
@@ -407,6 +405,23 @@ class DialectStore(OperationsMixin):
         if row is None:
             raise ScheduleNotFound(name)
         return row
+
+    def _changed(self, tx: Tx, schedule_id: Any) -> None:
+        """After a write to schedule ``schedule_id`` (0: several): the others are told, and
+        the kept longest bound is read again (a definition changed)."""
+        tx.notify(f"schedule:{schedule_id}")
+        self._bound = None
+
+    def _rewritten(
+        self, tx: Tx, row: Mapping[str, Any], doing: str, written: int = 1
+    ) -> dict[str, Any]:
+        """Schedule ``row`` as read back after a write to it that changed ``written`` rows
+        (anything but one: ConflictError, it "changed while being <doing>"), told as
+        :meth:`_changed` tells it."""
+        if written != 1:
+            raise ConflictError(f"schedule {row['name']!r} changed while being {doing}")
+        self._changed(tx, row["id"])
+        return self._required(tx, row["name"])
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
         definition = validate_schedule(schedule)
@@ -418,12 +433,8 @@ class DialectStore(OperationsMixin):
                     f"not {expected_version}"
                 )
             values = update_values(schedule, row, now=tx.now(), definition=definition)
-            replace = _replace(row, values)
-            if tx.replace_schedules([replace]) != 1:
-                raise ConflictError(f"schedule {schedule.name!r} changed while being updated")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, schedule.name)
+            replace = Replace.of(row, values)
+            stored = self._rewritten(tx, row, "updated", tx.replace_schedules([replace]))
         return schedule_from_row(stored)
 
     def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
@@ -432,11 +443,8 @@ class DialectStore(OperationsMixin):
             values = enabled_values(row, enabled, now=tx.now())
             if values is None:
                 return read_schedule(row)
-            if tx.set_enabled(row["id"], row["version"], values) != 1:
-                raise ConflictError(f"schedule {name!r} changed while being toggled")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            written = tx.set_enabled(row["id"], row["version"], values)
+            stored = self._rewritten(tx, row, "toggled", written)
         return read_schedule(stored)
 
     def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
@@ -445,9 +453,7 @@ class DialectStore(OperationsMixin):
             row = self._required(tx, name)
             withdrawn = tx.withdraw_waiting(row["id"], PAUSE_WITHDRAWN)
             tx.pause(row["id"], pause_values(row, note=note, by=by, now=tx.now()), withdrawn)
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            stored = self._rewritten(tx, row, "paused")
         return read_schedule(stored)
 
     def resume(
@@ -465,11 +471,7 @@ class DialectStore(OperationsMixin):
                 planned.values["next_run_at"],
                 planned.values["skipped_count"],
             )
-            if written != 1:
-                raise ConflictError(f"schedule {name!r} changed while being resumed")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            stored = self._rewritten(tx, row, "resumed", written)
         return planned.result(read_schedule(stored), catch_up=catch_up)
 
     def backfill(
@@ -486,13 +488,13 @@ class DialectStore(OperationsMixin):
             row = self._required(tx, name)
             at = (now or tx.now()).astimezone(UTC)
             instants = backfill_instants(row, start=start, end=end, limit=limit, now=at)
-            keys = [idempotency_key(name, t) for t in instants]
-            by_key = dict(zip(keys, instants, strict=True))
-            found = tx.execution_statuses(keys)
+            key_of = {t: idempotency_key(name, t) for t in instants}
+            by_key = {key: t for t, key in key_of.items()}
+            found = tx.execution_statuses(list(key_of.values()))
             existing = {by_key[key]: status for key, status in found.items()}
             created = [t for t in instants if t not in existing]
             if created and not dry_run:
-                wanted = [idempotency_key(name, t) for t in created]
+                wanted = [key_of[t] for t in created]
                 landed = tx.insert_backfill(row["id"], name, created, wanted)
                 # A concurrent writer may have taken an instant between the read and the write.
                 for t in created:
@@ -500,8 +502,7 @@ class DialectStore(OperationsMixin):
                         existing[t] = ExecutionStatus.CLAIMED.value
                 created = [t for t in created if t in landed]
                 if created:
-                    tx.notify(f"schedule:{row['id']}")
-                    self._bound = None  # a definition changed: read the bound again
+                    self._changed(tx, row["id"])
         return BackfillResult(
             name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
         )
@@ -510,8 +511,7 @@ class DialectStore(OperationsMixin):
         with self.dialect.transaction() as tx:
             row = self._required(tx, name)
             tx.delete_schedule(row["id"], ABANDONED_ERROR)
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
+            self._changed(tx, row["id"])
 
     def get(self, name: str) -> StoredSchedule:
         with self.dialect.session() as tx:
@@ -783,10 +783,6 @@ class DialectStore(OperationsMixin):
             # A notification: a schedule changed somewhere (or a run was asked for).
             self._bound = None
         return woke
-
-
-def _replace(row: dict[str, Any], values: dict[str, Any]) -> Replace:
-    return Replace(id=int(row["id"]), version=int(row["version"]), values=values)
 
 
 def _lease_tuple(row: dict[str, Any]) -> tuple[str, int, datetime, bool]:

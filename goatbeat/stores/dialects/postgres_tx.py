@@ -29,6 +29,7 @@ from goatbeat.stores.dialect import (
     NameTaken,
     NewExecution,
     Replace,
+    executions_query,
     heartbeat_columns,
 )
 
@@ -307,18 +308,8 @@ class PostgresTx:
         return self._one("request_run", params)
 
     def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
-        # Four spellings rather than "param IS NULL OR ...", so each one gets an index plan.
-        query = "executions"
-        if name is not None:
-            query = "executions_by_name_status" if status is not None else "executions_by_name"
-        elif status is not None:
-            query = "executions_by_status"
-        params: dict[str, Any] = {"limit": limit}
-        if name is not None:
-            params["name"] = name
-        if status is not None:
-            params["status"] = status
-        return self._fetch(query, params)
+        params = {"limit": limit, "name": name, "status": status}
+        return self._fetch(executions_query(name, status), params)
 
     # -- the lease -------------------------------------------------------------------------
 

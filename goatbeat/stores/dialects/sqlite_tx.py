@@ -33,6 +33,7 @@ from goatbeat.stores.dialect import (
     Completion,
     NewExecution,
     Replace,
+    executions_query,
     heartbeat_columns,
 )
 from goatbeat.stores.rows import buffer_ready_at
@@ -379,13 +380,8 @@ class SQLiteTx:
         return None if row is None else _decode(row)
 
     def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
-        params: dict[str, Any] = {"limit": limit, "name": name, "status": status}
-        query = "executions"
-        if name is not None:
-            query = "executions_by_name_status" if status is not None else "executions_by_name"
-        elif status is not None:
-            query = "executions_by_status"
-        return self._rows(query, params)
+        params = {"limit": limit, "name": name, "status": status}
+        return self._rows(executions_query(name, status), params)
 
     # -- the lease -------------------------------------------------------------------------
 
