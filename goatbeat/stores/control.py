@@ -10,7 +10,7 @@ from typing import Any
 
 from goatbeat.core.errors import DamagedRow, InvalidValue, ScheduleNotFound, short_repr
 from goatbeat.core.misfire import count_instants, instants_between
-from goatbeat.core.model import ExecutionStatus, StoredSchedule
+from goatbeat.core.model import StoredSchedule
 from goatbeat.core.store import ResumeResult
 from goatbeat.core.timeutil import ensure_aware, iso_z, to_utc
 from goatbeat.stores.arguments import check_positive
@@ -28,19 +28,6 @@ PAUSE_WITHDRAWN = "skipped: the schedule was paused while this occurrence waited
 
 FAILURE_PAUSER = "goatbeat"
 """``paused_by`` of a pause that ``pause_on_failure`` made."""
-
-
-def failure_pause(outcome: str, row: Mapping[str, Any] | None) -> tuple[str, int] | None:
-    """``(name, failures in a row)`` when a completion report with ``outcome`` pauses the
-    schedule ``row`` (after the report was counted): a failure that brings the failures in a
-    row to its ``pause_on_failure``; a schedule already paused stays as it is."""
-    if row is None or outcome != ExecutionStatus.FAILED.value or row["paused"]:
-        return None
-    limit = row["pause_on_failure"]
-    failures = int(row.get("consecutive_failures") or 0)
-    if limit is None or failures < limit:
-        return None
-    return str(row["name"]), failures
 
 
 def pause_after_failures(store: Any, name: str, failures: int) -> None:

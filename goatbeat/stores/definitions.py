@@ -103,9 +103,6 @@ def utc(value: datetime | None) -> datetime | None:
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-_PLAIN_SCALARS = (str, int, float, bool, type(None))
-
-
 def _plain_json(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` already reads back from a JSON column as it is: lists, dicts with
     string keys, strings without NUL, finite floats, exact built-in types only (a subclass,
@@ -464,7 +461,7 @@ def fingerprint(definition: Mapping[str, Any], declared_enabled: bool | None = N
     text = definition_text(definition)
     if declared_enabled is not None:
         text += "\nenabled" if declared_enabled else "\ndisabled"
-    return fingerprint_of_text(text)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def published_enabled(row: Mapping[str, Any]) -> bool | None:
@@ -479,11 +476,6 @@ def published_enabled(row: Mapping[str, Any]) -> bool | None:
         if recorded == fingerprint(definition, flag):
             return flag
     return None
-
-
-def fingerprint_of_text(text: str) -> str:
-    """The fingerprint of a :func:`definition_text`."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def definition_json(definition: Mapping[str, Any] | Sequence[Any]) -> str:

@@ -77,6 +77,11 @@ class Replace:
     """Definition columns + enabled + next_run_at + last_status; last_run_at and
     published_fingerprint, where None keeps the stored value."""
 
+    @classmethod
+    def of(cls, row: Mapping[str, Any], values: dict[str, Any]) -> Replace:
+        """``values`` for the stored ``row``, at the version it was read at."""
+        return cls(id=int(row["id"]), version=int(row["version"]), values=values)
+
 
 @dataclass(frozen=True, slots=True)
 class ClaimCheck:
@@ -519,3 +524,11 @@ def check_payload(payload: object) -> str:
 def lease_payload(name: str) -> str | None:
     payload = f"lease:{name}"
     return payload if validate_payload(payload) else None
+
+
+def executions_query(name: str | None, status: str | None) -> str:
+    """The named query :meth:`Tx.executions` runs (with ``limit``, ``name`` and ``status``):
+    four spellings rather than "param IS NULL OR ...", so each one gets an index plan."""
+    if name is not None:
+        return "executions_by_name_status" if status is not None else "executions_by_name"
+    return "executions" if status is None else "executions_by_status"

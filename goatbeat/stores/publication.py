@@ -3,7 +3,7 @@ read: inserts, compare-and-set replaces, recorded fingerprints, and the result r
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,17 +50,6 @@ class PublishActions:
             dry_run=dry_run,
             refreshed=self.refreshed,
         )
-
-
-def orphans(
-    enabled_names: Iterable[str], schedules: Sequence[Schedule], *, source: Source
-) -> list[str]:
-    """The orphans a publication of ``schedules`` reports, given the names of the enabled rows
-    of its source: for a code publication, those it does not declare, sorted; else none."""
-    if Source(source) is not Source.CODE:
-        return []
-    declared = {s.name for s in schedules}
-    return sorted(name for name in enabled_names if name not in declared)
 
 
 def plan_publish(
@@ -145,9 +134,7 @@ def plan_publish(
                 published_fingerprint=printed,
                 last_status=row["last_status"],
             )
-            actions.replaces.append(
-                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-            )
+            actions.replaces.append(Replace.of(row, values))
             actions.changes[schedule.name] = toggled
             actions.updated.append(schedule.name)
             continue
@@ -169,9 +156,7 @@ def plan_publish(
                         published_fingerprint=printed,
                         last_status=row["last_status"],
                     )
-                    actions.replaces.append(
-                        Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-                    )
+                    actions.replaces.append(Replace.of(row, values))
                 continue
             # Another scheduler (celery) ran it since: move the phase forward, never back.
             nxt = schedule.first_run_after(later) if enabled else None
@@ -186,9 +171,7 @@ def plan_publish(
                 published_fingerprint=printed,
                 last_status=row["last_status"],
             )
-            actions.replaces.append(
-                Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-            )
+            actions.replaces.append(Replace.of(row, values))
             actions.refreshed.append(schedule.name)
             continue
         changes = definition_changes(stored, wanted)
@@ -213,9 +196,7 @@ def plan_publish(
         values["last_status"] = None if quarantined else row["last_status"]
         values["last_run_at"] = later
         values["published_fingerprint"] = printed
-        actions.replaces.append(
-            Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-        )
+        actions.replaces.append(Replace.of(row, values))
         actions.updated.append(schedule.name)
     return actions
 
@@ -231,16 +212,6 @@ def source_toggle(row: Mapping[str, Any], schedule: Schedule) -> bool | None:
     if said is None or schedule.enabled == said or bool(row["enabled"]) != said:
         return None
     return bool(schedule.enabled)
-
-
-KEPT_WHEN_NONE = ("last_run_at", "published_fingerprint")
-"""Columns a replace leaves as stored when its value is None (SQL: COALESCE)."""
-
-
-def without_kept(values: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` without the None values of :data:`KEPT_WHEN_NONE`: what a store that
-    updates a dict in place (memory) applies."""
-    return {k: v for k, v in values.items() if not (v is None and k in KEPT_WHEN_NONE)}
 
 
 def update_values(

@@ -26,7 +26,6 @@ from goatbeat.core.model import (
     Execution,
     ExecutionKind,
     ExecutionStatus,
-    FieldRule,
     MisfirePolicy,
     Occurrence,
     OverlapPolicy,
@@ -135,10 +134,29 @@ def _check_expires(value: Any) -> float | None:
     return seconds
 
 
-def _seconds(value: Any, rule: FieldRule, *, none: bool = False) -> timedelta | None:
-    """A column of seconds as the field's timedelta, held to the field's rule
-    (:data:`~goatbeat.core.model.FIELD_RULES`); a refusal names the column's form."""
-    if value is None and none:
+_NO_TIME = timedelta(0)
+_SECONDS = frozenset({"misfire_grace", "jitter", "max_runtime"})
+"""The fields stored as a number of seconds (the field is a timedelta)."""
+_NOT = {
+    "catch_up_limit": f"an integer in 1..{MAX_CATCH_UP_LIMIT}",
+    "pause_on_failure": f"an integer in 1..{MAX_PAUSE_ON_FAILURE}",
+    "task": "a task name",
+    "description": "text",
+    "pause_note": "text",
+}
+"""What a column of the other fields checked as stored must be, as a refusal says it."""
+
+
+def _checked(field: str, value: Any) -> Any:
+    """The column of ``field`` as the field's value, held to the field's rule
+    (:data:`~goatbeat.core.model.FIELD_RULES`), which the value as stored already meets (a
+    column of seconds turned into its timedelta first); a refusal names the column's form."""
+    rule = FIELD_RULES[field]
+    if field not in _SECONDS:
+        if not rule.check(value):
+            raise _Bad(f"{short_repr(value)} is not {_NOT[field]}")
+        return value
+    if value is None and rule.check(None):
         return None
     if isinstance(value, (bool, str)) or value is None:
         raise _Bad(f"{short_repr(value)} is not a number of seconds")
@@ -154,57 +172,6 @@ def _seconds(value: Any, rule: FieldRule, *, none: bool = False) -> timedelta | 
     raise _Bad(
         f"{short_repr(value)} must be a finite number of seconds {'>' if strict else '>='} 0"
     )
-
-
-def _check_grace(value: Any) -> timedelta:
-    delta = _seconds(value, _GRACE)
-    assert delta is not None
-    return delta
-
-
-def _check_jitter(value: Any) -> timedelta:
-    delta = _seconds(value, _JITTER)
-    assert delta is not None
-    return delta
-
-
-def _check_max_runtime(value: Any) -> timedelta | None:
-    return _seconds(value, _MAX_RUNTIME, none=True)
-
-
-def _check_pause_on_failure(value: Any) -> int | None:
-    if not _PAUSE_ON_FAILURE.check(value):
-        raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_PAUSE_ON_FAILURE}")
-    return value  # type: ignore[no-any-return]
-
-
-def _check_catch_up(value: Any) -> int:
-    if not _CATCH_UP.check(value):
-        raise _Bad(f"{short_repr(value)} is not an integer in 1..{MAX_CATCH_UP_LIMIT}")
-    return value  # type: ignore[no-any-return]
-
-
-def _check_task(value: Any) -> str:
-    if not _TASK.check(value):
-        raise _Bad(f"{short_repr(value)} is not a task name")
-    return value  # type: ignore[no-any-return]
-
-
-def _check_text(value: Any, rule: FieldRule) -> str:
-    if not rule.check(value):
-        raise _Bad(f"{short_repr(value)} is not text")
-    return value  # type: ignore[no-any-return]
-
-
-_NO_TIME = timedelta(0)
-_GRACE = FIELD_RULES["misfire_grace"]
-_JITTER = FIELD_RULES["jitter"]
-_MAX_RUNTIME = FIELD_RULES["max_runtime"]
-_PAUSE_ON_FAILURE = FIELD_RULES["pause_on_failure"]
-_CATCH_UP = FIELD_RULES["catch_up_limit"]
-_TASK = FIELD_RULES["task"]
-_DESCRIPTION = FIELD_RULES["description"]
-_PAUSE_NOTE = FIELD_RULES["pause_note"]
 
 
 def _check_zone(value: Any, trigger: Trigger) -> None:
@@ -242,9 +209,9 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         column = "source"
         values["source"] = Source(row["source"])
         column = "misfire_grace"
-        values["misfire_grace"] = _check_grace(row["misfire_grace"])
+        values["misfire_grace"] = _checked("misfire_grace", row["misfire_grace"])
         column = "catch_up_limit"
-        values["catch_up_limit"] = _check_catch_up(row["catch_up_limit"])
+        values["catch_up_limit"] = _checked("catch_up_limit", row["catch_up_limit"])
         for column in _TRUSTED_TIMES:
             value = row[column]
             values[column] = None if value is None else value.astimezone(UTC)
@@ -254,19 +221,19 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         for column in _COUNTERS:
             values[column] = int(row[column])
         column = "description"
-        _check_text(row["description"], _DESCRIPTION)
+        _checked("description", row["description"])
         column = "jitter"
-        values["jitter"] = _check_jitter(row["jitter"])
+        values["jitter"] = _checked("jitter", row["jitter"])
         column = "overlap"
         values["overlap"] = OverlapPolicy(row["overlap"])
         column = "max_runtime"
-        values["max_runtime"] = _check_max_runtime(row["max_runtime"])
+        values["max_runtime"] = _checked("max_runtime", row["max_runtime"])
         if values["overlap"] is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
             raise _Bad(f"NULL, but overlap {values['overlap'].value!r} needs it")
         column = "pause_on_failure"
-        values["pause_on_failure"] = _check_pause_on_failure(row["pause_on_failure"])
+        values["pause_on_failure"] = _checked("pause_on_failure", row["pause_on_failure"])
         column = "pause_note"
-        note = _check_text(row["pause_note"], _PAUSE_NOTE)
+        note = _checked("pause_note", row["pause_note"])
     except DamagedRow:
         raise
     except InvalidValue as exc:
@@ -300,7 +267,7 @@ def _payload(
     shared by the claim path and the pending (resubmission) path."""
     column = "task"
     try:
-        task = _check_task(row["task"])
+        task = _checked("task", row["task"])
         column = "args"
         args = _json(row["args"], json_text, list, "a JSON array")
         column = "kwargs"
@@ -559,7 +526,7 @@ def _shared_definition(
     the full way, which names the column."""
     trigger = trigger_from_text(row["trigger"])
     _check_zone(row["timezone"], trigger)
-    task = _check_task(row["task"])
+    task = _checked("task", row["task"])
     headers = row["headers"]
     if headers not in _EMPTY_JSON:
         _json(headers, True, dict, "a JSON object")
@@ -573,8 +540,8 @@ def _shared_definition(
         _check_expires(row["expires"]),
     )
     overlap = OverlapPolicy(row["overlap"])
-    jitter = _check_jitter(row["jitter"])
-    max_runtime = _check_max_runtime(row["max_runtime"])
+    jitter = _checked("jitter", row["jitter"])
+    max_runtime = _checked("max_runtime", row["max_runtime"])
     if overlap is not OverlapPolicy.ALLOW and max_runtime is None:
         raise _Bad("decoded the full way to name the column")
     values = {
@@ -582,12 +549,12 @@ def _shared_definition(
         "trigger": trigger,
         "misfire": MisfirePolicy(row["misfire_policy"]),
         "source": Source(row["source"]),
-        "misfire_grace": _check_grace(row["misfire_grace"]),
-        "catch_up_limit": _check_catch_up(row["catch_up_limit"]),
+        "misfire_grace": _checked("misfire_grace", row["misfire_grace"]),
+        "catch_up_limit": _checked("catch_up_limit", row["catch_up_limit"]),
         "jitter": jitter,
         "overlap": overlap,
         "max_runtime": max_runtime,
-        "pause_on_failure": _check_pause_on_failure(row["pause_on_failure"]),
+        "pause_on_failure": _checked("pause_on_failure", row["pause_on_failure"]),
     }
     return values, routing, headers
 

@@ -1,6 +1,7 @@
 """DialectStore: the ScheduleStore contract (:mod:`goatbeat.core.store`), implemented once.
 
-Every operation is written here, once: what is validated before anything is read, what is
+Every operation is written here, once (the workers' reports and the operators' reads in
+:mod:`~goatbeat.stores._store_operations`, a mixin DialectStore inherits): what is validated before anything is read, what is
 read, how the writes are planned (:mod:`~goatbeat.stores.publication`,
 :mod:`~goatbeat.stores.claims`, :mod:`~goatbeat.stores.control`), what is written in which
 transaction, and what is returned. The database is a :class:`~goatbeat.stores.dialect.Dialect`
@@ -19,20 +20,6 @@ from typing import Any
 from goatbeat.core.bounded import bound_calls
 from goatbeat.core.clock import Clock
 from goatbeat.core.errors import ConflictError, InvalidSchedule, ScheduleNotFound
-from goatbeat.core.health import (
-    LOST_LOOKBACK,
-    MISS_RETENTION,
-    STALE_RETENTION,
-    STATUS_WINDOW,
-    LeaseState,
-    Outcome,
-    Refusal,
-    Refusals,
-    ScheduleHealth,
-    SchedulerBeat,
-    StatusSnapshot,
-    judge_open_run,
-)
 from goatbeat.core.misfire import plan as default_plan
 from goatbeat.core.model import (
     SCHEDULE_INVALID,
@@ -40,7 +27,6 @@ from goatbeat.core.model import (
     Execution,
     ExecutionStatus,
     LeaseGrant,
-    Miss,
     Occurrence,
     OverlapPolicy,
     Schedule,
@@ -51,8 +37,8 @@ from goatbeat.core.model import (
     manual_key,
 )
 from goatbeat.core.shards import ALL, Shard, parse_lease_name
-from goatbeat.core.store import BackfillResult, EndedRun, PublishResult, ResumeResult
-from goatbeat.stores import _operations as ops
+from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
+from goatbeat.stores._store_operations import BOUND_REFRESH, OperationsMixin
 from goatbeat.stores.arguments import check_execution_ids, check_positive
 from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_states
 from goatbeat.stores.control import (
@@ -60,7 +46,6 @@ from goatbeat.stores.control import (
     PAUSE_WITHDRAWN,
     backfill_instants,
     check_pause,
-    pause_after_failures,
     pause_values,
     resume_values,
 )
@@ -100,19 +85,15 @@ from goatbeat.stores.rows import (
     schedule_from_row,
 )
 
-__all__ = ["DialectStore"]
+__all__ = ["DialectStore", "BOUND_REFRESH"]
 
 _COMPARE_CHUNK = 2500
-
-BOUND_REFRESH = timedelta(minutes=5)
-"""How long :meth:`DialectStore.end_lost_runs` keeps the longest ``max_runtime``/``expires``
-it read (a pass over the schedule table) when no change was written or notified meanwhile."""
 """Declarations per ``publish_unchanged`` statement (about 100 KB of JSON each): small enough
 that the database starts comparing soon and the last chunk's wait is short, large enough that
 the statements' own cost does not count."""
 
 
-class DialectStore:
+class DialectStore(OperationsMixin):
     """The ScheduleStore over one :class:`~goatbeat.stores.dialect.Dialect`.
 
     ``clock`` is the store's clock where the database has none of its own (SQLite); PostgreSQL
@@ -260,8 +241,7 @@ class DialectStore:
             if actions.fingerprints:
                 tx.set_fingerprints(actions.fingerprints)
             if actions.changed or renamed or retired:
-                tx.notify("schedule:0")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, 0)
         return result
 
     @staticmethod
@@ -397,8 +377,7 @@ class DialectStore:
         with self.dialect.transaction() as tx:
             pruned = tx.prune(Source(source).value, set(keep))
             if pruned:
-                tx.notify("schedule:0")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, 0)
         return sorted(pruned)
 
     def create(self, schedule: Schedule) -> Schedule:
@@ -416,8 +395,7 @@ class DialectStore:
                     definition=definition,
                 )
                 stored = tx.create_schedule(row)
-                tx.notify(f"schedule:{stored['id']}")
-                self._bound = None  # a definition changed: read the bound again
+                self._changed(tx, stored["id"])
         except NameTaken:  # lost a race for the name
             raise taken from None
         return schedule_from_row(stored)
@@ -427,6 +405,23 @@ class DialectStore:
         if row is None:
             raise ScheduleNotFound(name)
         return row
+
+    def _changed(self, tx: Tx, schedule_id: Any) -> None:
+        """After a write to schedule ``schedule_id`` (0: several): the others are told, and
+        the kept longest bound is read again (a definition changed)."""
+        tx.notify(f"schedule:{schedule_id}")
+        self._bound = None
+
+    def _rewritten(
+        self, tx: Tx, row: Mapping[str, Any], doing: str, written: int = 1
+    ) -> dict[str, Any]:
+        """Schedule ``row`` as read back after a write to it that changed ``written`` rows
+        (anything but one: ConflictError, it "changed while being <doing>"), told as
+        :meth:`_changed` tells it."""
+        if written != 1:
+            raise ConflictError(f"schedule {row['name']!r} changed while being {doing}")
+        self._changed(tx, row["id"])
+        return self._required(tx, row["name"])
 
     def update(self, schedule: Schedule, *, expected_version: int | None = None) -> Schedule:
         definition = validate_schedule(schedule)
@@ -438,12 +433,8 @@ class DialectStore:
                     f"not {expected_version}"
                 )
             values = update_values(schedule, row, now=tx.now(), definition=definition)
-            replace = _replace(row, values)
-            if tx.replace_schedules([replace]) != 1:
-                raise ConflictError(f"schedule {schedule.name!r} changed while being updated")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, schedule.name)
+            replace = Replace.of(row, values)
+            stored = self._rewritten(tx, row, "updated", tx.replace_schedules([replace]))
         return schedule_from_row(stored)
 
     def set_enabled(self, name: str, enabled: bool) -> StoredSchedule:
@@ -452,11 +443,8 @@ class DialectStore:
             values = enabled_values(row, enabled, now=tx.now())
             if values is None:
                 return read_schedule(row)
-            if tx.set_enabled(row["id"], row["version"], values) != 1:
-                raise ConflictError(f"schedule {name!r} changed while being toggled")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            written = tx.set_enabled(row["id"], row["version"], values)
+            stored = self._rewritten(tx, row, "toggled", written)
         return read_schedule(stored)
 
     def pause(self, name: str, *, note: str = "", by: str | None = None) -> StoredSchedule:
@@ -465,9 +453,7 @@ class DialectStore:
             row = self._required(tx, name)
             withdrawn = tx.withdraw_waiting(row["id"], PAUSE_WITHDRAWN)
             tx.pause(row["id"], pause_values(row, note=note, by=by, now=tx.now()), withdrawn)
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            stored = self._rewritten(tx, row, "paused")
         return read_schedule(stored)
 
     def resume(
@@ -485,11 +471,7 @@ class DialectStore:
                 planned.values["next_run_at"],
                 planned.values["skipped_count"],
             )
-            if written != 1:
-                raise ConflictError(f"schedule {name!r} changed while being resumed")
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
-            stored = self._required(tx, name)
+            stored = self._rewritten(tx, row, "resumed", written)
         return planned.result(read_schedule(stored), catch_up=catch_up)
 
     def backfill(
@@ -506,13 +488,13 @@ class DialectStore:
             row = self._required(tx, name)
             at = (now or tx.now()).astimezone(UTC)
             instants = backfill_instants(row, start=start, end=end, limit=limit, now=at)
-            keys = [idempotency_key(name, t) for t in instants]
-            by_key = dict(zip(keys, instants, strict=True))
-            found = tx.execution_statuses(keys)
+            key_of = {t: idempotency_key(name, t) for t in instants}
+            by_key = {key: t for t, key in key_of.items()}
+            found = tx.execution_statuses(list(key_of.values()))
             existing = {by_key[key]: status for key, status in found.items()}
             created = [t for t in instants if t not in existing]
             if created and not dry_run:
-                wanted = [idempotency_key(name, t) for t in created]
+                wanted = [key_of[t] for t in created]
                 landed = tx.insert_backfill(row["id"], name, created, wanted)
                 # A concurrent writer may have taken an instant between the read and the write.
                 for t in created:
@@ -520,8 +502,7 @@ class DialectStore:
                         existing[t] = ExecutionStatus.CLAIMED.value
                 created = [t for t in created if t in landed]
                 if created:
-                    tx.notify(f"schedule:{row['id']}")
-                    self._bound = None  # a definition changed: read the bound again
+                    self._changed(tx, row["id"])
         return BackfillResult(
             name=name, instants=instants, created=created, existing=existing, dry_run=dry_run
         )
@@ -530,8 +511,7 @@ class DialectStore:
         with self.dialect.transaction() as tx:
             row = self._required(tx, name)
             tx.delete_schedule(row["id"], ABANDONED_ERROR)
-            tx.notify(f"schedule:{row['id']}")
-            self._bound = None  # a definition changed: read the bound again
+            self._changed(tx, row["id"])
 
     def get(self, name: str) -> StoredSchedule:
         with self.dialect.session() as tx:
@@ -764,138 +744,6 @@ class DialectStore:
         with self.dialect.session() as tx:
             return sorted(tx.claim_manual_runs(lease, scheduler_id, wanted, shard))
 
-    def record_finished(
-        self, idempotency_key: str, *, succeeded: bool, error: str | None = None
-    ) -> bool:
-        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
-        return self.record_completion(idempotency_key, outcome=outcome, error=error)
-
-    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
-        key = ops.check_key(idempotency_key)
-        worker = ops.check_worker(worker)
-        with self.dialect.session() as tx:
-            return tx.record_started(key, worker)
-
-    def record_completion(
-        self,
-        idempotency_key: str,
-        *,
-        outcome: Outcome,
-        error: str | None = None,
-        runtime: float | None = None,
-        worker: str | None = None,
-    ) -> bool:
-        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
-        with self.dialect.session() as tx:
-            done = tx.record_completion(
-                report.key, report.outcome.value, report.error, report.runtime, report.worker
-            )
-        if done.pause is not None:
-            pause_after_failures(self, *done.pause)
-        return done.matched
-
-    def record_reports(self, reports: Sequence[Mapping[str, Any]]) -> list[bool]:
-        """Several worker reports, written in the order given in one transaction (one commit
-        for all: what the reporter process of :mod:`goatbeat.completion.relay` writes at
-        once). Each is ``{"event": "started", "key", "worker"}`` or ``{"event": "finished",
-        "key", "outcome", "error", "runtime", "worker"}``; whether each matched a run, as
-        :meth:`record_started` and :meth:`record_completion` say. Every report is checked
-        before anything is written (``InvalidValue`` naming the field)."""
-        checked: list[tuple[str, Any]] = []
-        for report in reports:
-            if report.get("event") == "started":
-                key = ops.check_key(report.get("key"))
-                checked.append(("started", (key, ops.check_worker(report.get("worker")))))
-            else:
-                checked.append(
-                    (
-                        "finished",
-                        ops.check_report(
-                            report.get("key"),
-                            report.get("outcome"),
-                            report.get("error"),
-                            report.get("runtime"),
-                            report.get("worker"),
-                        ),
-                    )
-                )
-        matched: list[bool] = []
-        pauses: list[tuple[str, int]] = []
-        with self.dialect.transaction() as tx:
-            for event, args in checked:
-                if event == "started":
-                    matched.append(tx.record_started(*args))
-                    continue
-                done = tx.record_completion(
-                    args.key, args.outcome.value, args.error, args.runtime, args.worker
-                )
-                if done.pause is not None:
-                    pauses.append(done.pause)
-                matched.append(done.matched)
-        for pause in pauses:
-            pause_after_failures(self, *pause)
-        return matched
-
-    def retry_now(self) -> int:
-        with self.dialect.session() as tx:
-            return tx.retry_now()
-
-    def refused_schedules(self) -> list[tuple[str, str]]:
-        with self.dialect.session() as tx:
-            rows = tx.refused_schedules()
-        return [(str(r["name"]), str(r["task"])) for r in rows]
-
-    def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
-        check_positive("limit", limit)
-        with self.dialect.session() as tx:
-            now = tx.now()
-            window = max(lost_after.total_seconds(), self._longest_bound(tx, now))
-            since = now - timedelta(seconds=window) - LOST_LOOKBACK
-            rows = tx.open_runs(since, limit)
-        ended: list[EndedRun] = []
-        for row in rows:
-            verdict = judge_open_run(
-                status=str(row["status"]),
-                submitted_at=_aware(row["submitted_at"]),
-                started_at=_aware(row["started_at"]),
-                finished_at=_aware(row["finished_at"]),
-                max_runtime=None if row["max_runtime"] is None else float(row["max_runtime"]),
-                expires=None if row["expires"] is None else float(row["expires"]),
-                now=now,
-                lost_after=lost_after,
-            )
-            if verdict is None:
-                continue
-            status, reason = verdict
-            key = str(row["idempotency_key"])
-            with self.dialect.session() as tx:
-                done = tx.record_completion(key, status, reason, None, None, only_open=True)
-            if done.pause is not None:
-                pause_after_failures(self, *done.pause)
-            if done.matched:
-                ended.append(
-                    EndedRun(
-                        schedule_name=str(row["schedule_name"]),
-                        idempotency_key=key,
-                        status=status,
-                        reason=reason,
-                    )
-                )
-        return ended
-
-    def _longest_bound(self, tx: Tx, now: datetime) -> float:
-        """The longest ``max_runtime``/``expires``, read again once it is older than
-        :data:`BOUND_REFRESH` or after a change. A bound too long only widens the window of
-        runs looked at; one that a change made too short (in another process, heard of by no
-        notification) only delays ending a run older than the old window, by at most that
-        long: no run ends before its own bound, which comes with each run."""
-        cached = self._bound
-        if cached is not None and timedelta(0) <= now - cached[0] < BOUND_REFRESH:
-            return cached[1]
-        bound = float(tx.longest_bound())
-        self._bound = (now, bound)
-        return bound
-
     def request_run(self, name: str, *, now: datetime | None = None) -> Execution:
         with self.dialect.transaction() as tx:
             schedule = self._required(tx, name)
@@ -922,92 +770,6 @@ class DialectStore:
             rows = tx.executions(name, wanted, limit)
         return [execution_from_row(r) for r in rows]
 
-    # -- operations ----------------------------------------------------------------------------
-
-    def heartbeat(self, beat: SchedulerBeat) -> None:
-        beat = ops.check_beat(beat)
-        with self.dialect.session() as tx:
-            tx.heartbeat(beat, STALE_RETENTION)
-
-    def remove_scheduler(self, scheduler_id: str) -> None:
-        with self.dialect.session() as tx:
-            tx.remove_scheduler(scheduler_id)
-
-    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
-        checked = ops.check_misses(misses)
-        if not checked:
-            return
-        with self.dialect.session() as tx:
-            tx.record_misses(checked, scheduler_id, MISS_RETENTION)
-
-    def status(
-        self,
-        *,
-        lease_name: str = "scheduler",
-        window: timedelta = STATUS_WINDOW,
-        now: datetime | None = None,
-    ) -> StatusSnapshot:
-        window = ops.check_window(window)
-        with self.dialect.snapshot() as tx:
-            # One snapshot for every read, judged at one instant of the store's clock.
-            store_now = tx.now()
-            at = (now or store_now).astimezone(UTC)
-            counts = tx.status_counts(at, at - window)
-            oldest = tx.status_oldest(at)
-            leases = {r["name"]: r for r in tx.read_leases([lease_name])}
-            shard_rows = tx.scheduler_leases() if self.supports_shards else []
-            rows = tx.schedulers()
-        lease = leases.get(lease_name)
-        shards: dict[str, Any] = {}
-        if self.supports_shards:
-            shards["shard_leases"] = [
-                _lease_state(r["name"], r) for r in shard_rows if r["name"] != "scheduler"
-            ]
-        return StatusSnapshot(
-            now=at,
-            lease=None if lease is None else _lease_state(lease_name, lease),
-            schedulers=[ops.scheduler_from_row(r) for r in rows],
-            **shards,
-            due=int(counts["due"]),
-            pending=int(counts["pending"]),
-            oldest_due_at=None if oldest is None else oldest["at"],
-            oldest_due_name=None if oldest is None else oldest["name"],
-            missed=int(counts["missed"]),
-            failed=int(counts["failed"]),
-            window=window,
-        )
-
-    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
-        limit = ops.check_limit(limit)
-        with self.dialect.session() as tx:
-            rows = tx.refusals(name, limit)
-        return Refusals(
-            total=int(rows[0]["total"]) if rows else 0,
-            schedules=tuple(
-                Refusal(
-                    name=str(r["name"]),
-                    task=str(r["task"]),
-                    source=str(r["source"]),
-                    reason=r["reason"],
-                    since=r["refused_at"],
-                )
-                for r in rows
-            ),
-        )
-
-    def schedule_health(
-        self,
-        *,
-        overdue_after: timedelta,
-        limit: int | None = None,
-        now: datetime | None = None,
-    ) -> list[ScheduleHealth]:
-        limit = ops.check_limit(limit)
-        with self.dialect.session() as tx:
-            late = ops.late_instant((now or tx.now()).astimezone(UTC), overdue_after)
-            rows = tx.schedule_health(late, limit)
-        return [ops.health_from_row(r) for r in rows]
-
     # -- wake-ups ------------------------------------------------------------------------------
 
     def notify(self, payload: str) -> None:
@@ -1023,26 +785,5 @@ class DialectStore:
         return woke
 
 
-def _replace(row: dict[str, Any], values: dict[str, Any]) -> Replace:
-    return Replace(id=int(row["id"]), version=int(row["version"]), values=values)
-
-
 def _lease_tuple(row: dict[str, Any]) -> tuple[str, int, datetime, bool]:
     return (row["holder"], int(row["token"]), row["expires_at"], bool(row["expired"]))
-
-
-def _lease_state(name: str, row: dict[str, Any]) -> LeaseState:
-    return LeaseState(
-        name=name,
-        holder=row["holder"],
-        token=int(row["token"]),
-        expires_at=row["expires_at"],
-        valid=not row["expired"],
-    )
-
-
-def _aware(value: Any) -> datetime | None:
-    """A time column as read (an aware datetime; None, or a damaged value, as None)."""
-    if not isinstance(value, datetime):
-        return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -17,7 +17,7 @@ from goatbeat.core.clock import FakeClock
 from goatbeat.core.health import Outcome
 from goatbeat.core.model import ExecutionStatus, Routing, Schedule, SubmitOutcome
 from goatbeat.core.scheduler import LOST_CHECK_INTERVAL
-from goatbeat.stores.dialects import sqlite as sqlite_dialect
+from goatbeat.stores.dialects.sqlite_tx import SQLiteTx
 from goatbeat.stores.sqlite import SQLiteStore
 from goatbeat.stores.store import BOUND_REFRESH
 from tests.unit.test_lost_runs import START, every_minute
@@ -28,13 +28,13 @@ from tests.unit.test_operations import make
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Each pass over the schedule table for the bound, as it is made."""
     seen: list[float] = []
-    original = sqlite_dialect._Tx.longest_bound
+    original = SQLiteTx.longest_bound
 
     def counting(self: Any) -> float:
         seen.append(bound := original(self))
         return bound
 
-    monkeypatch.setattr(sqlite_dialect._Tx, "longest_bound", counting)
+    monkeypatch.setattr(SQLiteTx, "longest_bound", counting)
     return seen
 
 

@@ -1,0 +1,283 @@
+"""The operations part of :class:`~goatbeat.stores.store.DialectStore`, as a mixin it inherits:
+the workers' reports (started, finished, several at once), ending lost runs, refusals, and what
+the operators read and the schedulers write about themselves (heartbeats, misses, status,
+schedule health). Checking each value before it is written is :mod:`goatbeat.stores._operations`'s;
+here is only what is read and written in which transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from goatbeat.core.health import (
+    LOST_LOOKBACK,
+    MISS_RETENTION,
+    STALE_RETENTION,
+    STATUS_WINDOW,
+    LeaseState,
+    Outcome,
+    Refusal,
+    Refusals,
+    ScheduleHealth,
+    SchedulerBeat,
+    StatusSnapshot,
+    judge_open_run,
+)
+from goatbeat.core.model import Miss
+from goatbeat.core.store import EndedRun
+from goatbeat.stores import _operations as ops
+from goatbeat.stores.arguments import check_positive
+from goatbeat.stores.control import pause_after_failures
+from goatbeat.stores.dialect import Dialect, Tx
+
+__all__ = ["OperationsMixin", "BOUND_REFRESH"]
+
+BOUND_REFRESH = timedelta(minutes=5)
+"""How long :meth:`DialectStore.end_lost_runs` keeps the longest ``max_runtime``/``expires``
+it read (a pass over the schedule table) when no change was written or notified meanwhile."""
+
+
+class OperationsMixin:
+    """DialectStore's operations (see the module docstring); the store gives it ``dialect``,
+    ``supports_shards`` and the kept longest bound ``_bound``."""
+
+    dialect: Dialect
+    supports_shards: bool
+    _bound: tuple[datetime, float] | None
+
+    def record_finished(
+        self, idempotency_key: str, *, succeeded: bool, error: str | None = None
+    ) -> bool:
+        outcome = Outcome.SUCCEEDED if succeeded else Outcome.FAILED
+        return self.record_completion(idempotency_key, outcome=outcome, error=error)
+
+    def record_started(self, idempotency_key: str, *, worker: str | None = None) -> bool:
+        key = ops.check_key(idempotency_key)
+        worker = ops.check_worker(worker)
+        with self.dialect.session() as tx:
+            return tx.record_started(key, worker)
+
+    def record_completion(
+        self,
+        idempotency_key: str,
+        *,
+        outcome: Outcome,
+        error: str | None = None,
+        runtime: float | None = None,
+        worker: str | None = None,
+    ) -> bool:
+        report = ops.check_report(idempotency_key, outcome, error, runtime, worker)
+        with self.dialect.session() as tx:
+            done = tx.record_completion(
+                report.key, report.outcome.value, report.error, report.runtime, report.worker
+            )
+        if done.pause is not None:
+            pause_after_failures(self, *done.pause)
+        return done.matched
+
+    def record_reports(self, reports: Sequence[Mapping[str, Any]]) -> list[bool]:
+        """Several worker reports, written in the order given in one transaction (one commit
+        for all: what the reporter process of :mod:`goatbeat.completion.relay` writes at
+        once). Each is ``{"event": "started", "key", "worker"}`` or ``{"event": "finished",
+        "key", "outcome", "error", "runtime", "worker"}``; whether each matched a run, as
+        :meth:`record_started` and :meth:`record_completion` say. Every report is checked
+        before anything is written (``InvalidValue`` naming the field)."""
+        checked: list[tuple[str, Any]] = []
+        for report in reports:
+            if report.get("event") == "started":
+                key = ops.check_key(report.get("key"))
+                checked.append(("started", (key, ops.check_worker(report.get("worker")))))
+            else:
+                checked.append(
+                    (
+                        "finished",
+                        ops.check_report(
+                            report.get("key"),
+                            report.get("outcome"),
+                            report.get("error"),
+                            report.get("runtime"),
+                            report.get("worker"),
+                        ),
+                    )
+                )
+        matched: list[bool] = []
+        pauses: list[tuple[str, int]] = []
+        with self.dialect.transaction() as tx:
+            for event, args in checked:
+                if event == "started":
+                    matched.append(tx.record_started(*args))
+                    continue
+                done = tx.record_completion(
+                    args.key, args.outcome.value, args.error, args.runtime, args.worker
+                )
+                if done.pause is not None:
+                    pauses.append(done.pause)
+                matched.append(done.matched)
+        for pause in pauses:
+            pause_after_failures(self, *pause)
+        return matched
+
+    def retry_now(self) -> int:
+        with self.dialect.session() as tx:
+            return tx.retry_now()
+
+    def refused_schedules(self) -> list[tuple[str, str]]:
+        with self.dialect.session() as tx:
+            rows = tx.refused_schedules()
+        return [(str(r["name"]), str(r["task"])) for r in rows]
+
+    def end_lost_runs(self, *, lost_after: timedelta, limit: int = 1000) -> list[EndedRun]:
+        check_positive("limit", limit)
+        with self.dialect.session() as tx:
+            now = tx.now()
+            window = max(lost_after.total_seconds(), self._longest_bound(tx, now))
+            since = now - timedelta(seconds=window) - LOST_LOOKBACK
+            rows = tx.open_runs(since, limit)
+        ended: list[EndedRun] = []
+        for row in rows:
+            verdict = judge_open_run(
+                status=str(row["status"]),
+                submitted_at=_aware(row["submitted_at"]),
+                started_at=_aware(row["started_at"]),
+                finished_at=_aware(row["finished_at"]),
+                max_runtime=None if row["max_runtime"] is None else float(row["max_runtime"]),
+                expires=None if row["expires"] is None else float(row["expires"]),
+                now=now,
+                lost_after=lost_after,
+            )
+            if verdict is None:
+                continue
+            status, reason = verdict
+            key = str(row["idempotency_key"])
+            with self.dialect.session() as tx:
+                done = tx.record_completion(key, status, reason, None, None, only_open=True)
+            if done.pause is not None:
+                pause_after_failures(self, *done.pause)
+            if done.matched:
+                ended.append(
+                    EndedRun(
+                        schedule_name=str(row["schedule_name"]),
+                        idempotency_key=key,
+                        status=status,
+                        reason=reason,
+                    )
+                )
+        return ended
+
+    def _longest_bound(self, tx: Tx, now: datetime) -> float:
+        """The longest ``max_runtime``/``expires``, read again once it is older than
+        :data:`BOUND_REFRESH` or after a change. A bound too long only widens the window of
+        runs looked at; one that a change made too short (in another process, heard of by no
+        notification) only delays ending a run older than the old window, by at most that
+        long: no run ends before its own bound, which comes with each run."""
+        cached = self._bound
+        if cached is not None and timedelta(0) <= now - cached[0] < BOUND_REFRESH:
+            return cached[1]
+        bound = float(tx.longest_bound())
+        self._bound = (now, bound)
+        return bound
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def heartbeat(self, beat: SchedulerBeat) -> None:
+        beat = ops.check_beat(beat)
+        with self.dialect.session() as tx:
+            tx.heartbeat(beat, STALE_RETENTION)
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        with self.dialect.session() as tx:
+            tx.remove_scheduler(scheduler_id)
+
+    def record_misses(self, misses: Sequence[Miss], *, scheduler_id: str) -> None:
+        checked = ops.check_misses(misses)
+        if not checked:
+            return
+        with self.dialect.session() as tx:
+            tx.record_misses(checked, scheduler_id, MISS_RETENTION)
+
+    def status(
+        self,
+        *,
+        lease_name: str = "scheduler",
+        window: timedelta = STATUS_WINDOW,
+        now: datetime | None = None,
+    ) -> StatusSnapshot:
+        window = ops.check_window(window)
+        with self.dialect.snapshot() as tx:
+            # One snapshot for every read, judged at one instant of the store's clock.
+            store_now = tx.now()
+            at = (now or store_now).astimezone(UTC)
+            counts = tx.status_counts(at, at - window)
+            oldest = tx.status_oldest(at)
+            leases = {r["name"]: r for r in tx.read_leases([lease_name])}
+            shard_rows = tx.scheduler_leases() if self.supports_shards else []
+            rows = tx.schedulers()
+        lease = leases.get(lease_name)
+        shards: dict[str, Any] = {}
+        if self.supports_shards:
+            shards["shard_leases"] = [
+                _lease_state(r["name"], r) for r in shard_rows if r["name"] != "scheduler"
+            ]
+        return StatusSnapshot(
+            now=at,
+            lease=None if lease is None else _lease_state(lease_name, lease),
+            schedulers=[ops.scheduler_from_row(r) for r in rows],
+            **shards,
+            due=int(counts["due"]),
+            pending=int(counts["pending"]),
+            oldest_due_at=None if oldest is None else oldest["at"],
+            oldest_due_name=None if oldest is None else oldest["name"],
+            missed=int(counts["missed"]),
+            failed=int(counts["failed"]),
+            window=window,
+        )
+
+    def refusals(self, *, limit: int | None = None, name: str | None = None) -> Refusals:
+        limit = ops.check_limit(limit)
+        with self.dialect.session() as tx:
+            rows = tx.refusals(name, limit)
+        return Refusals(
+            total=int(rows[0]["total"]) if rows else 0,
+            schedules=tuple(
+                Refusal(
+                    name=str(r["name"]),
+                    task=str(r["task"]),
+                    source=str(r["source"]),
+                    reason=r["reason"],
+                    since=r["refused_at"],
+                )
+                for r in rows
+            ),
+        )
+
+    def schedule_health(
+        self,
+        *,
+        overdue_after: timedelta,
+        limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[ScheduleHealth]:
+        limit = ops.check_limit(limit)
+        with self.dialect.session() as tx:
+            late = ops.late_instant((now or tx.now()).astimezone(UTC), overdue_after)
+            rows = tx.schedule_health(late, limit)
+        return [ops.health_from_row(r) for r in rows]
+
+
+def _lease_state(name: str, row: dict[str, Any]) -> LeaseState:
+    return LeaseState(
+        name=name,
+        holder=row["holder"],
+        token=int(row["token"]),
+        expires_at=row["expires_at"],
+        valid=not row["expired"],
+    )
+
+
+def _aware(value: Any) -> datetime | None:
+    """A time column as read (an aware datetime; None, or a damaged value, as None)."""
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -1,0 +1,610 @@
+"""The PostgreSQL dialect's transaction primitives: :class:`PostgresTx`, the answers to
+:mod:`goatbeat.stores.dialect`'s ``Tx`` on one connection of a
+:class:`~goatbeat.stores.dialects.postgres.PostgresDialect` (which opens it, in a transaction or
+autocommit), with the named queries of ``sql/postgres/queries.sql``, each over arrays in one
+statement. :mod:`goatbeat.stores.dialects.postgres` says how the connections are kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.types.json import Jsonb
+
+from goatbeat.core.health import SchedulerBeat
+from goatbeat.core.model import ExecutionStatus, LeaseGrant, Miss, SubmitOutcome
+from goatbeat.core.shards import Shard
+from goatbeat.stores import schema
+from goatbeat.stores.definitions import definition_json
+from goatbeat.stores.dialect import (
+    Advanced,
+    ClaimCheck,
+    Completion,
+    NameTaken,
+    NewExecution,
+    Replace,
+    executions_query,
+    heartbeat_columns,
+)
+
+if TYPE_CHECKING:
+    from goatbeat.stores.dialects.postgres import PostgresDialect
+
+__all__ = ["PostgresTx"]
+
+_JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
+
+
+def _unless_all(values: list[Any], usual: Any) -> list[Any]:
+    """``values``, or an empty array when every one is ``usual``: the claim's statements read
+    the NULLs unnest pads it with as that value (see claim_advance in queries.sql)."""
+    for value in values:
+        if value is not usual and value != usual:
+            return values
+    return []
+
+
+def _last_statuses(values: list[str | None]) -> dict[str, Any]:
+    """claim_advance's last_status parameters: one value for the batch when all are the same
+    status, else the array."""
+    first = values[0] if values else None
+    if first is not None and all(v == first for v in values):
+        return {"last_status": [], "last_status_all": first}
+    return {"last_status": values, "last_status_all": None}
+
+
+def _params(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+
+
+_COPY_COLUMNS = (
+    "name", "source", "task", "trigger", "timezone", "args", "kwargs", "queue", "exchange",
+    "routing_key", "priority", "expires", "headers", "misfire_policy", "misfire_grace",
+    "catch_up_limit", "one_off", "enabled", "start_at", "end_at", "next_run_at", "last_run_at",
+    "total_run_count", "description", "published_fingerprint", "jitter", "overlap",
+    "max_runtime", "pause_on_failure",
+)  # fmt: skip
+"""The columns of ``schedule_copy``, in its order."""
+
+
+class PostgresTx:
+    """The primitives on one connection: each one statement (a few for a batch without
+    arrays), in the caller's transaction or, outside one, autocommit."""
+
+    def __init__(
+        self,
+        dialect: PostgresDialect,
+        conn: psycopg.Connection[Any],
+        *,
+        in_transaction: bool,
+        own: bool = True,
+    ) -> None:
+        self.d = dialect
+        self.q = dialect.q
+        self.conn = conn
+        self.in_transaction = in_transaction
+        self.own = own
+        self._compares: list[tuple[psycopg.Cursor[Any], set[str]]] = []
+        self._pipelined = False
+
+    def _fetch(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.d.fetch(self.conn, name, params)
+
+    def _one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        rows = self._fetch(name, params)
+        return rows[0] if rows else None
+
+    def _count(self, name: str, params: Mapping[str, Any]) -> int:
+        """Run ``name`` for the rows it changes (any rows it returns are left unread)."""
+        with psycopg.Cursor(self.conn) as cur:
+            cur.execute(self.q[name], params)
+            return max(0, cur.rowcount)
+
+    def _atomic(self) -> Any:
+        """Several statements as one: a transaction of their own outside the caller's."""
+        return nullcontext() if self.in_transaction else self.conn.transaction()
+
+    def now(self) -> datetime:
+        row = self._one("now")
+        assert row is not None
+        return row["now"].astimezone(UTC)  # type: ignore[no-any-return]
+
+    def notify(self, payload: str) -> None:
+        # Inside a transaction the notification goes out at commit, with the change.
+        self.conn.execute(self.q["notify"], {"payload": payload})
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def schedule(self, name: str) -> dict[str, Any] | None:
+        return self._one("schedule_by_name", {"name": name})
+
+    def schedules(self, source: str | None) -> list[dict[str, Any]]:
+        return self._fetch("list_schedules", {"source": source})
+
+    def schedules_named(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        return self._fetch("schedules_by_names", {"names": list(names)})
+
+    def source_has_rows(self, source: str) -> bool:
+        return bool(self._fetch("source_has_rows", {"source": source}))
+
+    @contextmanager
+    def comparing(self) -> Iterator[None]:
+        # The comparisons are pipelined: the database compares one chunk while the store
+        # validates the next.
+        self._pipelined = psycopg.Pipeline.is_supported()
+        with self.conn.pipeline() if self._pipelined else nullcontext():
+            try:
+                yield
+                self._collect()
+            finally:
+                for cur, _ in self._compares:
+                    cur.close()
+                self._compares.clear()
+
+    def unchanged(
+        self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
+    ) -> Collection[str] | None:
+        """``publish_unchanged`` for one chunk: the declarations as JSON (each one's own
+        columns; the columns they share once per distinct combination), names back only."""
+        answer: set[str] = set()
+        cur = psycopg.Cursor(self.conn)
+        self._compares.append((cur, answer))
+        cur.execute(
+            self.q["publish_unchanged"],
+            {
+                "declared": json.dumps(declared, separators=(",", ":")),
+                "shared": definition_json(shared),
+                "source": source,
+            },
+        )
+        if not self._pipelined:
+            self._collect()
+        return answer
+
+    def _collect(self) -> None:
+        while self._compares:
+            cur, answer = self._compares.pop(0)
+            with cur:
+                answer.update(row[0] for row in cur.fetchall())
+
+    def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
+        rows = self._fetch("orphans", {"source": source, "names": json.dumps(list(declared))})
+        return [r["name"] for r in rows]
+
+    def lock_publication(self) -> None:
+        self.conn.execute(self.q["publish_lock"])
+
+    def current_publication(self) -> dict[str, Any] | None:
+        found = self._one("publication_current")
+        if found is not None:
+            found["published_at"] = found["published_at"].astimezone(UTC)
+        return found
+
+    def publication_generation(self, fingerprint: str) -> int | None:
+        row = self._one("publication_generation_of", {"fingerprint": fingerprint})
+        return None if row is None or row["generation"] is None else int(row["generation"])
+
+    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
+        params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
+        row = self._one("publication_record", params)
+        assert row is not None
+        return int(row["generation"])
+
+    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
+        params = {"id": id, "version": version, "new_name": new_name}
+        written = self._count("schedule_rename", params)
+        if written:
+            self._count("schedule_rename_history", {"id": id, "new_name": new_name})
+            self._count("schedule_rename_misses", {"id": id, "new_name": new_name})
+        return written
+
+    def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
+        texts: dict[int, tuple[Any, str]] = {}
+
+        def as_json(column: str, value: Any) -> str:
+            # JSON text for a jsonb column (COPY parses it): a trigger spec, shared by the rows
+            # of one trigger object, is encoded once; an empty value never.
+            if not value:
+                return "[]" if isinstance(value, list) else "{}"
+            if column != "trigger":
+                return json.dumps(value)
+            known = texts.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            text = json.dumps(value)
+            texts[id(value)] = (value, text)
+            return text
+
+        with psycopg.Cursor(self.conn) as cur, cur.copy(self.q["schedule_copy"]) as copy:
+            for row in rows:
+                copy.write_row(
+                    [
+                        as_json(column, row[column]) if column in _JSON_COLUMNS else row[column]
+                        for column in _COPY_COLUMNS
+                    ]
+                )
+
+    def create_schedule(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            stored = self._one("schedule_insert", _params(row))
+        except pg_errors.UniqueViolation as exc:
+            raise NameTaken(f"postgres: {exc}") from exc
+        assert stored is not None
+        return stored
+
+    def replace_schedules(self, replaces: Sequence[Replace]) -> int:
+        params = []
+        for rep in replaces:
+            p = _params(rep.values)
+            p.update(id=rep.id, version=rep.version)
+            params.append(p)
+        with psycopg.Cursor(self.conn) as cur:
+            cur.executemany(self.q["schedule_replace"], params)
+            return max(0, cur.rowcount)
+
+    def set_fingerprints(self, pairs: Sequence[tuple[int, str]]) -> None:
+        with psycopg.Cursor(self.conn) as cur:
+            cur.executemany(
+                self.q["schedule_set_fingerprint"],
+                [{"id": sid, "published_fingerprint": printed} for sid, printed in pairs],
+            )
+
+    def set_enabled(self, id: int, version: int, values: Mapping[str, Any]) -> int:
+        return self._count("schedule_set_enabled", {**values, "id": id, "version": version})
+
+    def prune(self, source: str, keep: Collection[str]) -> list[str]:
+        rows = self._fetch("prune", {"source": source, "keep": sorted(keep)})
+        return [r["name"] for r in rows]
+
+    def withdraw_waiting(self, schedule_id: int, error: str) -> int:
+        return self._count("pause_withdraw", {"id": schedule_id, "error": error})
+
+    def pause(self, schedule_id: int, values: Mapping[str, Any], withdrawn: int) -> None:
+        self._count("pause", {**values, "id": schedule_id, "withdrawn": withdrawn})
+
+    def resume(self, id: int, version: int, next_run_at: datetime | None, skipped: int) -> int:
+        params = {
+            "id": id,
+            "version": version,
+            "next_run_at": next_run_at,
+            "skipped_count": skipped,
+        }
+        return self._count("resume", params)
+
+    def delete_schedule(self, schedule_id: int, error: str) -> None:
+        with self._atomic():
+            self._count("abandon_claimed", {"id": schedule_id, "error": error})
+            self._count("schedule_delete", {"id": schedule_id})
+
+    def execution_statuses(self, keys: Sequence[str]) -> dict[str, str]:
+        rows = self._fetch("backfill_existing", {"keys": list(keys)})
+        return {r["idempotency_key"]: str(r["status"]) for r in rows}
+
+    def insert_backfill(
+        self, schedule_id: int, name: str, instants: Sequence[datetime], keys: Sequence[str]
+    ) -> set[datetime]:
+        written = self._fetch(
+            "backfill_insert",
+            {
+                "schedule_id": schedule_id,
+                "name": name,
+                "instants": list(instants),
+                "keys": list(keys),
+            },
+        )
+        return {r["scheduled_at"].astimezone(UTC) for r in written}
+
+    def request_run(
+        self, schedule_id: int, name: str, at: datetime, key: str
+    ) -> dict[str, Any] | None:
+        params = {"schedule_id": schedule_id, "name": name, "at": at, "key": key}
+        return self._one("request_run", params)
+
+    def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
+        params = {"limit": limit, "name": name, "status": status}
+        return self._fetch(executions_query(name, status), params)
+
+    # -- the lease -------------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
+        row = self._one("lease_acquire", {"name": name, "holder": holder, "ttl": ttl})
+        if row is None:
+            return None
+        return LeaseGrant(
+            name=row["name"],
+            holder=row["holder"],
+            token=int(row["token"]),
+            expires_at=row["expires_at"].astimezone(UTC),
+        )
+
+    def release_lease(self, name: str, holder: str, token: int, payload: str | None) -> bool:
+        params = {"name": name, "holder": holder, "token": token, "payload": payload}
+        return self._one("lease_release", params) is not None
+
+    def _leases(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for r in rows:
+            r["expires_at"] = r["expires_at"].astimezone(UTC)
+            r["expired"] = bool(r["expired"])
+        return rows
+
+    def read_leases(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        return self._leases(self._fetch("lease_read_many", {"names": list(names)}))
+
+    def scheduler_leases(self) -> list[dict[str, Any]]:
+        return self._leases(self._fetch("leases_like"))
+
+    # -- claiming --------------------------------------------------------------------------
+
+    def check_lease(self, lease: LeaseGrant) -> ClaimCheck | None:
+        check = self._one(
+            "claim_check_lease",
+            {
+                "name": lease.name,
+                "holder": lease.holder,
+                "token": lease.token,
+                # Only a transaction of our own may be capped by the check (see the query).
+                "own": self.own,
+            },
+        )
+        if check is None:
+            return None
+        return ClaimCheck(now=check["now"].astimezone(UTC), buffered=bool(check["buffered"]))
+
+    def due(self, now: datetime, limit: int, shard: Shard) -> list[dict[str, Any]]:
+        return self._fetch("claim_select_due", {"now": now, "limit": limit, **_shard(shard)})
+
+    @contextmanager
+    def recording(self, outcomes: Sequence[SubmitOutcome]) -> Iterator[None]:
+        """Write ``outcomes`` (record_outcomes' statement, in the open transaction) while the
+        block runs. In pipeline mode the statement goes out at once and the block's work (the
+        store decoding the due rows) overlaps the server's; leaving the block waits for the
+        write and raises its error."""
+        query, params = _record_statement(outcomes)
+        with psycopg.Cursor(self.conn) as cur:
+            if not psycopg.Pipeline.is_supported():
+                cur.execute(query, params)
+                yield
+                return
+            with self.conn.pipeline():
+                cur.execute(query, params)
+                yield
+
+    def begin_writes(self, lease: LeaseGrant) -> bool:
+        return True  # the lease row is held FOR SHARE since check_lease
+
+    def quarantine(self, damaged: Sequence[tuple[int, int]], status: str) -> set[int]:
+        rows = self._fetch(
+            "claim_quarantine",
+            {"ids": [i for i, _ in damaged], "versions": [v for _, v in damaged], "status": status},
+        )
+        return {int(r["id"]) for r in rows}
+
+    def advance(self, advances: Sequence[Advanced], lease: LeaseGrant) -> set[int]:
+        rows = self._fetch(
+            "claim_advance",
+            {
+                "ids": [a.id for a in advances],
+                "versions": [a.version for a in advances],
+                "next_run_at": [a.next_run_at for a in advances],
+                "last_run_at": [a.last_run_at for a in advances],
+                **_last_statuses([a.last_status for a in advances]),
+                "runs": _unless_all([a.runs for a in advances], 1),
+                "missed": _unless_all([a.missed for a in advances], 0),
+                "skipped": _unless_all([a.skipped for a in advances], 0),
+                "disable": _unless_all([a.disable for a in advances], False),
+            },
+        )
+        advanced = {int(r["id"]) for r in rows}
+        if advanced:
+            self.d.maybe_freeze(lease)
+        return advanced
+
+    def insert_executions(
+        self, executions: Sequence[NewExecution], token: int, scheduler_id: str
+    ) -> dict[str, int]:
+        rows = self._fetch(
+            "claim_insert_executions",
+            {
+                "token": token,
+                "scheduler_id": scheduler_id,
+                "schedule_ids": [e.schedule_id for e in executions],
+                "names": [e.schedule_name for e in executions],
+                "scheduled_at": [e.scheduled_at for e in executions],
+                "keys": [e.key for e in executions],
+                "statuses": _unless_all(
+                    [e.status for e in executions], ExecutionStatus.CLAIMED.value
+                ),
+                "retry_at": _unless_all([e.retry_at for e in executions], None),
+            },
+        )
+        return {r["idempotency_key"]: int(r["id"]) for r in rows}
+
+    def started_runs(self, runs: Mapping[int, int]) -> None:
+        self._count("started_runs", {"ids": list(runs), "execution_ids": list(runs.values())})
+
+    def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
+        return self._fetch("buffered_runs", _shard(shard))
+
+    def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
+        params = {"ids": list(ids), "token": token, "scheduler_id": scheduler_id}
+        return self._fetch("promote_buffered", params)
+
+    def abandon(self, failed: Sequence[tuple[int, str]]) -> None:
+        params = {"ids": [i for i, _ in failed], "errors": [e for _, e in failed]}
+        self._count("abandon_damaged", params)
+
+    def next_due_at(self, shard: Shard) -> datetime | None:
+        row = self._one("next_due_at", _shard(shard))
+        value = None if row is None else row["next_due_at"]
+        return None if value is None else value.astimezone(UTC)
+
+    def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
+        return self._fetch("pending", {"limit": limit, "exclude": list(exclude), **_shard(shard)})
+
+    def next_retry_at(self, shard: Shard) -> datetime | None:
+        row = self._one("next_retry_at", _shard(shard))
+        at = None if row is None else row["at"]
+        return None if at is None else at.astimezone(UTC)
+
+    def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
+        query, params = _record_statement(outcomes)
+        with psycopg.Cursor(self.conn) as cur:
+            cur.execute(query, params)
+
+    def refuse(self, schedule_id: int, task: str, reason: str) -> bool:
+        row = self._one("refuse", {"id": schedule_id, "task": task, "reason": reason})
+        return row is not None and int(row["matched"]) > 0
+
+    def claim_manual_runs(
+        self, lease: LeaseGrant, scheduler_id: str, ids: Sequence[int], shard: Shard
+    ) -> list[int]:
+        with self._atomic():
+            rows = self._fetch(
+                "claim_manual_runs",
+                {
+                    "name": lease.name,
+                    "holder": lease.holder,
+                    "token": lease.token,
+                    "scheduler_id": scheduler_id,
+                    "ids": list(ids),
+                    **_shard(shard),
+                },
+            )
+        return [int(r["id"]) for r in rows]
+
+    # -- reports and operations --------------------------------------------------------------
+
+    def record_started(self, key: str, worker: str | None) -> bool:
+        row = self._one("record_started", {"key": key, "worker": worker})
+        return row is not None and int(row["matched"]) > 0
+
+    def record_completion(
+        self,
+        key: str,
+        outcome: str,
+        error: str | None,
+        runtime: float | None,
+        worker: str | None,
+        only_open: bool = False,
+    ) -> Completion:
+        row = self._one(
+            "record_completion",
+            {
+                "key": key,
+                "outcome": outcome,
+                "error": error,
+                "runtime": runtime,
+                "worker": worker,
+                "only_open": only_open,
+            },
+        )
+        if row is None:
+            return Completion(matched=False)
+        pause = None
+        if row["pause_name"] is not None:  # the pause_on_failure rule, applied in the query
+            pause = (str(row["pause_name"]), int(row["failures"]))
+        return Completion(matched=int(row["matched"]) > 0, pause=pause)
+
+    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
+        started = self._fetch("open_runs_started", {"limit": limit})
+        return started + self._fetch("open_runs_submitted", {"since": since, "limit": limit})
+
+    def retry_now(self) -> int:
+        return self._count("retry_now", {})
+
+    def refused_schedules(self) -> list[dict[str, Any]]:
+        return self._fetch("refused_schedules")
+
+    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
+        query = "refusals" if name is None else "refusal_named"
+        rows = self._fetch(query, {"name": name, "limit": limit})
+        for row in rows:
+            if row["refused_at"] is not None:
+                row["refused_at"] = row["refused_at"].astimezone(UTC)
+        return rows
+
+    def longest_bound(self) -> float:
+        row = self._one("longest_bound")
+        return float(row["seconds"] or 0) if row is not None else 0.0
+
+    def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
+        with self._atomic():
+            self._fetch("heartbeat", {**heartbeat_columns(beat), "ttl": beat.ttl})
+            self._fetch("scheduler_cleanup", {"retention": retention})
+
+    def remove_scheduler(self, scheduler_id: str) -> None:
+        self._fetch("scheduler_remove", {"scheduler_id": scheduler_id})
+
+    def record_misses(
+        self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
+    ) -> None:
+        with self._atomic(), psycopg.Cursor(self.conn) as cur:
+            # Misses are rare (an outage, a long pause): a statement per schedule is plenty.
+            cur.executemany(
+                self.q["record_miss"],
+                [
+                    {
+                        "schedule_id": m.schedule_id,
+                        "schedule_name": m.schedule_name,
+                        "missed": m.count,
+                        "first_at": m.first_at,
+                        "last_at": m.last_at,
+                        "scheduler_id": scheduler_id,
+                    }
+                    for m in misses
+                ],
+            )
+            cur.execute(self.q["miss_prune"], {"retention": retention})
+
+    def status_counts(self, now: datetime, since: datetime) -> dict[str, int]:
+        row = self._one("status_counts", {"now": now, "since": since})
+        assert row is not None
+        return {k: int(v) for k, v in row.items()}
+
+    def status_oldest(self, now: datetime) -> dict[str, Any] | None:
+        row = self._one("status_oldest", {"now": now})
+        if row is not None:
+            row["at"] = row["at"].astimezone(UTC)
+        return row
+
+    def schedulers(self) -> list[dict[str, Any]]:
+        return self._fetch("schedulers")
+
+    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
+        return self._fetch("schedule_health", {"late": late, "limit": limit})
+
+    def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
+        rows = self._fetch("live_schedulers", {"within": within, "shards": shards})
+        return [str(r["scheduler_id"]) for r in rows]
+
+
+def _shard(shard: Shard) -> dict[str, Any]:
+    """The shard filter's parameters: the count and the OTHER shards (see queries.sql)."""
+    others = [i for i in range(shard.count) if i != shard.index]
+    return {"shards": shard.count, "others": others}
+
+
+def _record_statement(outcomes: Sequence[SubmitOutcome]) -> tuple[str, dict[str, Any]]:
+    """record_outcomes' statement and parameters: the lean one when all are successes."""
+    q = schema.queries("postgres")
+    if all(o.ok for o in outcomes):
+        return q["record_submitted"], {
+            "ids": [o.execution_id for o in outcomes],
+            "backend_task_ids": [o.backend_task_id for o in outcomes],
+        }
+    return q["record_outcomes"], {
+        "ids": [o.execution_id for o in outcomes],
+        "ok": [bool(o.ok) for o in outcomes],
+        "final": [bool(o.final) for o in outcomes],
+        "missed": [bool(o.missed) for o in outcomes],
+        "retry_in": [None if o.retry_in is None else max(0.0, float(o.retry_in)) for o in outcomes],
+        "backend_task_ids": [o.backend_task_id for o in outcomes],
+        "errors": [o.error for o in outcomes],
+    }
