@@ -132,3 +132,34 @@ def test_a_long_error_is_cut_to_one_atomic_write_keeping_its_start() -> None:
         assert report["error"].startswith(error[:200]) and report["error"].endswith(" …(cut)")
     short = {"event": "started", "key": "job:2026-03-01T12:00:00Z", "worker": "h:1"}
     assert json.loads(_encode(short)) == short
+
+
+def test_an_rq_worker_parent_preloads_the_guard_but_not_the_store_and_freezes_before_its_first_fork(
+    tmp_path: Path,
+) -> None:
+    # In a fresh interpreter (this one has imported everything): the worker's main process,
+    # just before RQ forks its first work horse, starts the reporter. It imports the guard's
+    # ledger (a guarded horse needs it) but not the store (a horse with a reporter never opens
+    # it, and a bigger parent costs every fork), and freezes what it holds.
+    url, _ = _database(tmp_path / "goatbeat.sqlite", runs=0)
+    code = f"""
+import gc, json, sys
+import goatbeat.completion.rq as rq_completion
+assert gc.get_freeze_count() == 0
+rq_completion._start_relay({url!r})
+frozen = gc.get_freeze_count()
+print(json.dumps({{
+    "guard": "goatbeat.idempotency.postgres" in sys.modules,
+    "store": "goatbeat.stores.postgres" in sys.modules or "goatbeat.stores.store" in sys.modules,
+    "frozen": frozen,
+}}))
+rq_completion._reporter({url!r}).relay.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=GUARD, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["guard"] is True
+    assert seen["store"] is False
+    assert seen["frozen"] > 0
