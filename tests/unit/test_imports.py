@@ -385,3 +385,17 @@ def test_public_api_is_curated() -> None:
     assert sorted(goatbeat.__all__) == sorted(set(goatbeat.__all__))
     for name in goatbeat.__all__:
         assert hasattr(goatbeat, name), name
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "sqlite"])
+def test_a_dialects_primitives_do_not_import_the_connections_that_import_them(dialect: str) -> None:
+    # dialects/<name>.py opens connections and imports dialects/<name>_tx.py for the
+    # primitives; the primitives name what they need of it in a Protocol, so the two are
+    # not a circle (not even under TYPE_CHECKING).
+    path = PACKAGE / "stores" / "dialects" / f"{dialect}_tx.py"
+    back = [
+        (line, name)
+        for line, name in imports_of(path)
+        if name == f"goatbeat.stores.dialects.{dialect}"
+    ]
+    assert not back, f"{path.name} imports its dialect's connections: {back}"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -33,8 +33,20 @@ from goatbeat.stores.dialect import (
     heartbeat_columns,
 )
 
-if TYPE_CHECKING:
-    from goatbeat.stores.dialects.postgres import PostgresDialect
+
+class Connections(Protocol):
+    """What the primitives take from the dialect that opened their connection
+    (:class:`~goatbeat.stores.dialects.postgres.PostgresDialect`): named here, so this
+    module does not import the one that imports it."""
+
+    q: dict[str, str]
+
+    def fetch(
+        self, conn: psycopg.Connection[Any], name: str, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def maybe_freeze(self, lease: LeaseGrant) -> None: ...
+
 
 __all__ = ["PostgresTx"]
 
@@ -79,7 +91,7 @@ class PostgresTx:
 
     def __init__(
         self,
-        dialect: PostgresDialect,
+        dialect: Connections,
         conn: psycopg.Connection[Any],
         *,
         in_transaction: bool,

@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from goatbeat.core.health import SchedulerBeat
 from goatbeat.core.model import (
@@ -38,8 +38,19 @@ from goatbeat.stores.dialect import (
 )
 from goatbeat.stores.rows import buffer_ready_at
 
-if TYPE_CHECKING:
-    from goatbeat.stores.dialects.sqlite import SQLiteDialect
+
+class Connections(Protocol):
+    """What the primitives take from the dialect that opened their connection
+    (:class:`~goatbeat.stores.dialects.sqlite.SQLiteDialect`): named here, so this module
+    does not import the one that imports it."""
+
+    q: dict[str, str]
+    data_version: int | None
+
+    def now(self) -> datetime: ...
+
+    def wake_local(self) -> None: ...
+
 
 __all__ = ["SQLiteTx", "encode_time", "decode_time"]
 
@@ -125,7 +136,7 @@ class SQLiteTx:
     """The primitives on one connection. Outside a transaction, a primitive that writes runs
     in its own ``BEGIN IMMEDIATE``."""
 
-    def __init__(self, dialect: SQLiteDialect, conn: sqlite3.Connection) -> None:
+    def __init__(self, dialect: Connections, conn: sqlite3.Connection) -> None:
         self.d = dialect
         self.q = dialect.q
         self.conn = conn
