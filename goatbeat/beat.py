@@ -25,9 +25,7 @@ schemas should be.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -36,7 +34,6 @@ from goatbeat.core.alerts import Alerter, AlertHandler, webhook
 from goatbeat.core.allowlist import TaskAllowList
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings, parse_settings
-from goatbeat.core.durations import parse_duration
 from goatbeat.core.errors import (
     InvalidSchedule,
     InvalidValue,
@@ -64,15 +61,24 @@ from goatbeat.core.store import (
     ResumeResult,
     ScheduleStore,
 )
-from goatbeat.core.submit import TaskSubmitter, capability, known_tasks, task_definition
+from goatbeat.core.submit import TaskSubmitter, capability, known_tasks
 from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
 from goatbeat.core.triggers import (
-    CronTrigger,
-    IntervalTrigger,
     OnceTrigger,
-    SolarTrigger,
     Trigger,
 )
+from goatbeat.declaring import (
+    backend_options_of,
+    build_trigger,
+    definition_path,
+    dramatiq_actor,
+    duration,
+    options_of,
+    task_path,
+    trigger_key,
+    trigger_options,
+)
+from goatbeat.publication import PUBLISHING_ORIGINS, log_publication
 
 __all__ = [
     "Beat",
@@ -85,149 +91,7 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_SOLAR_KEYS = frozenset({"event", "latitude", "longitude"})
 _EMBEDDED_PREFIXES = ("sqlite:", "memory:")
-
-
-def task_path(task: object) -> str:
-    """The task name stored for ``task``: a string as given; a Celery task's ``name``; a
-    Django Tasks ``Task``'s ``module_path``; a Dramatiq actor's ``actor_name``; otherwise the
-    callable's ``module.qualname``."""
-    if isinstance(task, str):
-        return task
-    name = getattr(task, "name", None)
-    if isinstance(name, str) and callable(getattr(task, "apply_async", None)):
-        return name  # a Celery task: its registered name is what send_task needs
-    module_path = getattr(task, "module_path", None)
-    if isinstance(module_path, str):
-        return module_path  # a django.tasks.Task
-    actor = _dramatiq_actor(task)
-    if actor is not None:
-        # Dramatiq workers look actors up by name, never by the function's module path.
-        return actor[0]
-    if not callable(task):
-        raise InvalidSchedule("task", task, f"{task!r} is neither a callable nor a dotted path")
-    module = getattr(task, "__module__", None)
-    qualname = getattr(task, "__qualname__", None)
-    if not module or not qualname:
-        raise InvalidSchedule("task", task, f"{task!r} has no importable name; pass a dotted path")
-    if "<locals>" in qualname or "<lambda>" in qualname:
-        raise InvalidSchedule(
-            "task",
-            f"{module}.{qualname}",
-            "a nested function or lambda cannot be found by a scheduler process; "
-            "define the task at module level",
-        )
-    return f"{module}.{qualname}"
-
-
-def _dramatiq_actor(task: object) -> tuple[str, str] | None:
-    """``(actor_name, queue_name)`` of a Dramatiq actor (told apart without importing
-    dramatiq: an object that sends messages and has both names), else None."""
-    name = getattr(task, "actor_name", None)
-    queue = getattr(task, "queue_name", None)
-    if (
-        isinstance(name, str)
-        and isinstance(queue, str)
-        and callable(getattr(task, "send_with_options", None))
-    ):
-        return name, queue
-    return None
-
-
-def _definition(submitter: TaskSubmitter, task: str) -> str:
-    """Where the callable ``task`` names is defined, for a backend that imports dotted paths;
-    ``task`` itself for one that finds tasks by registered name (nothing to walk)."""
-    define = task_definition(submitter)
-    return task if define is None else define(task)
-
-
-def _backend_options(submitter: TaskSubmitter, task: str) -> tuple[str, frozenset[str] | None]:
-    """The backend's name and the per-schedule options it takes for ``task`` (its
-    ``backend_options``; None: any). A routing submitter (``backend_for`` + ``submitter_for``,
-    as the Django one) answers for the backend of ``task``. A submitter that declares nothing
-    takes none."""
-    backend_for = getattr(submitter, "backend_for", None)
-    submitter_for = getattr(submitter, "submitter_for", None)
-    if callable(backend_for) and callable(submitter_for):
-        try:
-            inner = submitter_for(backend_for(task))
-        except LookupError:
-            return submitter.name, frozenset()  # validate() reports the unknown task
-        return _backend_options(inner, task)
-    names: frozenset[str] | None = capability(submitter, "backend_options")
-    return submitter.name, names
-
-
-def build_trigger(
-    *,
-    cron: str | None = None,
-    every: str | float | timedelta | None = None,
-    at: datetime | str | None = None,
-    solar: Mapping[str, Any] | None = None,
-    trigger: Trigger | None = None,
-    timezone: str = "UTC",
-    anchor: datetime | None = None,
-    allow_subsecond: bool = False,
-) -> Trigger:
-    """Exactly one of ``cron=``, ``every=``, ``at=``, ``solar=``, ``trigger=`` -> a Trigger.
-    ``allow_subsecond=True`` lets ``every=`` be shorter than 1 s (see IntervalTrigger)."""
-    given = {
-        name: value
-        for name, value in (
-            ("cron", cron),
-            ("every", every),
-            ("at", at),
-            ("solar", solar),
-            ("trigger", trigger),
-        )
-        if value is not None
-    }
-    if len(given) != 1:
-        got = ", ".join(f"{k}=" for k in given) or "none"
-        raise InvalidSchedule(
-            "trigger",
-            sorted(given),
-            f"give exactly one of cron=, every=, at=, solar= (got {got})",
-        )
-    if allow_subsecond and every is None:
-        raise InvalidSchedule(
-            "allow_subsecond", allow_subsecond, "only applies to an interval (every=)"
-        )
-    if cron is not None:
-        if not isinstance(cron, str):
-            raise InvalidSchedule("cron", cron, f"{cron!r} is not a cron expression string")
-        return CronTrigger(cron, timezone=timezone)
-    if every is not None:
-        return IntervalTrigger(every, anchor=anchor, allow_subsecond=allow_subsecond)
-    if at is not None:
-        return OnceTrigger(parse_instant(at, "at"))
-    if solar is not None:
-        if not isinstance(solar, Mapping):
-            raise InvalidSchedule(
-                "solar", solar, "must be a dict(event=..., latitude=..., longitude=...)"
-            )
-        missing = sorted(_SOLAR_KEYS - set(solar))
-        unknown = sorted(set(solar) - _SOLAR_KEYS)
-        if missing or unknown:
-            problems = []
-            if missing:
-                problems.append(f"missing {', '.join(missing)}")
-            if unknown:
-                problems.append(f"unknown {', '.join(map(str, unknown))}")
-            raise InvalidSchedule("solar", dict(solar), "; ".join(problems))
-        return SolarTrigger(
-            event=solar["event"], latitude=solar["latitude"], longitude=solar["longitude"]
-        )
-    assert trigger is not None
-    if not isinstance(trigger, Trigger):
-        raise InvalidSchedule("trigger", trigger, f"{trigger!r} is not a trigger")
-    return trigger
-
-
-PUBLISHING_ORIGINS = frozenset({"publish", "scheduler"})
-"""The commands whose job is to publish: a definition they change is logged at INFO. Any other
-command (``schedule list``, ``schedule prune`` ...) that changes one logs a WARNING."""
 
 
 def alerter_for(settings: Settings) -> Alerter | None:
@@ -250,72 +114,6 @@ def alerter_for(settings: Settings) -> Alerter | None:
     if settings.alert_webhook:
         handlers.append(webhook(settings.alert_webhook))
     return Alerter(handlers) if handlers else None
-
-
-def log_publication(result: PublishResult, *, origin: str) -> None:
-    """The log events of one publication (see :meth:`Beat.publish`)."""
-    if result.superseded:
-        log_event(
-            "schedule.publication_superseded",
-            level=logging.WARNING,
-            origin=origin,
-            schedules=result.kept,
-            generation=result.generation,
-            release=result.release,
-            reason=result.reason,
-            hint="this code is older than the published schedules: nothing was written and "
-            "the stored definitions are the ones dispatched"
-            + (f" ({', '.join(result.kept)} kept as published)" if result.kept else "")
-            + "; publish from the newer release, or `publish --rollback` to go back on purpose",
-        )
-        return
-    for new, old in result.renamed.items():
-        log_event("schedule.renamed", schedule=new, renamed_from=old, origin=origin)
-    for old in result.retired:
-        log_event(
-            "schedule.retired",
-            level=logging.WARNING,
-            schedule=old,
-            origin=origin,
-            hint="renamed in code, and the new name already had a row: the old one is disabled",
-        )
-    log_event(
-        "schedule.published",
-        origin=origin,
-        created=result.created,
-        updated=result.updated,
-        unchanged=len(result.unchanged),
-        orphaned=result.orphaned,
-    )
-    level = logging.INFO if origin in PUBLISHING_ORIGINS else logging.WARNING
-    for name in result.updated:
-        changes = result.changes.get(name, [])
-        log_event(
-            "schedule.changed",
-            level=level,
-            schedule=name,
-            origin=origin,
-            fields=[c.field for c in changes],
-            old={c.field: c.old for c in changes},
-            new={c.field: c.new for c in changes},
-        )
-    for name, reason in result.refused.items():
-        log_event(
-            "schedule.refused",
-            level=logging.ERROR,
-            schedule=name,
-            origin=origin,
-            reason=reason,
-        )
-    for name in result.orphaned:
-        log_event(
-            "schedule.orphaned",
-            level=logging.WARNING,
-            schedule=name,
-            origin=origin,
-            hint="no longer declared in code but still enabled: "
-            "`goatbeat schedule prune` disables it",
-        )
 
 
 class Beat:
@@ -605,7 +403,7 @@ class Beat:
     ) -> Schedule:
         """The Schedule the options describe, validated (not by the submitter yet)."""
         path = task_path(task)
-        actor = None if type(task) is str else _dramatiq_actor(task)
+        actor = None if type(task) is str else dramatiq_actor(task)
         if actor is not None and queue is None:
             queue = actor[1]
         headers = self._with_options(path, headers, options)
@@ -617,7 +415,7 @@ class Beat:
         end = None if end_at is None else parse_instant(end_at, "end_at")
         # Triggers are frozen values: a schedules.py that declares the same cron or interval a
         # thousand times gets one trigger, parsed once (and checked once by the store).
-        key = _trigger_key(cron, every, at, solar, trigger, zone, anchor, start, allow_subsecond)
+        key = trigger_key(cron, every, at, solar, trigger, zone, anchor, start, allow_subsecond)
         built = self._triggers.get(key) if key is not None else None
         if built is None:
             built = build_trigger(
@@ -638,7 +436,7 @@ class Beat:
         if expires is None:
             expires_s = None
         else:
-            expires_s = _duration(expires, "expires").total_seconds()
+            expires_s = duration(expires, "expires").total_seconds()
         if not isinstance(enabled, bool):
             raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
         if (
@@ -671,7 +469,7 @@ class Beat:
             kwargs=kwargs if kwargs is not None else {},
             routing=routing,
             misfire=misfire,
-            misfire_grace=_duration(misfire_grace, "misfire_grace"),
+            misfire_grace=duration(misfire_grace, "misfire_grace"),
             catch_up_limit=catch_up_limit,
             start_at=start,
             end_at=end,
@@ -679,9 +477,9 @@ class Beat:
             description=description,
             source=source,
             enabled=enabled,
-            jitter=_duration(jitter, "jitter"),
+            jitter=duration(jitter, "jitter"),
             overlap=overlap,
-            max_runtime=None if max_runtime is None else _duration(max_runtime, "max_runtime"),
+            max_runtime=None if max_runtime is None else duration(max_runtime, "max_runtime"),
             pause_on_failure=pause_on_failure,
         )
 
@@ -712,7 +510,7 @@ class Beat:
             )
         if not options:
             return headers
-        backend, takes = _backend_options(self.submitter, task)
+        backend, takes = backend_options_of(self.submitter, task)
         if takes is not None:
             unknown = sorted(set(options) - takes)
             if unknown:
@@ -747,7 +545,7 @@ class Beat:
             patterns=patterns,
             declared=self._declared_tasks,
             registered=lambda: known_tasks(self.submitter),
-            definition=lambda task: _definition(self.submitter, task),
+            definition=lambda task: definition_path(self.submitter, task),
         )
 
     def _declared_tasks(self) -> set[str]:
@@ -946,11 +744,11 @@ class Beat:
                 f"schedule {name!r} is declared in code: change its declaration and publish; "
                 "only enable, disable, pause, resume, run and backfill apply to it",
             )
-        options = _options_of(stored)
+        options = options_of(stored)
         if {"cron", "every", "at", "solar", "trigger"} & set(changes):
             options.pop("trigger")
         else:
-            options.update(_trigger_options(stored.trigger, changes))
+            options.update(trigger_options(stored.trigger, changes))
         options.update(changes)
         rebuilt = self._build(
             name=name, task=options.pop("task"), source=stored.source, check_future=False, **options
@@ -1129,93 +927,6 @@ def _check_option_names(options: Mapping[str, Any]) -> None:
     else:
         reason = f"schedule() takes no option {name!r}"
     raise InvalidSchedule(name, options[name], reason)
-
-
-def _trigger_key(
-    cron: object,
-    every: object,
-    at: object,
-    solar: object,
-    trigger: object,
-    zone: str,
-    anchor: object,
-    start: datetime | None,
-    allow_subsecond: bool,
-) -> tuple[Any, ...] | None:
-    """What a cron or an interval trigger is built from, when that is all that was given (and
-    hashable): the key of :attr:`Beat._triggers`. Anything else is built every time."""
-    if at is not None or solar is not None or trigger is not None:
-        return None
-    if cron is not None and every is None and type(cron) is str:
-        return ("cron", cron, zone)
-    if (
-        every is not None
-        and cron is None
-        and type(every) in (str, int, float, timedelta)
-        and (anchor is None or type(anchor) in (str, datetime))
-    ):
-        return ("every", every, type(every), anchor, start, allow_subsecond)
-    return None
-
-
-@functools.lru_cache(maxsize=256)
-def _duration_cached(value: str | int, field_name: str) -> timedelta:
-    return parse_duration(value, field=field_name)
-
-
-def _duration(value: Any, field_name: str) -> timedelta:
-    """parse_duration, with the texts and integers every declaration repeats (``"60s"``,
-    ``0``) parsed once."""
-    if type(value) is str or type(value) is int:
-        return _duration_cached(value, field_name)
-    return parse_duration(value, field=field_name)
-
-
-def _options_of(s: Schedule) -> dict[str, Any]:
-    """A stored schedule as the options :meth:`Beat.schedule` takes (the trigger as is)."""
-    routing = s.routing
-    return {
-        "task": s.task,
-        "trigger": s.trigger,
-        "args": list(s.args),
-        "kwargs": dict(s.kwargs),
-        "queue": routing.queue,
-        "exchange": routing.exchange,
-        "routing_key": routing.routing_key,
-        "priority": routing.priority,
-        "expires": routing.expires,
-        "headers": dict(routing.headers),
-        "misfire": s.misfire,
-        "misfire_grace": s.misfire_grace,
-        "catch_up_limit": s.catch_up_limit,
-        "start_at": s.start_at,
-        "end_at": s.end_at,
-        "description": s.description,
-        "enabled": s.enabled,
-        "one_off": s.one_off,
-        "jitter": s.jitter,
-        "overlap": s.overlap,
-        "max_runtime": s.max_runtime,
-        "pause_on_failure": s.pause_on_failure,
-    }
-
-
-def _trigger_options(trigger: Trigger, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """The options that rebuild the stored ``trigger`` when an edit changes only its zone (a
-    cron) or its anchor (an interval); otherwise it is kept as it is."""
-    if "timezone" in changes:
-        if not isinstance(trigger, CronTrigger):
-            raise InvalidSchedule(
-                "timezone", changes["timezone"], f"a {trigger.describe()} trigger has no zone"
-            )
-        return {"trigger": None, "cron": trigger.expression}
-    if "anchor" in changes:
-        if not isinstance(trigger, IntervalTrigger):
-            raise InvalidSchedule(
-                "anchor", changes["anchor"], f"a {trigger.describe()} trigger has no anchor"
-            )
-        return {"trigger": None, "every": trigger.every, "allow_subsecond": trigger.allow_subsecond}
-    return {}
 
 
 _SCHEDULE_OPTIONS = frozenset(inspect.signature(Beat._build).parameters) - {

@@ -90,6 +90,8 @@ LAYERS: dict[str, int] = {
     "submitters": 1,
     "conversion": 1,
     "metrics": 1,
+    "declaring": 1,
+    "publication": 1,
     "beat": 2,
     "importers": 2,
     "idempotency": 2,
