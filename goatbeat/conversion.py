@@ -31,6 +31,7 @@ Where celery's behaviour is a bug, goatbeat keeps its own semantics (see ``CELER
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -47,6 +48,7 @@ from goatbeat.core.triggers import (
 )
 
 __all__ = [
+    "ranges",
     "CELERY_BUGS",
     "CeleryCrontabTrigger",
     "UnsupportedSchedule",
@@ -157,10 +159,12 @@ _FIELDS = (
 )
 
 
-def _ranges(values: list[int]) -> str:
+def ranges(values: Iterable[int]) -> str:
+    """Cron's list of ``values``: runs of consecutive numbers as ``a-b``, ``1-5,9,12-14``."""
+    ordered = sorted(set(values))
     parts: list[str] = []
-    start = prev = values[0]
-    for v in values[1:]:
+    start = prev = ordered[0]
+    for v in ordered[1:]:
         if v == prev + 1:
             prev = v
             continue
@@ -188,7 +192,7 @@ def _render_field(values: set[int], original: object, low: int, high: int) -> st
             expanded = {v % 7 if cron_high == 7 else v for v in range(low, cron_high + 1, step)}
             if expanded == values:
                 return text
-    return _ranges(ordered)
+    return ranges(ordered)
 
 
 def crontab_expression(crontab: Any) -> str:

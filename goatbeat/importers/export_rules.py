@@ -5,11 +5,11 @@ would not come back equal. The planning is :mod:`goatbeat.importers.export`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from goatbeat.conversion import ranges
 from goatbeat.core.cron import CronTrigger, parse_cron
 from goatbeat.core.durations import format_duration
 from goatbeat.core.model import (
@@ -113,20 +113,6 @@ _FULL = {
 }
 
 
-def _ranges(values: Iterable[int]) -> str:
-    ordered = sorted(set(values))
-    parts: list[str] = []
-    start = prev = ordered[0]
-    for v in ordered[1:]:
-        if v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = v
-    parts.append(str(start) if start == prev else f"{start}-{prev}")
-    return ",".join(parts)
-
-
 def crontab_fields(sched: Schedule) -> dict[str, str] | Refusal:
     """celery ``crontab`` keyword arguments with the meaning of the schedule's cron trigger,
     or why there are none. A star field stays ``*`` (or ``*/k``): the star matters to the
@@ -188,14 +174,8 @@ def crontab_fields(sched: Schedule) -> dict[str, str] | Refusal:
                 "(Debian cron's), which changes the runs at a DST change: write '*'",
             )
         else:
-            out[key] = _ranges(sets[key])
+            out[key] = ranges(sets[key])
     return out
-
-
-def _crontab(fields: Mapping[str, str]) -> Any:
-    from celery.schedules import crontab
-
-    return crontab(**fields)
 
 
 # -- intervals ------------------------------------------------------------------------------
