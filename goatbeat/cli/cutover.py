@@ -65,6 +65,7 @@ from goatbeat.cli.sources import (
     checked_store,
     one_line,
     open_target_store,
+    require_a_source,
     source_options,
     target_url,
 )
@@ -246,7 +247,6 @@ def cutover(
 ) -> None:
     """Hand over from celery beat to goatbeat in one step: check, stop the old beat, import
     its last runs, start goatbeat; print the gap."""
-    from goatbeat.django import beat_sources
     from goatbeat.importers.entries import import_entries
 
     chosen = sum(bool(x) for x in (stop_command, old_beat_stopped, check_only))
@@ -257,14 +257,13 @@ def cutover(
         )
     if check_only and start_command:
         raise UserError("--start-goatbeat CMD: --check-only starts nothing")
-    if (
-        not from_app
-        and from_dcb is None
-        and from_redbeat is None
-        and not beat_sources.in_django_project()
-    ):
-        raise UserError("nothing to cut over: pass --from-app MODULE:APP and/or "
-                        "--from-django-celery-beat URL or --from-redbeat URL")  # fmt: skip
+    require_a_source(
+        from_app,
+        from_dcb,
+        from_redbeat,
+        "nothing to cut over: pass --from-app MODULE:APP and/or "
+        "--from-django-celery-beat URL or --from-redbeat URL",
+    )
     span = parse_duration(horizon, field="horizon")
     respan = parse_duration(recheck_horizon, field="recheck_horizon")
     live = parse_duration(live_timeout, field="live_timeout").total_seconds()

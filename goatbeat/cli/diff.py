@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import click
 
 from goatbeat.cli.errors import OperationalError, UserError
-from goatbeat.cli.sources import collect_entries, open_target_store, source_options
+from goatbeat.cli.sources import (
+    collect_entries,
+    open_target_store,
+    require_a_source,
+    source_options,
+)
 from goatbeat.core.durations import format_duration, parse_duration
 from goatbeat.core.errors import GoatbeatError, StoreError
 from goatbeat.core.model import Source
@@ -71,19 +76,14 @@ def diff(
 ) -> None:
     """Compare celery's schedules with goatbeat's: exit 0 equal, 1 different, 2 error."""
     from goatbeat.diff import compute_diff
-    from goatbeat.django import beat_sources
 
     try:
-        if (
-            not from_app
-            and from_dcb is None
-            and from_redbeat is None
-            and not beat_sources.in_django_project()
-        ):
-            raise UserError(
-                "nothing to compare: pass --from-app, --from-django-celery-beat and/or "
-                "--from-redbeat"
-            )
+        require_a_source(
+            from_app,
+            from_dcb,
+            from_redbeat,
+            "nothing to compare: pass --from-app, --from-django-celery-beat and/or --from-redbeat",
+        )
         span = parse_duration(horizon, field="horizon")
         now = datetime.now(UTC)
         start = parse_instant(start_text, "start") if start_text else now.replace(microsecond=0)

@@ -59,6 +59,7 @@ from goatbeat.cli.sources import (
     collect_entries,
     one_line,
     open_target_store,
+    require_a_source,
     source_options,
     target_url,
 )
@@ -124,19 +125,15 @@ def import_celery_beat(
     redbeat_timezone: str | None,
 ) -> None:
     """Import celery beat schedules into goatbeat (idempotent; --dry-run to preview)."""
-    from goatbeat.django import beat_sources
 
     try:
-        if (
-            not from_app
-            and from_dcb is None
-            and from_redbeat is None
-            and not beat_sources.in_django_project()
-        ):
-            raise UserError(
-                "nothing to import: pass --from-app MODULE:APP, --from-django-celery-beat URL "
-                "and/or --from-redbeat URL"
-            )
+        require_a_source(
+            from_app,
+            from_dcb,
+            from_redbeat,
+            "nothing to import: pass --from-app MODULE:APP, --from-django-celery-beat URL "
+            "and/or --from-redbeat URL",
+        )
         entries, lines = collect_entries(
             from_app=from_app,
             from_dcb=from_dcb,

@@ -100,6 +100,22 @@ def checked_store(target: Target, *, dry_run: bool) -> ScheduleStore:
     return target.store
 
 
+def require_a_source(
+    from_app: str | None, from_dcb: str | None, from_redbeat: str | None, nothing: str
+) -> None:
+    """UserError ``nothing`` when no source is named and this is no Django project (whose
+    own schedules are the default source)."""
+    from goatbeat.django import beat_sources
+
+    if (
+        not from_app
+        and from_dcb is None
+        and from_redbeat is None
+        and not beat_sources.in_django_project()
+    ):
+        raise UserError(nothing)
+
+
 def collect_entries(
     *,
     from_app: str | None,
