@@ -171,6 +171,11 @@ class SubmitOutcome:
     """Not final: seconds (from the store's now) before the row may be retried; None: at once."""
     missed: bool = False
     """Final because the occurrence's misfire grace ran out: counted in ``missed_count``."""
+    idempotency_key: str | None = None
+    """The occurrence's key: the outcome is written only to the execution with this id AND this
+    key (None: the id alone). Execution ids can repeat after a promotion (the new primary's
+    sequence resumes near the last value it received), and an outcome held across the switch
+    must not land on another occurrence's row."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -270,7 +270,12 @@ class Submission:
                 outcomes.append(self._failed(occ, exc, grant, counts, known_store_now))
                 continue
             outcomes.append(
-                SubmitOutcome(execution_id=occ.execution_id, ok=True, backend_task_id=task_id)
+                SubmitOutcome(
+                    execution_id=occ.execution_id,
+                    ok=True,
+                    backend_task_id=task_id,
+                    idempotency_key=occ.idempotency_key,
+                )
             )
             counts.submitted += 1
             if self.on_submitted is not None:
@@ -353,7 +358,12 @@ class Submission:
             error=error,
         )
         return SubmitOutcome(
-            execution_id=occ.execution_id, ok=False, error=error, final=False, retry_in=delay
+            execution_id=occ.execution_id,
+            ok=False,
+            error=error,
+            final=False,
+            retry_in=delay,
+            idempotency_key=occ.idempotency_key,
         )
 
     def _give_up(
@@ -367,7 +377,13 @@ class Submission:
             attempts=attempts,
             error=error,
         )
-        return SubmitOutcome(execution_id=occ.execution_id, ok=False, error=error, final=True)
+        return SubmitOutcome(
+            execution_id=occ.execution_id,
+            ok=False,
+            error=error,
+            final=True,
+            idempotency_key=occ.idempotency_key,
+        )
 
     def _missed(
         self,
@@ -397,7 +413,12 @@ class Submission:
             f"{attempts} attempt{'s' if attempts != 1 else ''}; last error: {error}"
         )
         return SubmitOutcome(
-            execution_id=occ.execution_id, ok=False, error=message, final=True, missed=True
+            execution_id=occ.execution_id,
+            ok=False,
+            error=message,
+            final=True,
+            missed=True,
+            idempotency_key=occ.idempotency_key,
         )
 
     def _log_burst(self, submitted: list[Occurrence], grant: LeaseGrant, now: datetime) -> None:

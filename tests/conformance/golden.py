@@ -114,6 +114,7 @@ _LATER_FIELDS: dict[tuple[str, str], Any] = {
     ("PublishResult", "kept"): [],
     ("PublishResult", "reason"): "",
     ("PublishResult", "refused"): {},  # #30: past one-offs refused at publication
+    ("SubmitOutcome", "idempotency_key"): None,  # outcomes matched by id and key (promotions)
 }
 _UNRECORDED_FIELDS = {("PublishResult", "generation"), ("PublishResult", "release")}
 

@@ -301,6 +301,55 @@ def test_record_outcomes_sets_statuses(store: ScheduleStore) -> None:
     store.record_outcomes([])
 
 
+@pytest.mark.parametrize("path", ["record_outcomes", "claim_due(record=...)"])
+@pytest.mark.parametrize("all_ok", [True, False], ids=["successes", "with-a-failure"])
+def test_an_outcome_lands_only_on_the_execution_with_its_key(
+    store: ScheduleStore, path: str, all_ok: bool
+) -> None:
+    """Execution ids can repeat after a promotion (the new primary's sequence resumes near the
+    last value it received), and a scheduler can hold a batch's outcomes across the switch: an
+    outcome carrying its occurrence's key changes only the execution with that id AND that key,
+    never another occurrence that now holds the id. Without a key (older callers), the id."""
+    store.publish([hourly("a"), hourly("b"), hourly("later", start_at=T0)])
+    grant = lease(store)
+    first = {o.schedule_name: o for o in claim_all(store, grant, T0 + HOUR)}
+    a, b = first["a"], first["b"]
+    stray = "a:held-across-a-promotion"  # the key of an occurrence the new database lost
+    outcomes = [
+        SubmitOutcome(  # a's id, another occurrence's key: must not touch a's row
+            execution_id=a.execution_id, ok=True, backend_task_id="stray", idempotency_key=stray
+        ),
+        SubmitOutcome(
+            execution_id=b.execution_id,
+            ok=True,
+            backend_task_id="bt-b",
+            idempotency_key=b.idempotency_key,
+        ),
+    ]
+    if not all_ok:
+        outcomes.append(
+            SubmitOutcome(
+                execution_id=first["later"].execution_id,
+                ok=False,
+                error="no such task",
+                final=True,
+                idempotency_key=stray,
+            )
+        )
+    if path == "record_outcomes":
+        store.record_outcomes(outcomes)
+    else:
+        store.claim_due(grant, scheduler_id="s1", limit=10, now=T0 + 2 * HOUR, record=outcomes)
+
+    by_key = {e.idempotency_key: e for e in store.executions()}
+    untouched = by_key[a.idempotency_key]
+    assert untouched.status is ExecutionStatus.CLAIMED
+    assert untouched.backend_task_id is None and untouched.attempts == 0
+    assert by_key[first["later"].idempotency_key].status is ExecutionStatus.CLAIMED
+    assert by_key[b.idempotency_key].status is ExecutionStatus.SUBMITTED
+    assert by_key[b.idempotency_key].backend_task_id == "bt-b"
+
+
 def test_a_claim_writes_the_outcomes_it_is_given_before_claiming(store: ScheduleStore) -> None:
     """claim_due(record=...): the earlier batch's outcomes land as record_outcomes writes
     them (successes and failures alike), and the claim itself is unchanged."""

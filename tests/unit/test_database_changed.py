@@ -130,3 +130,35 @@ def test_a_fencing_token_that_goes_back_is_logged_at_error(
         lease.acquire()
     (back,) = events(caplog, "lease.token_went_back")
     assert (back["fencing_token"], back["highest_token_seen"]) == (3, 5)
+
+
+def test_every_outcome_the_scheduler_writes_names_its_occurrence_by_key() -> None:
+    """The held outcomes of a batch can cross a promotion, where execution ids repeat: each
+    one carries its occurrence's key, and the store writes it only where id and key match
+    (tests/conformance test_an_outcome_lands_only_on_the_execution_with_its_key)."""
+    from goatbeat.core.runs import SubmitOutcome
+
+    clock = FakeClock(START)
+    written: list[SubmitOutcome] = []
+
+    class Recording(MemoryStore):
+        def record_outcomes(self, outcomes: Any) -> None:
+            written.extend(outcomes)
+            super().record_outcomes(outcomes)
+
+        def claim_due(self, *args: Any, record: Any = (), **kwargs: Any) -> Any:
+            written.extend(record)
+            return super().claim_due(*args, record=record, **kwargs)
+
+    store = Recording(clock)
+    store.publish(
+        [Schedule(name=f"s{i}", task="tasks.a", trigger=IntervalTrigger("1s")) for i in range(5)]
+    )
+    sched = Scheduler(store, Accepting(), settings=Settings(scheduler_id="s1"), clock=clock)
+    for _ in range(4):
+        clock.advance(1)
+        sched.run_once()
+    keys = {e.id: e.idempotency_key for e in store.executions(limit=1000)}
+    assert len(written) >= 15
+    assert all(o.idempotency_key is not None for o in written)
+    assert all(keys[o.execution_id] == o.idempotency_key for o in written)

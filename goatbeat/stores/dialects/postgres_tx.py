@@ -609,10 +609,12 @@ def _record_statement(outcomes: Sequence[SubmitOutcome]) -> tuple[str, dict[str,
     if all(o.ok for o in outcomes):
         return q["record_submitted"], {
             "ids": [o.execution_id for o in outcomes],
+            "keys": [o.idempotency_key for o in outcomes],
             "backend_task_ids": [o.backend_task_id for o in outcomes],
         }
     return q["record_outcomes"], {
         "ids": [o.execution_id for o in outcomes],
+        "keys": [o.idempotency_key for o in outcomes],
         "ok": [bool(o.ok) for o in outcomes],
         "final": [bool(o.final) for o in outcomes],
         "missed": [bool(o.missed) for o in outcomes],

@@ -584,6 +584,7 @@ class SQLiteTx:
                     "record_outcome",
                     {
                         "id": outcome.execution_id,
+                        "key": outcome.idempotency_key,
                         "ok": int(outcome.ok),
                         "final": int(outcome.final),
                         "backend_task_id": outcome.backend_task_id,

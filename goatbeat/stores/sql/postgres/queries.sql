@@ -432,11 +432,13 @@ ORDER BY scheduler_id;
 -- Only rows still 'claimed' change; the schedules get the status of their latest occurrence
 -- ('missed' for one whose grace ran out) and count the missed ones. A submission a worker
 -- already reported on (it outran this bookkeeping) is recorded and keeps the worker's status.
+-- An outcome with a key lands only on the execution with that id AND key: ids can repeat after
+-- a promotion, and outcomes held across it must not change another occurrence's row.
 WITH o AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(ok)b::boolean[], %(final)b::boolean[],
-                         %(missed)b::boolean[], %(retry_in)b::float8[],
+    SELECT * FROM unnest(%(ids)b::bigint[], %(keys)b::text[], %(ok)b::boolean[],
+                         %(final)b::boolean[], %(missed)b::boolean[], %(retry_in)b::float8[],
                          %(backend_task_ids)b::text[], %(errors)b::text[])
-             AS o(id, ok, final, missed, retry_in, backend_task_id, error)
+             AS o(id, key, ok, final, missed, retry_in, backend_task_id, error)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
         status = CASE WHEN e.status <> 'claimed' THEN e.status
@@ -450,7 +452,8 @@ WITH o AS (
         retry_at = CASE WHEN o.ok OR o.final OR o.retry_in IS NULL THEN NULL
                         ELSE now() + make_interval(secs => o.retry_in) END
     FROM o
-    WHERE e.id = o.id AND (e.status = 'claimed' OR (o.ok AND e.status IN (
+    WHERE e.id = o.id AND (o.key IS NULL OR e.idempotency_key = o.key)
+      AND (e.status = 'claimed' OR (o.ok AND e.status IN (
         'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')))
     RETURNING e.schedule_id, e.scheduled_at,
               CASE WHEN o.final AND o.missed AND NOT o.ok THEN 'missed' ELSE e.status END
@@ -474,9 +477,11 @@ WHERE s.id = latest.schedule_id;
 -- record_outcomes when every outcome is a success (nearly every batch): what record_outcomes
 -- writes for ok rows, with two arrays instead of seven and no missed counts to add up (a
 -- success is never missed). A schedule whose status is already the one it would get (two
--- occurrences of one batch, a repeated call) keeps its row as it is, unwritten.
+-- occurrences of one batch, a repeated call) keeps its row as it is, unwritten. Matched by
+-- id and key, as in record_outcomes.
 WITH o AS (
-    SELECT * FROM unnest(%(ids)b::bigint[], %(backend_task_ids)b::text[]) AS o(id, backend_task_id)
+    SELECT * FROM unnest(%(ids)b::bigint[], %(keys)b::text[], %(backend_task_ids)b::text[])
+        AS o(id, key, backend_task_id)
 ), changed AS (
     UPDATE goatbeat_execution AS e SET
         status = CASE WHEN e.status = 'claimed' THEN 'submitted' ELSE e.status END,
@@ -486,7 +491,7 @@ WITH o AS (
         attempts = e.attempts + 1,
         retry_at = NULL
     FROM o
-    WHERE e.id = o.id
+    WHERE e.id = o.id AND (o.key IS NULL OR e.idempotency_key = o.key)
       AND e.status IN ('claimed', 'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')
     RETURNING e.schedule_id, e.scheduled_at, e.status
 ), latest AS (

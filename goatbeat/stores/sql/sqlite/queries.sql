@@ -234,7 +234,8 @@ SELECT min(retry_at) AS at FROM goatbeat_execution WHERE status = 'claimed';
 
 -- name: record_outcome
 -- Only a row still 'claimed' changes, except that a submission a worker already reported on
--- (it outran this bookkeeping) is recorded and keeps the worker's status.
+-- (it outran this bookkeeping) is recorded and keeps the worker's status. Matched by id and
+-- key when the outcome has one (see the PostgreSQL record_outcomes).
 UPDATE goatbeat_execution SET
     status = CASE WHEN status <> 'claimed' THEN status
                   WHEN :ok THEN 'submitted' WHEN :final THEN 'submit_failed' ELSE 'claimed' END,
@@ -243,7 +244,8 @@ UPDATE goatbeat_execution SET
     error = CASE WHEN status <> 'claimed' THEN error WHEN :ok THEN NULL ELSE :error END,
     attempts = attempts + 1,
     retry_at = CASE WHEN :ok OR :final THEN NULL ELSE :retry_at END
-WHERE id = :id AND (status = 'claimed' OR (:ok AND status IN (
+WHERE id = :id AND (:key IS NULL OR idempotency_key = :key)
+  AND (status = 'claimed' OR (:ok AND status IN (
     'running', 'retried', 'succeeded', 'failed', 'lost', 'expired')))
 RETURNING schedule_id, scheduled_at, status;
 
