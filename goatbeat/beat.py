@@ -25,60 +25,37 @@ schemas should be.
 from __future__ import annotations
 
 import dataclasses
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
 
 from goatbeat.core.alerts import Alerter, AlertHandler, webhook
 from goatbeat.core.allowlist import TaskAllowList
-from goatbeat.core.clock import Clock, SystemClock
+from goatbeat.core.clock import Clock
 from goatbeat.core.config import Settings, parse_settings
-from goatbeat.core.errors import (
-    InvalidSchedule,
-    InvalidValue,
-    ScheduleNotFound,
-    UnsupportedOption,
-    short_repr,
-)
+from goatbeat.core.errors import InvalidSchedule, InvalidValue
 from goatbeat.core.model import (
-    DEFAULT_CATCH_UP_LIMIT,
     DamagedSchedule,
     Execution,
-    MisfirePolicy,
-    OverlapPolicy,
-    Routing,
     Schedule,
     Source,
     StoredSchedule,
 )
 from goatbeat.core.observability import log_event
 from goatbeat.core.scheduler import Scheduler
-from goatbeat.core.store import (
-    BackfillResult,
-    FieldChange,
-    PublishResult,
-    ResumeResult,
-    ScheduleStore,
-)
+from goatbeat.core.store import BackfillResult, FieldChange, ResumeResult, ScheduleStore
 from goatbeat.core.submit import TaskSubmitter, capability, known_tasks
-from goatbeat.core.timeutil import get_zone, iso_z, parse_instant
-from goatbeat.core.triggers import (
-    OnceTrigger,
-    Trigger,
-)
+from goatbeat.core.timeutil import get_zone, parse_instant
+from goatbeat.core.triggers import OnceTrigger, Trigger
 from goatbeat.declaring import (
-    backend_options_of,
+    DeclaringMixin,
     build_trigger,
     definition_path,
-    dramatiq_actor,
-    duration,
     options_of,
     task_path,
-    trigger_key,
     trigger_options,
 )
-from goatbeat.publication import PUBLISHING_ORIGINS, log_publication
+from goatbeat.publication import PUBLISHING_ORIGINS, PublicationMixin, log_publication
 
 __all__ = [
     "Beat",
@@ -88,8 +65,6 @@ __all__ = [
     "alerter_for",
     "PUBLISHING_ORIGINS",
 ]
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 _EMBEDDED_PREFIXES = ("sqlite:", "memory:")
 
@@ -116,7 +91,7 @@ def alerter_for(settings: Settings) -> Alerter | None:
     return Alerter(handlers) if handlers else None
 
 
-class Beat:
+class Beat(DeclaringMixin, PublicationMixin):
     """Schedules declared in code, a store, a submitter and the settings of the loop.
 
     ``database``: ``"sqlite:///goatbeat.db"`` (default), ``"memory://"`` or
@@ -125,7 +100,12 @@ class Beat:
     :class:`~goatbeat.core.submit.TaskSubmitter`; ``submitter_options`` go to its constructor
     (``{"app": "proj.celery:app"}``, ``{"connection": "redis://..."}``). ``timezone``: the zone of cron schedules
     that do not name one. ``settings``: a :class:`Settings` or a mapping of the ``GOATBEAT``
-    keys (``lease_ttl``, ``batch_size`` ...), validated at once."""
+    keys (``lease_ttl``, ``batch_size`` ...), validated at once.
+
+    Declaring (:meth:`schedule`) is :class:`~goatbeat.declaring.DeclaringMixin`'s, publishing
+    (:meth:`publish`, :meth:`prune`) :class:`~goatbeat.publication.PublicationMixin`'s; here
+    are the configuration, the store and the submitter, the allow-list, the schedules stored
+    in the database, and the scheduler."""
 
     def __init__(
         self,
@@ -240,298 +220,6 @@ class Beat:
     def _bind(submitter: TaskSubmitter, store: ScheduleStore) -> None:
         capability(submitter, "bind")(store)
 
-    # -- declaring -------------------------------------------------------------------------------
-
-    @property
-    def schedules(self) -> list[Schedule]:
-        """The schedules declared in code, in declaration order."""
-        return list(self._declared.values())
-
-    @overload
-    def schedule(
-        self,
-        *,
-        name: str | None = ...,
-        task: None = ...,
-        **options: Any,
-    ) -> Callable[[F], F]: ...
-
-    @overload
-    def schedule(
-        self,
-        *,
-        name: str,
-        task: str | Callable[..., Any],
-        **options: Any,
-    ) -> Schedule: ...
-
-    def schedule(
-        self,
-        *,
-        name: str | None = None,
-        task: str | Callable[..., Any] | None = None,
-        **options: Any,
-    ) -> Schedule | Callable[[F], F]:
-        """Declare a schedule, validated at once. Returns the :class:`Schedule`.
-
-        Without ``task=`` it is a decorator: ``@beat.schedule(name="x", every="5m")``
-        declares the decorated function (``name`` defaults to its ``__name__``).
-
-        Options: exactly one of ``cron=`` (5 or 6 fields), ``every=`` (``"5m"``, seconds or a
-        timedelta), ``at=`` (an aware datetime or ISO string), ``solar=dict(event=, latitude=,
-        longitude=)``, ``trigger=`` (a Trigger); ``args=()``, ``kwargs={}``; routing
-        ``queue=``, ``exchange=``, ``routing_key=``, ``priority=``, ``expires=`` (seconds or a
-        duration, counted from submission unless the submitter counts it from the scheduled
-        instant: ``expires_from="scheduled"``), ``headers=``; ``options=``, the backend's own
-        per-schedule options (RQ: ``job_timeout``, ``result_ttl``, ``failure_ttl``, ``retry``,
-        ``at_front``; Dramatiq: ``max_retries``, ``time_limit``, ``min_backoff``,
-        ``max_backoff``), refused when the backend does not take them, stored with the headers;
-        ``misfire="run_once"|"skip"|"run_all"``,
-        ``misfire_grace="60s"``, ``catch_up_limit=100``; ``start_at=``, ``end_at=``;
-        ``timezone=`` (cron only; defaults to the Beat's); ``description=""``; ``enabled=True``;
-        ``allow_subsecond=True`` to accept ``every=`` shorter than 1 s (refused otherwise).
-        Control: ``jitter="30s"`` (each occurrence is sent at its instant plus a deterministic
-        offset in ``[0, jitter)``), ``overlap="allow"|"skip"|"buffer_one"`` with
-        ``max_runtime="1h"`` (required unless allow), ``pause_on_failure=3`` (pause after that
-        many consecutive failed runs, where the backend reports them).
-
-        Renames: ``renamed_from="ping"`` (the name it was declared under before) makes the
-        next publication rename the stored row in place instead of creating a second one:
-        history, last run and phase carry over, and the old name stops in the same step
-        (:meth:`goatbeat.core.store.ScheduleStore.publish`, ``renames``). Keep it while a
-        replica of the release before may still publish; it does nothing once renamed.
-
-
-        ``at=`` is checked when published, not when declared, so that time passing never
-        turns valid code invalid: a one-off already stored with that instant is *ended* once
-        the instant has passed (run, missed or skipped) and publishes unchanged; a *new*
-        declaration of a past instant (no stored row, or a stored one with another instant)
-        is refused by the publication, named in :attr:`PublishResult.refused` and logged
-        ``schedule.refused`` at ERROR, while every other schedule is published and runs.
-
-        A Dramatiq actor is stored by its ``actor_name``, on its ``queue_name`` unless
-        ``queue=`` names another.
-        """
-        if task is None:
-
-            def decorator(func: F) -> F:
-                self._declare(name=str(name or getattr(func, "__name__", "")), task=func, **options)
-                return func
-
-            return decorator
-        if name is None:
-            raise InvalidSchedule("name", None, "every schedule needs a name=")
-        return self._declare(name=name, task=task, **options)
-
-    def _declare(self, *, name: str, task: str | Callable[..., Any], **options: Any) -> Schedule:
-        if self._released is not None:
-            raise InvalidSchedule("name", name, "declared after the declarations were released")
-        if isinstance(name, str) and name in self._declared:
-            raise InvalidSchedule("name", name, f"{name!r} is declared twice")
-        renamed_from = options.pop("renamed_from", None)
-        if renamed_from is not None:
-            self._check_rename(name, renamed_from)
-        _check_option_names(options)
-        # A past at= is judged at publication, against the store (_refused_one_offs).
-        schedule = self._build(
-            name=name, task=task, source=Source.CODE, check_future=False, **options
-        )
-        if callable(task) and not isinstance(task, str):
-            path = schedule.task
-            self._callables[path] = task
-            if self._submitter is not None:
-                capability(self._submitter, "register")(path, task)
-        self.submitter.validate(schedule)
-        self._declared[schedule.name] = schedule
-        if renamed_from is not None:
-            self._renames[schedule.name] = renamed_from
-        return schedule
-
-    def _check_rename(self, name: str, old: Any) -> None:
-        if not isinstance(old, str) or not old.strip():
-            raise InvalidSchedule(
-                "renamed_from", old, f"schedule {name!r}: {short_repr(old)} is not a name"
-            )
-        if old == name:
-            raise InvalidSchedule(
-                "renamed_from", old, f"schedule {name!r} cannot be renamed from itself"
-            )
-        for new, before in self._renames.items():
-            if before == old:
-                raise InvalidSchedule(
-                    "renamed_from",
-                    old,
-                    f"schedules {new!r} and {name!r} both say they were {old!r} before",
-                )
-
-    def _build(
-        self,
-        *,
-        name: str,
-        task: str | Callable[..., Any],
-        source: Source,
-        cron: str | None = None,
-        every: str | float | timedelta | None = None,
-        at: datetime | str | None = None,
-        solar: Mapping[str, Any] | None = None,
-        trigger: Trigger | None = None,
-        anchor: datetime | str | None = None,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        queue: str | None = None,
-        exchange: str | None = None,
-        routing_key: str | None = None,
-        priority: int | None = None,
-        expires: float | str | timedelta | None = None,
-        headers: Mapping[str, Any] | None = None,
-        options: Mapping[str, Any] | None = None,
-        misfire: str | MisfirePolicy = MisfirePolicy.RUN_ONCE,
-        misfire_grace: str | float | timedelta = "60s",
-        catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT,
-        start_at: datetime | str | None = None,
-        end_at: datetime | str | None = None,
-        timezone: str | None = None,
-        description: str = "",
-        enabled: bool = True,
-        one_off: bool = False,
-        allow_subsecond: bool = False,
-        jitter: str | float | timedelta = 0,
-        overlap: str | OverlapPolicy = OverlapPolicy.ALLOW,
-        max_runtime: str | float | timedelta | None = None,
-        pause_on_failure: int | None = None,
-        check_future: bool = True,
-    ) -> Schedule:
-        """The Schedule the options describe, validated (not by the submitter yet)."""
-        path = task_path(task)
-        actor = None if type(task) is str else dramatiq_actor(task)
-        if actor is not None and queue is None:
-            queue = actor[1]
-        headers = self._with_options(path, headers, options)
-        zone = self.timezone if timezone is None else timezone
-        if type(zone) is not str or zone not in self._zones:
-            get_zone(zone, "timezone")
-            self._zones.add(zone)
-        start = None if start_at is None else parse_instant(start_at, "start_at")
-        end = None if end_at is None else parse_instant(end_at, "end_at")
-        # Triggers are frozen values: a schedules.py that declares the same cron or interval a
-        # thousand times gets one trigger, parsed once (and checked once by the store).
-        key = trigger_key(cron, every, at, solar, trigger, zone, anchor, start, allow_subsecond)
-        built = self._triggers.get(key) if key is not None else None
-        if built is None:
-            built = build_trigger(
-                cron=cron,
-                every=every,
-                at=at,
-                solar=solar,
-                trigger=trigger,
-                timezone=zone,
-                # An interval that starts at start_at fires at start_at, start_at + every, ...
-                anchor=start if anchor is None else parse_instant(anchor, "anchor"),
-                allow_subsecond=allow_subsecond,
-            )
-            if key is not None:
-                self._triggers[key] = built
-        if isinstance(built, OnceTrigger) and check_future:
-            self._check_future(name, built)
-        if expires is None:
-            expires_s = None
-        else:
-            expires_s = duration(expires, "expires").total_seconds()
-        if not isinstance(enabled, bool):
-            raise InvalidSchedule("enabled", enabled, f"{enabled!r} is not True or False")
-        if (
-            queue is None
-            and exchange is None
-            and routing_key is None
-            and priority is None
-            and expires_s is None
-            and (headers is None or (type(headers) is dict and not headers))
-        ):
-            # What Routing() of these is, without checking None four times per declaration.
-            routing = Routing._trusted(
-                queue=None, exchange=None, routing_key=None, priority=None, expires=None, headers={}
-            )
-        else:
-            routing = Routing(
-                queue=queue,
-                exchange=exchange,
-                routing_key=routing_key,
-                priority=priority,
-                expires=expires_s,
-                headers=headers if headers is not None else {},
-            )
-        # Schedule(...), quicker for the plain values a declaration usually gives.
-        return Schedule._declared(
-            name=name,
-            task=path,
-            trigger=built,
-            args=args,
-            kwargs=kwargs if kwargs is not None else {},
-            routing=routing,
-            misfire=misfire,
-            misfire_grace=duration(misfire_grace, "misfire_grace"),
-            catch_up_limit=catch_up_limit,
-            start_at=start,
-            end_at=end,
-            one_off=one_off,
-            description=description,
-            source=source,
-            enabled=enabled,
-            jitter=duration(jitter, "jitter"),
-            overlap=overlap,
-            max_runtime=None if max_runtime is None else duration(max_runtime, "max_runtime"),
-            pause_on_failure=pause_on_failure,
-        )
-
-    def _check_future(self, name: str, trigger: OnceTrigger) -> None:
-        # A past instant would never fire (next_run_at has nothing after now): say so now
-        # rather than store a schedule that silently does nothing. Importers of celery's
-        # clocked schedules take another path, with celery's own meaning of a past one.
-        now = (self.clock or SystemClock()).now()
-        if trigger.at <= now:
-            raise InvalidSchedule(
-                "at",
-                trigger.at,
-                f"schedule {name!r}: the one-off instant {iso_z(trigger.at)} is already past "
-                f"(now {iso_z(now)}); declare a future instant, or remove the declaration of a "
-                "one-off that has run",
-            )
-
-    def _with_options(
-        self, task: str, headers: Mapping[str, Any] | None, options: Mapping[str, Any] | None
-    ) -> Mapping[str, Any] | None:
-        """``headers`` with the backend ``options`` added: they travel in the same JSON column,
-        where each submitter takes the names it knows (and checks their values in validate)."""
-        if options is None:
-            return headers
-        if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-            raise InvalidSchedule(
-                "options", options, f"{short_repr(options)} is not a mapping of option names"
-            )
-        if not options:
-            return headers
-        backend, takes = backend_options_of(self.submitter, task)
-        if takes is not None:
-            unknown = sorted(set(options) - takes)
-            if unknown:
-                offered = ", ".join(sorted(takes)) or "none"
-                raise UnsupportedOption(
-                    "options",
-                    dict(options),
-                    f"the {backend} backend takes no option "
-                    f"{', '.join(map(repr, unknown))} per schedule (it takes: {offered})",
-                )
-        if headers is not None and not isinstance(headers, Mapping):
-            return headers  # Routing reports it
-        both = sorted(set(headers or {}) & set(options))
-        if both:
-            raise InvalidSchedule(
-                "options",
-                dict(options),
-                f"{', '.join(map(repr, both))} given both in headers= and in options=",
-            )
-        return {**(headers or {}), **options}
-
     # -- the allow-list --------------------------------------------------------------------------
 
     def task_allow_list(self, settings: Settings | None = None) -> TaskAllowList:
@@ -569,137 +257,6 @@ class Beat:
     def migrate(self) -> None:
         """Create or upgrade the schema (idempotent)."""
         self.store.migrate()
-
-    def publish(
-        self, *, dry_run: bool = False, origin: str = "publish", rollback: bool = False
-    ) -> PublishResult:
-        """Upsert the declared schedules (source ``code``) into the store, and say what it did.
-
-        ``origin`` names what publishes (``"publish"``, ``"scheduler"``, ``"schedule list"``
-        ...) for the log. Every publication logs ``schedule.published`` (created, updated,
-        unchanged, orphaned), one ``schedule.changed`` per rewritten definition (its fields,
-        old and new; a WARNING unless the origin is one of :data:`PUBLISHING_ORIGINS`, since
-        a stale checkout would revert what the deployed code declares) and one
-        ``schedule.orphaned`` WARNING per enabled code schedule no longer declared. With
-        ``dry_run`` nothing is written and nothing logged: the result says what would happen.
-
-        Publications are ordered (the ``release`` setting, else the publications' own
-        order): code older than the release that published the stored definitions writes
-        nothing and logs ``schedule.publication_superseded`` at WARNING naming the schedules
-        kept; the result is ``superseded``. ``rollback=True`` publishes older code on purpose."""
-        if self._released is not None:
-            raise InvalidValue(
-                "schedules", None, "the declarations were released after the start-up publication"
-            )
-        submitter = self.submitter
-        for schedule in self._declared.values():
-            submitter.validate(schedule)
-        for new, old in self._renames.items():
-            if old in self._declared:
-                raise InvalidSchedule(
-                    "renamed_from",
-                    old,
-                    f"schedule {new!r} says it was {old!r} before, but {old!r} is still "
-                    "declared: remove one of the two",
-                )
-        schedules = self.schedules
-        refused = self._refused_one_offs(schedules)
-        if refused:
-            schedules = [s for s in schedules if s.name not in refused]
-        result = self.store.publish(
-            schedules,
-            source=Source.CODE,
-            dry_run=dry_run,
-            release=self.settings.release,
-            rollback=rollback,
-            renames=self._renames,
-        )
-        if refused:
-            result = dataclasses.replace(
-                result,
-                refused=refused,
-                orphaned=[name for name in result.orphaned if name not in refused],
-            )
-        if not dry_run:
-            log_publication(result, origin=origin)
-        return result
-
-    def _refused_one_offs(self, schedules: Sequence[Schedule]) -> dict[str, str]:
-        """The declared one-offs whose instant is past and that the store does not already
-        hold with that instant, each with the reason. A stored one with the same instant is
-        ended (it ran, was missed or skipped): publishing it is no error, whatever the time."""
-        now = (self.clock or SystemClock()).now()
-        refused: dict[str, str] = {}
-        for schedule in schedules:
-            trigger = schedule.trigger
-            if not isinstance(trigger, OnceTrigger) or trigger.at > now:
-                continue
-            try:
-                stored = self.store.get(schedule.name)
-            except ScheduleNotFound:
-                stored = None
-            if (
-                stored is not None
-                and not isinstance(stored, DamagedSchedule)
-                and stored.source is Source.CODE
-                and stored.trigger == trigger
-            ):
-                continue
-            refused[schedule.name] = (
-                f"the one-off instant {iso_z(trigger.at)} is already past (now {iso_z(now)}) "
-                "and was never stored with it: declare a future instant, or remove the "
-                "declaration"
-            )
-        return refused
-
-    def prune(self) -> list[str]:
-        """Disable code schedules in the store that are no longer declared."""
-        if self._released is None:
-            keep = set(self._declared)
-            check = self.store.publish(
-                self.schedules,
-                source=Source.CODE,
-                dry_run=True,
-                release=self.settings.release,
-                renames=self._renames,
-            )
-            if check.superseded:
-                raise InvalidValue(
-                    "schedules",
-                    None,
-                    f"not pruning: this code is older than the published schedules "
-                    f"({check.reason}); prune from the newer release",
-                )
-        else:
-            keep = set(self._released[0].split("\n")) if self._released[0] else set()
-        names = self.store.prune(keep, source=Source.CODE)
-        if names:
-            log_event("schedule.pruned", schedules=names)
-        return names
-
-    def publish_at_start(self) -> PublishResult:
-        """What a scheduler does when it starts: publish, then (``prune_on_publish``) disable
-        the orphaned code schedules."""
-        result = self.publish(origin="scheduler")
-        if self.settings.prune_on_publish and result.orphaned and not result.superseded:
-            self.prune()
-        return result
-
-    def release_declarations(self) -> None:
-        """Let go of the declared :class:`Schedule` values once they are published, keeping
-        only what a running scheduler still asks (their names, for :meth:`prune`, and their
-        tasks, for the allow-list): a long-running ``goatbeat scheduler`` of 100,000 code
-        schedules does not hold them all for its lifetime. Afterwards :attr:`schedules` is
-        empty, and :meth:`publish` refuses (it would disable everything as orphaned)."""
-        if self._released is None:
-            # The names as one string (a name holds no control character): 100,000 small
-            # strings kept alive would pin the memory the declarations shared with them.
-            self._released = (
-                "\n".join(self._declared),
-                frozenset(s.task for s in self._declared.values()),
-            )
-        self._declared = {}
-        self._triggers = {}
 
     def run_now(self, name: str) -> Execution:
         """Ask the leader for an extra run of ``name`` now."""
@@ -909,30 +466,3 @@ class Beat:
         if self._store is not None:
             self._store.close()
             self._store = None
-
-
-def _check_option_names(options: Mapping[str, Any]) -> None:
-    """A one-line error naming an option :meth:`Beat.schedule` does not take (it was a bare
-    ``TypeError`` from ``_build``)."""
-    unknown = set(options) - _SCHEDULE_OPTIONS
-    if not unknown:
-        return
-    name = sorted(unknown)[0]
-    if name == "expires_from":
-        reason = (
-            "expires_from is the submitter's, not a schedule's: give it to the submitter "
-            "(CelerySubmitter(..., expires_from='scheduled'), or submitter_options="
-            "{'expires_from': 'scheduled'}); per schedule, set expires="
-        )
-    else:
-        reason = f"schedule() takes no option {name!r}"
-    raise InvalidSchedule(name, options[name], reason)
-
-
-_SCHEDULE_OPTIONS = frozenset(inspect.signature(Beat._build).parameters) - {
-    "self",
-    "name",
-    "task",
-    "source",
-    "check_future",
-}
