@@ -38,6 +38,7 @@ from goatbeat.core.model import Miss
 from goatbeat.core.store import EndedRun
 from goatbeat.stores.arguments import check_positive
 from goatbeat.stores.control import pause_after_failures
+from goatbeat.stores.definitions import utc
 from goatbeat.stores.dialect import Dialect, Tx
 
 __all__ = [
@@ -178,12 +179,8 @@ def late_instant(now: datetime, overdue_after: object) -> datetime:
     return now - overdue_after
 
 
-def _utc(value: Any) -> datetime | None:
-    return None if value is None else value.astimezone(UTC)
-
-
 def scheduler_from_row(row: Mapping[str, Any]) -> SchedulerProcess:
-    started, beat, expires = (_utc(row[c]) for c in ("started_at", "heartbeat_at", "expires_at"))
+    started, beat, expires = (utc(row[c]) for c in ("started_at", "heartbeat_at", "expires_at"))
     assert started is not None and beat is not None and expires is not None
     return SchedulerProcess(
         scheduler_id=str(row["scheduler_id"]),
@@ -205,10 +202,10 @@ def health_from_row(row: Mapping[str, Any]) -> ScheduleHealth:
         name=str(row["name"]),
         enabled=bool(row["enabled"]),
         last_status=row["last_status"],
-        last_run_at=_utc(row["last_run_at"]),
-        next_run_at=_utc(row["next_run_at"]),
-        last_success_at=_utc(row["last_success_at"]),
-        last_failure_at=_utc(row["last_failure_at"]),
+        last_run_at=utc(row["last_run_at"]),
+        next_run_at=utc(row["next_run_at"]),
+        last_success_at=utc(row["last_success_at"]),
+        last_failure_at=utc(row["last_failure_at"]),
         consecutive_failures=int(row["consecutive_failures"] or 0),
         missed_count=int(row["missed_count"] or 0),
         overdue=bool(row["overdue"]),
