@@ -85,6 +85,20 @@ STATE_FIELDS = (
 
 SCHEDULE_COLUMNS = ("id", "name", "source", *DEFINITION_COLUMNS, *STATE_FIELDS)
 
+JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
+"""The schedule columns that hold JSON (``jsonb`` on PostgreSQL, text on SQLite)."""
+
+SCHEDULE_TIMES = (
+    "start_at",
+    "end_at",
+    "next_run_at",
+    "last_run_at",
+    "created_at",
+    "updated_at",
+    "paused_at",
+)
+"""The instants of a schedule row."""
+
 # Column widths of the schema: checked up front so every store refuses the same values
 # (PostgreSQL would fail mid-transaction; SQLite and memory would accept them silently).
 _MAX_LENGTHS = {

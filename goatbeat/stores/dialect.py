@@ -400,12 +400,11 @@ class Tx(Protocol):
         ...
 
     def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
-        """Runs that have not ended, for :meth:`~goatbeat.core.store.ScheduleStore
-        .end_lost_runs`: every ``running``/``retried`` one, and the ``submitted`` ones
-        scheduled after ``since`` of schedules whose workers report (a success or a failure
-        recorded); each with ``id``, ``idempotency_key``, ``schedule_name``, ``status``,
-        ``claimed_at``, ``submitted_at``, ``started_at``, ``finished_at`` and its schedule's
-        ``max_runtime`` and ``expires`` (seconds or None). At most ``limit`` of each kind."""
+        """The open runs :meth:`~goatbeat.core.store.ScheduleStore.end_lost_runs` judges (the
+        ``submitted`` ones scheduled after ``since``), at most ``limit`` of each kind, each
+        with ``id``, ``idempotency_key``, ``schedule_name``, ``status``, ``claimed_at``,
+        ``submitted_at``, ``started_at``, ``finished_at`` and its schedule's ``max_runtime``
+        and ``expires`` (seconds or None)."""
         ...
 
     def retry_now(self) -> int:
@@ -413,8 +412,7 @@ class Tx(Protocol):
         ...
 
     def refused_schedules(self) -> list[dict[str, Any]]:
-        """``name`` and ``task`` of :meth:`~goatbeat.core.store.ScheduleStore
-        .refused_schedules`, by name."""
+        """The rows of :meth:`~goatbeat.core.store.ScheduleStore.refused_schedules`."""
         ...
 
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:

@@ -18,12 +18,11 @@ from goatbeat.core.clock import Clock
 from goatbeat.core.errors import ScheduleNotFound
 from goatbeat.core.store import SCHEMA_VERSION
 from goatbeat.stores.claims import Planner
-from goatbeat.stores.definitions import SCHEDULE_COLUMNS
+from goatbeat.stores.definitions import JSON_COLUMNS, SCHEDULE_COLUMNS
 from goatbeat.stores.sqlite import SQLiteStore, encode_time
 
 __all__ = ["MemoryStore"]
 
-_JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
 _COLUMNS = frozenset(SCHEDULE_COLUMNS) | {
     "published_fingerprint",
     "active_execution_id",
@@ -70,7 +69,7 @@ class MemoryStore(SQLiteStore):
             conn.execute("PRAGMA ignore_check_constraints = ON")
             try:
                 for column, value in columns.items():
-                    if column in _JSON_COLUMNS:
+                    if column in JSON_COLUMNS:
                         value = json.dumps(value)
                     elif isinstance(value, datetime):
                         value = encode_time(value)

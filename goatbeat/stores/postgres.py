@@ -1,16 +1,11 @@
 """PostgresStore: the production store, on psycopg 3.
 
-One connection, in autocommit mode, reused for everything and replaced only after an error
-(an ``OperationalError`` discards it and raises ``StoreError``; the next call reconnects).
-Multi-statement work runs in explicit ``conn.transaction()`` blocks, so the same SQL also runs
-on a connection somebody else opened (Django's, through a :class:`ConnectionProvider`). Every
-instant that coordinates schedulers comes from the DATABASE clock (``now()``); wake-ups are
-LISTEN/NOTIFY, or a listen connection of its own, or polling, behind a transaction-pooling
-proxy; a claim is one transaction of a fixed number of statements over arrays, capped at what
-is left of the lease. :mod:`goatbeat.stores.dialects.postgres` says how, in full.
-
-It is :class:`~goatbeat.stores.store.DialectStore` over the PostgreSQL dialect (queries in
-``sql/postgres/queries.sql``).
+It is :class:`~goatbeat.stores.store.DialectStore` over the PostgreSQL dialect:
+:mod:`goatbeat.stores.dialects.postgres` says, in full, how its connections are kept (one in
+autocommit, replaced after an error; a provider's, such as Django's), why every instant that
+coordinates schedulers is the database's ``now()``, how wake-ups work (LISTEN/NOTIFY, a listen
+connection of its own or polling behind a transaction-pooling proxy) and how a claim is capped
+at what is left of the lease; its queries are in ``sql/postgres/queries.sql``.
 """
 
 from __future__ import annotations

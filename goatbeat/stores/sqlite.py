@@ -1,16 +1,10 @@
-"""SQLiteStore: the embedded default, on the standard library's sqlite3.
+"""SQLiteStore: the embedded default, on the standard library's sqlite3, safe for several
+processes on one host.
 
-Safe for several processes on one host: WAL mode, a busy timeout, and every write transaction
-starts with ``BEGIN IMMEDIATE`` so writers queue for the lock instead of failing to upgrade it.
-A claim reads and plans outside the write lock, then checks the lease and writes with
-compare-and-set inside one ``BEGIN IMMEDIATE`` transaction, so an edit made meanwhile wins,
-exactly as with PostgreSQL. The lease and due-ness use the store clock (an injectable
-:class:`~goatbeat.core.clock.Clock`, the host clock by default): processes on one host share
-it. SQLite has no LISTEN/NOTIFY; ``notify()`` bumps a counter row and ``wait()`` polls
-``PRAGMA data_version`` (free when nothing changed) to notice it from other processes.
-
-It is :class:`~goatbeat.stores.store.DialectStore` over the SQLite dialect
-(:mod:`goatbeat.stores.dialects.sqlite`, queries in ``sql/sqlite/queries.sql``).
+It is :class:`~goatbeat.stores.store.DialectStore` over the SQLite dialect:
+:mod:`goatbeat.stores.dialects.sqlite` says how processes share the file (WAL, ``BEGIN
+IMMEDIATE``, the store clock, wake-ups through ``PRAGMA data_version``); its queries are in
+``sql/sqlite/queries.sql``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """DialectStore: the ScheduleStore contract (:mod:`goatbeat.core.store`), implemented once.
 
 Every operation is written here, once (the workers' reports and the operators' reads in
-:mod:`~goatbeat.stores._store_operations`, a mixin DialectStore inherits): what is validated before anything is read, what is
-read, how the writes are planned (:mod:`~goatbeat.stores.publication`,
+:mod:`~goatbeat.stores.operations`, a mixin DialectStore inherits): what is validated before
+anything is read, what is read, how the writes are planned (:mod:`~goatbeat.stores.publication`,
 :mod:`~goatbeat.stores.claims`, :mod:`~goatbeat.stores.control`), what is written in which
 transaction, and what is returned. The database is a :class:`~goatbeat.stores.dialect.Dialect`
 answering named primitives over its own ``queries.sql`` (SQLite, PostgreSQL): the dialect says
@@ -38,7 +38,6 @@ from goatbeat.core.model import (
 )
 from goatbeat.core.shards import ALL, Shard, parse_lease_name
 from goatbeat.core.store import BackfillResult, PublishResult, ResumeResult
-from goatbeat.stores._store_operations import BOUND_REFRESH, OperationsMixin
 from goatbeat.stores.arguments import check_execution_ids, check_positive
 from goatbeat.stores.claims import Planner, occurrence_for, plan_batch, run_states
 from goatbeat.stores.control import (
@@ -69,6 +68,7 @@ from goatbeat.stores.dialect import (
     check_payload,
     lease_payload,
 )
+from goatbeat.stores.operations import BOUND_REFRESH, OperationsMixin
 from goatbeat.stores.publication import (
     enabled_values,
     plan_publish,

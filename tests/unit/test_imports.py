@@ -318,7 +318,7 @@ def test_no_module_imports_a_private_name_of_another_module() -> None:
     for path in sorted(PACKAGE.rglob("*.py")):
         importer = _module_name(path)
         for line, name, owner in private_imports(path):
-            # A package may share private modules among its own modules (stores._operations),
+            # A package may share private modules among its own modules (submitters._celery_app),
             # its __init__ included (which may re-export a name publicly).
             inside = importer == owner or importer.startswith(owner + ".")
             if owner.startswith("goatbeat") and not inside:

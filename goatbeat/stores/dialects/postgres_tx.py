@@ -21,7 +21,7 @@ from goatbeat.core.health import SchedulerBeat
 from goatbeat.core.model import ExecutionStatus, LeaseGrant, Miss, SubmitOutcome
 from goatbeat.core.shards import Shard
 from goatbeat.stores import schema
-from goatbeat.stores.definitions import definition_json
+from goatbeat.stores.definitions import JSON_COLUMNS, definition_json
 from goatbeat.stores.dialect import (
     Advanced,
     ClaimCheck,
@@ -50,8 +50,6 @@ class Connections(Protocol):
 
 __all__ = ["PostgresTx"]
 
-_JSON_COLUMNS = frozenset({"trigger", "args", "kwargs", "headers"})
-
 
 def _unless_all(values: list[Any], usual: Any) -> list[Any]:
     """``values``, or an empty array when every one is ``usual``: the claim's statements read
@@ -72,7 +70,7 @@ def _last_statuses(values: list[str | None]) -> dict[str, Any]:
 
 
 def _params(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: Jsonb(v) if k in _JSON_COLUMNS else v for k, v in row.items()}
+    return {k: Jsonb(v) if k in JSON_COLUMNS else v for k, v in row.items()}
 
 
 _COPY_COLUMNS = (
@@ -238,7 +236,7 @@ class PostgresTx:
             for row in rows:
                 copy.write_row(
                     [
-                        as_json(column, row[column]) if column in _JSON_COLUMNS else row[column]
+                        as_json(column, row[column]) if column in JSON_COLUMNS else row[column]
                         for column in _COPY_COLUMNS
                     ]
                 )

@@ -27,6 +27,7 @@ from goatbeat.core.model import (
     SubmitOutcome,
 )
 from goatbeat.core.shards import Shard
+from goatbeat.stores.definitions import JSON_COLUMNS, SCHEDULE_TIMES
 from goatbeat.stores.dialect import (
     Advanced,
     ClaimCheck,
@@ -56,22 +57,15 @@ __all__ = ["SQLiteTx", "encode_time", "decode_time"]
 
 _SCAN_OVER = 200  # a publication reading more rows than this scans the table once
 
-_JSON_COLUMNS = ("trigger", "args", "kwargs", "headers")
-_TIME_COLUMNS = frozenset(
+# The schedule's instants, and those of the other tables and of the queries' own columns.
+_TIME_COLUMNS = frozenset(SCHEDULE_TIMES) | frozenset(
     {
-        "start_at",
-        "end_at",
-        "next_run_at",
-        "last_run_at",
-        "created_at",
-        "updated_at",
         "refused_at",
         "scheduled_at",
         "claimed_at",
         "submitted_at",
         "finished_at",
         "expires_at",
-        "paused_at",
         "run_submitted_at",
         "run_claimed_at",
         "buffered_at",
@@ -110,7 +104,7 @@ def _lenient(decode: Any, value: Any) -> Any:
 def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in row.items():
-        if key in _JSON_COLUMNS:
+        if key in JSON_COLUMNS:
             out[key] = json.dumps(value, sort_keys=True, allow_nan=False)
         elif isinstance(value, datetime):
             out[key] = encode_time(value)
@@ -124,7 +118,7 @@ def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
 def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     out = dict(row)
     if json_columns:  # the claim path leaves them as text for the schedule cache
-        for key in out.keys() & set(_JSON_COLUMNS):
+        for key in out.keys() & JSON_COLUMNS:
             if out[key] is not None:
                 out[key] = _lenient(json.loads, out[key])
     for key in out.keys() & _TIME_COLUMNS:
