@@ -6,7 +6,7 @@ declaration fast path (``goatbeat.core.model``) and the stores' row decoder all 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -61,6 +61,10 @@ class FieldRule:
 
     name: str
     normalise: Callable[[Any], Any]
+    kept: Collection[type] = frozenset()
+    """Types every instance of which ``normalise`` keeps as it is (the same object, never
+    refused): the declaration path skips the call for a value of exactly one of them. It may
+    grow (the trigger classes, once one of their instances passed the protocol check)."""
 
     def check(self, value: Any) -> bool:
         try:
@@ -102,7 +106,7 @@ def _policy(field: str, kind: type[MisfirePolicy] | type[OverlapPolicy]) -> Call
 
 
 def _name(value: Any) -> Any:
-    if not isinstance(value, str) or not value.strip():
+    if (type(value) is not str and not isinstance(value, str)) or not value.strip():
         raise InvalidSchedule("name", value, f"{short_repr(value)} must be a non-empty string")
     if len(value) > MAX_NAME_LENGTH:
         raise InvalidSchedule(
@@ -114,7 +118,7 @@ def _name(value: Any) -> Any:
 
 
 def _task(value: Any) -> Any:
-    if isinstance(value, str) and _TASK_NAME.match(value) is not None:
+    if (type(value) is str or isinstance(value, str)) and _TASK_NAME.match(value) is not None:
         return value
     raise InvalidSchedule("task", value, f"{short_repr(value)} is not a task name")
 
@@ -150,7 +154,7 @@ def _kwargs(value: Any) -> Any:
 
 
 def _routing(value: Any) -> Any:
-    if isinstance(value, Routing):
+    if type(value) is Routing or isinstance(value, Routing):
         return value
     raise InvalidSchedule("routing", value, f"{short_repr(value)} is not a Routing")
 
@@ -250,10 +254,10 @@ FIELD_RULES: dict[str, FieldRule] = {
     for rule in (
         FieldRule("name", _name),
         FieldRule("task", _task),
-        FieldRule("trigger", _trigger),
+        FieldRule("trigger", _trigger, _TRIGGER_TYPES),
         FieldRule("args", _args),
         FieldRule("kwargs", _kwargs),
-        FieldRule("routing", _routing),
+        FieldRule("routing", _routing, frozenset({Routing})),
         FieldRule("misfire", _policy("misfire", MisfirePolicy)),
         FieldRule("misfire_grace", _grace),
         FieldRule("catch_up_limit", _catch_up),

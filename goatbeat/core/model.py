@@ -249,9 +249,12 @@ class Schedule:
         dataclass machinery's cost (a declaration is made tens of thousands of times at a
         large project's start)."""
         self = object.__new__(cls)
-        for set_, normalise, value in zip(
+        for set_, normalise, kept, kind, default, value in zip(
             _DECLARED_RULE_SETTERS,
             _DECLARED_NORMALISERS,
+            _DECLARED_KEPT,
+            _DECLARED_DEFAULT_TYPES,
+            _DECLARED_DEFAULTS,
             (
                 name, task, trigger, args, kwargs, routing, misfire, misfire_grace,
                 catch_up_limit, start_at, end_at, source, description, jitter, overlap,
@@ -259,12 +262,24 @@ class Schedule:
             ),
             strict=True,
         ):  # fmt: skip
-            set_(self, normalise(value))
+            if type(value) in kept:
+                set_(self, value)  # what the normaliser keeps as it is, whatever its value
+            elif type(value) is kind and value == default:
+                # The field's default as its rule would keep it (a declaration leaves most
+                # fields at theirs): the value itself, the normaliser kept it as it is; a
+                # new empty dict for kwargs, the normaliser's copy of an empty one.
+                set_(self, {} if kind is dict else value)
+            else:
+                set_(self, normalise(value))
         _set_one_off(self, one_off)
         _set_enabled(self, enabled)
         for set_, value in _STATE_SETTERS:
             set_(self, value)
-        check_joint(self.start_at, self.end_at, self.overlap, self.max_runtime)
+        if self.overlap is not OverlapPolicy.ALLOW or (
+            self.start_at is not None and self.end_at is not None
+        ):
+            # check_joint finds nothing to refuse otherwise.
+            check_joint(self.start_at, self.end_at, self.overlap, self.max_runtime)
         return self
 
     @classmethod
@@ -308,6 +323,38 @@ _DECLARED_RULES = tuple(name for name in FIELD_RULES if name in _DECLARED_FIELDS
 passes them in this order)."""
 _DECLARED_RULE_SETTERS = tuple(getattr(Schedule, name).__set__ for name in _DECLARED_RULES)
 _DECLARED_NORMALISERS = tuple(FIELD_RULES[name].normalise for name in _DECLARED_RULES)
+_DECLARED_KEPT = tuple(FIELD_RULES[name].kept for name in _DECLARED_RULES)
+
+
+class _NoDefault:
+    """The default type of a required field: no value has it, so its rule always runs."""
+
+
+def _declared_default(name: str) -> tuple[type, Any]:
+    """(type, value) of the default of declared field ``name``, already normalised: what
+    :meth:`Schedule._declared` compares a value with to skip its rule."""
+    spec = Schedule.__dataclass_fields__[name]
+    if spec.default is not MISSING:
+        default = spec.default
+    elif spec.default_factory is not MISSING:
+        default = spec.default_factory()
+    else:
+        return _NoDefault, None
+    kept = FIELD_RULES[name].normalise(default)
+    if type(kept) is not type(default) or kept != default:  # pragma: no cover - a new field
+        raise TypeError(f"Schedule.{name}'s default is not in its rule's final form")
+    if (
+        isinstance(default, (list, set, dict)) and type(default) is not dict
+    ):  # pragma: no cover - _declared copies only a dict default
+        raise TypeError(f"Schedule.{name}'s default is mutable: _declared cannot share it")
+    return type(default), default
+
+
+_DECLARED_DEFAULT_TYPES, _DECLARED_DEFAULTS = zip(
+    *(_declared_default(name) for name in _DECLARED_RULES), strict=True
+)
+"""Per declared rule field, its default's type and value (:class:`_NoDefault` for a required
+field): a value of exactly that type and equal to it skips the rule's normaliser."""
 _set_one_off = _SETTERS[_SCHEDULE_FIELDS.index("one_off")]
 _set_enabled = _SETTERS[_SCHEDULE_FIELDS.index("enabled")]
 _STATE_SETTERS = tuple(zip(_SETTERS[len(_DECLARED_FIELDS) :], _STATE_DEFAULTS, strict=True))

@@ -75,6 +75,7 @@ def test_republishing_many_unchanged_declarations_writes_no_row(store: ScheduleS
         # The columns declarations share (PostgreSQL compares them as one array per row).
         ("timezone", "UTC", "timezone"),
         ("queue", "other", "queue"),
+        ("exchange", "ex", "exchange"),
         ("routing_key", "rk", "routing_key"),
         ("priority", 4, "priority"),
         ("headers", {"h": 2}, "headers"),
@@ -93,6 +94,7 @@ def test_a_row_changed_behind_the_stores_back_is_rewritten_and_reported(
     target = {
         "expires": "routed",
         "queue": "routed",
+        "exchange": "routed",
         "routing_key": "routed",
         "priority": "routed",
         "headers": "routed",

@@ -23,6 +23,7 @@ from goatbeat.core.errors import (
 from goatbeat.core.model import (
     MAX_NAME_LENGTH,
     MisfirePolicy,
+    OverlapPolicy,
     Routing,
     Schedule,
     Source,
@@ -433,6 +434,134 @@ def test_plain_declarations_do_not_go_through_the_constructor(
     monkeypatch.setattr(Schedule, "__post_init__", refuse)
     assert Schedule._declared(**declared_fields(trigger=IntervalTrigger("7m"))) == expected
     assert Schedule._declared(**declared_fields(misfire="skip", source="admin")) is not None
+
+
+class Seconds(timedelta):
+    pass
+
+
+class Count(int):
+    pass
+
+
+class Plain(Routing):
+    pass
+
+
+NEAR_DEFAULTS: dict[str, list[Any]] = {
+    # Per declared field with a default: values equal to it but of another type, values
+    # next to it, and bad ones. Each goes through its rule: only the default itself skips it.
+    "args": [(), [], [[]], ("",), Tagged("")],
+    "kwargs": [{}, {"": None}, {Tagged(""): 1}, [], None],
+    "routing": [Routing(), Plain(), Routing(headers={"": None}), None, {}],
+    "misfire": [MisfirePolicy.RUN_ONCE, "run_once", MisfirePolicy.SKIP, "RUN_ONCE", None],
+    "misfire_grace": [timedelta(seconds=60), Seconds(seconds=60), 60, 60.0, timedelta(-1)],
+    "catch_up_limit": [100, 100.0, Count(100), True, 0, 101],
+    "start_at": [None, T0, datetime(2026, 1, 1), "2026-01-01T00:00:00Z", 0],
+    "end_at": [None, T0, datetime(2026, 1, 1), 0],
+    "source": [Source.CODE, "code", Source.ADMIN, "CODE", None],
+    "description": ["", Tagged(""), "x", None, 0],
+    "jitter": [timedelta(0), Seconds(0), 0, -0.0, timedelta(days=2)],
+    "overlap": ["allow", OverlapPolicy.ALLOW, OverlapPolicy.SKIP, "ALLOW", None],
+    "max_runtime": [None, timedelta(0), Seconds(1), 0, False],
+    "pause_on_failure": [None, 0, 1, Count(1), True, 1.0],
+}
+
+
+def _built(build: Callable[..., Schedule], fields: dict[str, Any]) -> Any:
+    try:
+        return build(**fields)
+    except InvalidValue as exc:
+        return type(exc), exc.field, str(exc)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [(f, v) for f, values in NEAR_DEFAULTS.items() for v in values],
+    ids=lambda v: repr(v)[:40],
+)
+def test_a_declared_field_at_or_next_to_its_default_builds_what_the_constructor_builds(
+    field: str, value: Any
+) -> None:
+    fast = _built(Schedule._declared, declared_fields(**{field: value}))
+    slow = _built(Schedule, declared_fields(**{field: value}))
+    assert fast == slow
+    assert repr(fast) == repr(slow)
+    if isinstance(slow, Schedule):
+        for name in Schedule.__slots__:
+            assert type(getattr(fast, name)) is type(getattr(slow, name)), name
+
+
+def test_the_default_kwargs_of_a_declaration_are_its_own_empty_dict() -> None:
+    given: dict[str, Any] = {}
+    one = Schedule._declared(**declared_fields(kwargs=given))
+    two = Schedule._declared(**declared_fields(kwargs=given))
+    assert one.kwargs == {} and one.kwargs is not given and one.kwargs is not two.kwargs
+    given["later"] = 1
+    assert one.kwargs == {} and two.kwargs == {}
+
+
+def test_a_declaration_at_the_defaults_runs_only_the_rules_of_the_fields_it_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from goatbeat.core import model
+
+    ran: list[str] = []
+
+    def counted(name: str, normalise: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def run(value: Any) -> Any:
+            ran.append(name)
+            return normalise(value)
+
+        return run
+
+    monkeypatch.setattr(
+        model,
+        "_DECLARED_NORMALISERS",
+        tuple(
+            counted(n, f)
+            for n, f in zip(model._DECLARED_RULES, model._DECLARED_NORMALISERS, strict=True)
+        ),
+    )
+    Schedule._declared(**declared_fields(overlap=OverlapPolicy.ALLOW))
+    # The first of its trigger class went through the protocol check; the next ones do not.
+    assert ran == ["name", "task", "trigger", "args"] or ran == ["name", "task", "args"]
+    ran.clear()
+    Schedule._declared(**declared_fields(overlap=OverlapPolicy.ALLOW))
+    assert ran == ["name", "task", "args"]
+    ran.clear()
+    Schedule._declared(**declared_fields(overlap="allow", jitter=timedelta(seconds=1)))
+    assert ran == ["name", "task", "args", "jitter", "overlap"]
+    ran.clear()
+    Schedule._declared(**declared_fields(routing=Plain(), source="code"))
+    assert ran == ["name", "task", "args", "routing", "source", "overlap"]
+
+
+def test_what_a_rule_keeps_whatever_its_value_it_keeps_as_it_is() -> None:
+    from goatbeat.core.model import FIELD_RULES
+    from goatbeat.core.triggers import OnceTrigger
+
+    examples = [
+        IntervalTrigger("1h"),
+        CronTrigger("0 9 * * *", timezone="Europe/Paris"),
+        OnceTrigger(T0),
+        Routing(queue="q", priority=3, headers={"h": [1]}, expires=5.0),
+        Routing(),
+    ]
+    kept = {name: rule.kept for name, rule in FIELD_RULES.items() if rule.kept}
+    assert set(kept) == {"trigger", "routing"}
+    Schedule(**declared_fields(trigger=examples[0]))  # a trigger class is known once checked
+    Schedule(**declared_fields(trigger=examples[1]))
+    Schedule(**declared_fields(trigger=examples[2]))
+    for name, types in kept.items():
+        assert types, name
+        for kind in list(types):
+            values = [v for v in examples if type(v) is kind]
+            assert values, (name, kind)
+            for value in values:
+                assert FIELD_RULES[name].normalise(value) is value, (name, value)
+        # Nothing a rule refuses or converts is kept.
+        assert dict not in types and str not in types and type(None) not in types
 
 
 def test_each_checked_field_has_one_rule_that_its_final_value_passes() -> None:
