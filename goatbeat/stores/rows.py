@@ -38,6 +38,7 @@ from goatbeat.core.timeutil import get_zone
 from goatbeat.core.triggers import Trigger
 from goatbeat.stores.definitions import (
     DEFINITION_COLUMNS,
+    SCHEDULE_TIMES,
     STATE_FIELDS,
     trigger_from_text,
     trigger_of,
@@ -93,15 +94,7 @@ def read_schedule(row: Mapping[str, Any]) -> StoredSchedule:
 # Schedule field -> the column that stores it, where the names differ.
 _COLUMN_OF_FIELD = {"misfire": "misfire_policy", "routing": "headers"}
 
-_TRUSTED_TIMES = (
-    "start_at",
-    "end_at",
-    "next_run_at",
-    "last_run_at",
-    "created_at",
-    "updated_at",
-    "paused_at",
-)
+_TRUSTED_TIMES = SCHEDULE_TIMES  # a schedule row's time columns (stores/definitions.py)
 _COUNTERS = ("total_run_count", "missed_count", "version", "skipped_count")
 
 
