@@ -383,14 +383,19 @@ class DeclaringMixin:
             raise InvalidSchedule("name", name, "declared after the declarations were released")
         if isinstance(name, str) and name in self._declared:
             raise InvalidSchedule("name", name, f"{name!r} is declared twice")
-        renamed_from = options.pop("renamed_from", None)
+        renamed_from = options.pop("renamed_from") if "renamed_from" in options else None
         if renamed_from is not None:
             self._check_rename(name, renamed_from)
-        _check_option_names(options)
         # A past at= is judged at publication, against the store (_refused_one_offs).
-        schedule = self._build(
-            name=name, task=task, source=Source.CODE, check_future=False, **options
-        )
+        try:
+            schedule = self._build(
+                name=name, task=task, source=Source.CODE, check_future=False, **options
+            )
+        except TypeError:
+            # An option _build does not take: named in one line (checked only on a refusal,
+            # a call saved on every declaration).
+            _check_option_names(options)
+            raise
         if callable(task) and not isinstance(task, str):
             path = schedule.task
             self._callables[path] = task

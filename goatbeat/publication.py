@@ -12,16 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 from goatbeat.core.clock import Clock, SystemClock
 from goatbeat.core.config import Settings
+from goatbeat.core.cron import CronTrigger
 from goatbeat.core.errors import InvalidSchedule, InvalidValue, ScheduleNotFound
 from goatbeat.core.model import DamagedSchedule, Schedule, Source
 from goatbeat.core.observability import log_event
+from goatbeat.core.solar import SolarTrigger
 from goatbeat.core.store import PublishResult, ScheduleStore
 from goatbeat.core.submit import TaskSubmitter
 from goatbeat.core.timeutil import iso_z
-from goatbeat.core.triggers import OnceTrigger, Trigger
+from goatbeat.core.triggers import CeleryCrontabTrigger, IntervalTrigger, OnceTrigger, Trigger
 
 __all__ = ["PublicationMixin", "PUBLISHING_ORIGINS", "log_publication"]
 
+
+_NOT_ONCE = frozenset({CronTrigger, IntervalTrigger, CeleryCrontabTrigger, SolarTrigger})
+"""goatbeat's trigger classes that are not :class:`OnceTrigger` (none subclasses it)."""
 
 PUBLISHING_ORIGINS = frozenset({"publish", "scheduler"})
 """The commands whose job is to publish: a definition they change is logged at INFO. Any other
@@ -181,7 +186,10 @@ class PublicationMixin:
         refused: dict[str, str] = {}
         for schedule in schedules:
             trigger = schedule.trigger
-            if not isinstance(trigger, OnceTrigger) or trigger.at > now:
+            # The classes known to be no one-off are passed over without a call.
+            if trigger.__class__ in _NOT_ONCE or not isinstance(trigger, OnceTrigger):
+                continue
+            if trigger.at > now:
                 continue
             try:
                 stored = self.store.get(schedule.name)

@@ -340,22 +340,28 @@ class SetFingerprint:
 
     def __init__(self) -> None:
         self._entries: list[str] = []
-        self._shared: dict[int, str] = {}
+        self.parts: list[tuple[Any, ...]] = []
+        """:meth:`Comparison.add` parts as ``(name, args, kwargs, headers, k)``, ``k`` the
+        index of their combination in :attr:`comparison`'s ``shared`` before any renumbering:
+        the caller appends them (one call per declaration on the publish path), the text is
+        made at :meth:`digest`."""
+        self.comparison: Comparison | None = None
 
     def add_definition(self, name: str, definition: Mapping[str, Any]) -> None:
         shared = repr([definition[c] for c in SHARED_COLUMNS])
         own = (name, definition["args"], definition["kwargs"], definition["headers"])
         self._entries.append(f"{own[0]!r}{own[1]!r}{own[2]!r}{own[3]!r}{shared}")
 
-    def add_part(self, part: Sequence[Any], comparison: Comparison) -> None:
-        """A :meth:`Comparison.add` part, before its combination index is renumbered."""
-        k = part[4]
-        text = self._shared.get(k)
-        if text is None:
-            text = self._shared[k] = repr(comparison.shared[k])
-        self._entries.append(f"{part[0]!r}{part[1]!r}{part[2]!r}{part[3]!r}{text}")
-
     def digest(self) -> str:
+        if self.parts:
+            assert self.comparison is not None
+            # Every combination is some part's: its text made once.
+            texts = [repr(shared) for shared in self.comparison.shared]
+            self._entries += [
+                f"{name!r}{args!r}{kwargs!r}{headers!r}{texts[k]}"
+                for name, args, kwargs, headers, k in self.parts
+            ]
+            self.parts.clear()
         # Each entry starts with its name's repr: sorted, the order of the declarations
         # does not matter.
         self._entries.sort()

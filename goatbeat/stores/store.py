@@ -311,6 +311,9 @@ class DialectStore(OperationsMixin):
         answers: list[Collection[str]] = []
         chunk: list[list[Any]] = []
         comparison = Comparison()
+        if setprint is not None:
+            setprint.comparison = comparison
+            setprint_parts = setprint.parts
         local: dict[int, int] = {}
         shared: list[list[Any]] = []
         compares = True
@@ -343,7 +346,8 @@ class DialectStore(OperationsMixin):
                 found.append(definition)
                 if setprint is not None:
                     if part is not None:
-                        setprint.add_part(part, comparison)
+                        # Its text is made at digest(): one call per declaration here.
+                        setprint_parts.append((part[0], part[1], part[2], part[3], part[4]))
                     else:
                         assert definition is not None
                         setprint.add_definition(schedule.name, definition)

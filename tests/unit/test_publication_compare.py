@@ -17,7 +17,12 @@ import goatbeat.stores
 from goatbeat.core.errors import InvalidSchedule
 from goatbeat.core.model import OverlapPolicy, Routing, Schedule
 from goatbeat.core.triggers import CronTrigger, IntervalTrigger
-from goatbeat.stores.definitions import SHARED_COLUMNS, Comparison, validate_schedule
+from goatbeat.stores.definitions import (
+    SHARED_COLUMNS,
+    Comparison,
+    SetFingerprint,
+    validate_schedule,
+)
 
 T0 = datetime(2026, 12, 1, 8, tzinfo=UTC)
 HOURLY = IntervalTrigger("1h")
@@ -126,3 +131,34 @@ def test_the_query_compares_the_shared_columns_in_their_order() -> None:
     assert listed is not None
     columns = tuple(c.strip().removeprefix("s.") for c in listed.group(1).split(","))
     assert columns == SHARED_COLUMNS
+
+
+def _fingerprint_by_parts(schedules: list[Schedule]) -> str:
+    """What a publication compared in the database records: each declaration as a part."""
+    comparison = Comparison()
+    setprint = SetFingerprint()
+    setprint.comparison = comparison
+    for schedule in schedules:
+        part, _ = comparison.add(schedule)
+        setprint.parts.append((part[0], part[1], part[2], part[3], part[4]))
+    return setprint.digest()
+
+
+def _fingerprint_by_definitions(schedules: list[Schedule]) -> str:
+    """What a publication compared in Python (or a first one) records: full definitions."""
+    setprint = SetFingerprint()
+    for schedule in schedules:
+        setprint.add_definition(schedule.name, validate_schedule(schedule))
+    return setprint.digest()
+
+
+def test_the_code_set_has_one_fingerprint_whichever_path_validated_it() -> None:
+    # Shuffled and through the other path: the same code gives the same fingerprint, so a
+    # restart on unchanged code is never taken for another code set.
+    assert _fingerprint_by_parts(DECLARATIONS) == _fingerprint_by_definitions(DECLARATIONS[::-1])
+    # A value that differs, own or shared, gives another.
+    changed = [*DECLARATIONS[:-1], declaration(DECLARATIONS[-1].name, args=["other"])]
+    assert _fingerprint_by_parts(changed) != _fingerprint_by_parts(DECLARATIONS)
+    routed = [*DECLARATIONS[:-1], declaration(DECLARATIONS[-1].name, routing=Routing(queue="z"))]
+    assert _fingerprint_by_parts(routed) != _fingerprint_by_parts(DECLARATIONS)
+    assert _fingerprint_by_parts(routed) == _fingerprint_by_definitions(routed)
