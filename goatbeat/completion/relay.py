@@ -271,8 +271,7 @@ class LedgerReporter(Reporter):
 
 def _log_success(success: dict[str, Any], recorded: bool, error: str | None = None) -> None:
     if recorded:
-        log_event("delivery.succeeded", level=logging.DEBUG, idempotency_key=success["key"])
-        return
+        return  # as the guard's own success: nothing logged
     log_event(
         "delivery.error",
         level=logging.WARNING,
