@@ -8,6 +8,7 @@ reporter process on a real PostgreSQL database."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -199,7 +200,11 @@ def test_a_long_lease_hands_the_success_to_the_reporter(
 
 
 def test_a_redelivery_while_the_success_is_pending_is_skipped_not_run_again(
-    database: str, keys: list[str], ledger: CountingLedger, reporter: RelayedReporter
+    database: str,
+    keys: list[str],
+    ledger: CountingLedger,
+    reporter: RelayedReporter,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     key = keys[0]
     assert reporter.relay is not None
@@ -208,10 +213,17 @@ def test_a_redelivery_while_the_success_is_pending_is_skipped_not_run_again(
     body = Body()
     assert guard.run(key, body) == "done"
     assert reporter.finished(key, Outcome.SUCCEEDED, runtime=0.01)
-    assert guard.run(key, body) is SKIPPED  # the redelivery
+    with caplog.at_level(logging.INFO, logger="goatbeat"):
+        assert guard.run(key, body) is SKIPPED  # the redelivery
+        # Its completion report: not a success of its own (nothing sent), the skip logged.
+        assert reporter.skipped_success(key)
     assert body.runs == 1
-    # The skip reads as today's skip of a key held by a running delivery: not a success.
-    assert take_skip(key) == (True, "running")
+    # The skip reads as today's skip of a key held by a running delivery.
+    skips = [r for r in caplog.records if r.getMessage() == "delivery.skipped"]
+    assert [getattr(r, "state", None) for r in skips] == ["running"], caplog.records
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        "occurrence.skipped"
+    ]
     found = ledger.read(key)
     assert found is not None and (found.state, found.duplicates) == ("running", 1)
     os.kill(reporter.relay.pid, signal.SIGCONT)
