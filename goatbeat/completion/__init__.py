@@ -164,9 +164,10 @@ class Reporter:
         """Whether the success about to be reported for ``key`` is a delivery the guard
         skipped (:mod:`goatbeat.idempotency`), whose first delivery had not succeeded: then
         nothing is reported (the occurrence keeps its first delivery's outcome: still
-        running, killed mid-body, which the leader ends ``lost``) and the skip is logged as
-        ``occurrence.skipped``. A skip of a first delivery that succeeded reports the
-        success again, as it is."""
+        running, killed mid-body, which the leader ends ``lost``, or succeeded with its
+        success still on its way through the reporter process) and the skip is logged as
+        ``occurrence.skipped``. A skip of a first delivery whose success the ledger holds
+        reports the success again, as it is."""
         skipped, state = take_skip(key)
         if not skipped or state == "succeeded":
             return False
@@ -176,7 +177,8 @@ class Reporter:
             idempotency_key=key,
             state=state,
             hint="a redelivery the idempotency guard skipped: not a success; the first "
-            "delivery's outcome stands",
+            "delivery's outcome stands (running, killed mid-body, or a success not yet "
+            "written by the reporter)",
         )
         return True
 

@@ -17,6 +17,13 @@ what is already in it. A writer whose reporter is gone (killed, exited) or stuck
 full for :data:`SEND_WAIT` seconds) writes directly, as without the relay, so a report is not
 lost to a dead reporter; one still inside a reporter killed by SIGKILL is (the leading
 scheduler then ends the run by its bound).
+
+On PostgreSQL the reporter also records the idempotency guard's successes
+(:mod:`goatbeat.idempotency`): a reporter started for a ``postgresql://`` URL offers its pipe
+to the guards of this process whose ledger has that URL (:mod:`goatbeat.core.handoff`), and a
+``delivery_succeeded`` line is written with the ledger's own statement in the batch's
+transaction, with the reports read before and after it (one commit for all). A batch the
+store refuses is written again report by report, each success on its own.
 """
 
 from __future__ import annotations
@@ -31,9 +38,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from goatbeat.completion import DATABASE_ENV, Reporter, worker_name
+from goatbeat.core import handoff
 from goatbeat.core.health import Outcome
 from goatbeat.core.observability import log_event
 
@@ -123,6 +132,7 @@ class Relay:
 
     def close(self) -> None:
         """Close the writing end (the reporter exits once every writer closed it)."""
+        handoff.withdraw(self.database, self.send)
         if not self.gone:
             self.gone = True
             with contextlib.suppress(OSError):
@@ -162,6 +172,10 @@ class RelayedReporter(Reporter):
                 return relay
             relay.close()
         self.relay = relay = Relay(self.target)
+        if self.target.startswith(("postgresql://", "postgres://")):
+            # The guards of this process (and its children) whose ledger is this database
+            # hand their successes to it (the reporter process writes them: LedgerReporter).
+            handoff.offer(self.target, relay.send)
         log_event("occurrence.relay_started", level=logging.DEBUG, pid=relay.pid)
         return relay
 
@@ -216,16 +230,99 @@ def _write(reporter: Reporter, report: dict[str, Any]) -> None:
         )
 
 
+SUCCEEDED = "delivery_succeeded"
+"""The event of a guard's success (:mod:`goatbeat.idempotency`): ``key``, ``owner``."""
+
+
+class LedgerReporter(Reporter):
+    """The reporter process's writer on PostgreSQL: the store on a connection of its own,
+    on which it also runs the idempotency ledger's ``delivery_succeeded``, in the store's
+    batch transaction (:meth:`transaction`)."""
+
+    def __init__(self, database: str) -> None:
+        from goatbeat.stores import schema
+        from goatbeat.stores.postgres import DsnConnectionProvider, PostgresStore
+
+        self.provider = DsnConnectionProvider(database, application_name="goatbeat-reporter")
+        super().__init__(PostgresStore(connection_provider=self.provider))
+        self._succeeded_sql = schema.queries("postgres")["delivery_succeeded"]
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Callable[[dict[str, Any]], None]]:
+        """One transaction on the store's connection: the store's batch inside it is a
+        savepoint, and what is yielded records a guard's success in it."""
+        conn = self.provider.get()
+        with conn.transaction():
+            yield lambda success: self._succeeded(conn, success)
+
+    def _drop(self) -> None:
+        # Its store is not one Reporter opened (a target store is never closed there): the
+        # connection goes, and the next write opens another.
+        self.provider.discard()
+
+    def succeeded(self, success: dict[str, Any]) -> None:
+        """A guard's success on its own (autocommit)."""
+        self._succeeded(self.provider.get(), success)
+
+    def _succeeded(self, conn: Any, success: dict[str, Any]) -> None:
+        params = {"key": success["key"], "owner": success["owner"], "counted": True}
+        conn.execute(self._succeeded_sql, params)
+
+
+def _log_success(success: dict[str, Any], recorded: bool, error: str | None = None) -> None:
+    if recorded:
+        return  # as the guard's own success: nothing logged
+    log_event(
+        "delivery.error",
+        level=logging.WARNING,
+        idempotency_key=success["key"],
+        succeeded=True,
+        error=error,
+        hint="the guard's success was not recorded: the key stays running, as after a "
+        "delivery that died mid-body",
+    )
+
+
+def _write_success(reporter: Reporter, success: dict[str, Any]) -> None:
+    if not isinstance(reporter, LedgerReporter):
+        _log_success(success, False, "this reporter writes no idempotency ledger")
+        return
+    try:
+        reporter.succeeded(success)
+    except Exception as exc:  # noqa: BLE001 - the next line goes on
+        reporter.close()  # reconnect
+        _log_success(success, False, f"{type(exc).__name__}: {exc}")
+    else:
+        _log_success(success, True)
+
+
+def _log_reports(reports: list[dict[str, Any]], matched: list[bool]) -> None:
+    for report, recorded in zip(reports, matched, strict=True):
+        event = f"occurrence.{report['event']}"
+        level = logging.DEBUG if report["event"] == "started" else logging.INFO
+        if report.get("outcome") not in (None, Outcome.SUCCEEDED.value):
+            level = logging.WARNING
+        fields = {k: report.get(k) for k in ("outcome", "error", "runtime") if k in report}
+        log_event(event, level=level, idempotency_key=report["key"], recorded=recorded, **fields)
+
+
 def write(reporter: Reporter, batch: list[bytes]) -> None:
-    """Write ``batch`` in order: in one transaction where the store can (one commit for all),
-    else (or when that fails) one by one, each logged as the reporter logs it."""
+    """Write ``batch`` in order: in one transaction where the store can (one commit for all,
+    the guard's successes with the reports), else (or when that fails) one by one, each
+    logged as the reporter logs it."""
     reports: list[dict[str, Any]] = []
+    successes: list[dict[str, Any]] = []
     for data in batch:
         try:
             report = json.loads(data)
             if not isinstance(report, dict) or not isinstance(report.get("key"), str):
                 raise ValueError(f"not a report: {data[:200]!r}")
-            reports.append(report)
+            if report.get("event") == SUCCEEDED:
+                if not isinstance(report.get("owner"), str):
+                    raise ValueError(f"not a guard's success: {data[:200]!r}")
+                successes.append(report)
+            else:
+                reports.append(report)
         except ValueError as exc:  # one bad line must not stop the others
             log_event(
                 "occurrence.finished",
@@ -233,6 +330,30 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
                 recorded=False,
                 report_error=f"{type(exc).__name__}: {exc}",
             )
+    if successes and isinstance(reporter, LedgerReporter):
+        try:
+            with reporter.transaction() as record_success:
+                store = reporter.store()
+                matched = store.record_reports(reports) if reports else []  # type: ignore[attr-defined]
+                for success in successes:
+                    record_success(success)
+        except Exception:  # noqa: BLE001 - a refused report, a failure: one by one
+            reporter.close()  # reconnect
+        else:
+            _log_reports(reports, matched)
+            for success in successes:
+                _log_success(success, True)
+            return
+        _write_reports(reporter, reports)
+        for success in successes:
+            _write_success(reporter, success)
+        return
+    _write_reports(reporter, reports)
+    for success in successes:
+        _write_success(reporter, success)
+
+
+def _write_reports(reporter: Reporter, reports: list[dict[str, Any]]) -> None:
     if len(reports) > 1:
         try:
             store = reporter.store()
@@ -240,15 +361,7 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
         except Exception:  # noqa: BLE001 - no batches here, or a failure: one by one
             reporter.close()  # reconnect
         else:
-            for report, recorded in zip(reports, matched, strict=True):
-                event = f"occurrence.{report['event']}"
-                level = logging.DEBUG if report["event"] == "started" else logging.INFO
-                if report.get("outcome") not in (None, Outcome.SUCCEEDED.value):
-                    level = logging.WARNING
-                fields = {k: report.get(k) for k in ("outcome", "error", "runtime") if k in report}
-                log_event(
-                    event, level=level, idempotency_key=report["key"], recorded=recorded, **fields
-                )
+            _log_reports(reports, matched)
             return
     for report in reports:
         try:
@@ -295,6 +408,17 @@ def serve(fd: int, parent: int, reporter: Reporter) -> int:
     return written
 
 
+def open_reporter(database: str | None) -> Reporter:
+    """The reporter process's writer: on PostgreSQL one that also records the guard's
+    successes (:class:`LedgerReporter`)."""
+    if database and database.startswith(("postgresql://", "postgres://")):
+        try:
+            return LedgerReporter(database)
+        except ImportError:
+            pass  # no psycopg: the plain reporter says so at its first write
+    return Reporter(database)
+
+
 def main(argv: list[str]) -> int:
     # Ctrl-C and a warm shutdown's SIGTERM are for the worker: it finishes its job, then
     # exits, and this process follows once it has written what the job reported.
@@ -303,7 +427,7 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(NICE)
     fd, parent = int(argv[0]), int(argv[1])
-    reporter = Reporter(os.environ.get(DATABASE_ENV) or None)
+    reporter = open_reporter(os.environ.get(DATABASE_ENV) or None)
     try:
         serve(fd, parent, reporter)
     finally:

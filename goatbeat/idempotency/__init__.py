@@ -31,6 +31,18 @@ When the key is recorded decides what a duplicate does (docs/idempotency.md has 
     Nothing is lost to a crash, but duplicates that arrive before the first success (two
     workers at once, a redelivery of a crashed run) run too.
 
+With completion reports on (:mod:`goatbeat.completion`, given the same database URL as the
+ledger), a ``record="before"`` success is not committed on the task's path: it is handed to
+the worker's reporter process, which writes it (the ledger's same statement) in its next batch
+transaction, a fraction of a second later. Until then the key reads ``running``: a redelivery
+in that window is skipped, as it is while the first delivery runs; a success lost with a
+reporter killed by SIGKILL leaves the key as a delivery that died mid-body would. Taking the
+key and releasing it after a failure stay synchronous, and so does the success of
+``record="after"`` (which reads the ledger to decide) and of a lease with less than
+:data:`HANDOFF_MARGIN` left (a delivery after the lease would take a key whose success is
+still on its way). Without a reporter for the ledger's database (or with it gone or stuck),
+the success is committed at once, as it always was.
+
 Neither makes the business effect exactly-once: a body that crashes halfway through its side
 effects has done half of them. Only an effect written in the same database transaction as the
 record could be; this helper records in its own statements, before or after the body.
@@ -42,19 +54,22 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from goatbeat.core.errors import InvalidValue
+from goatbeat.core.handoff import sender_for
 from goatbeat.core.observability import log_event
 from goatbeat.core.skips import note_skip
 
 __all__ = [
     "Delivery",
     "Guard",
+    "HANDOFF_MARGIN",
     "Ledger",
     "Record",
     "Ticket",
@@ -67,6 +82,10 @@ __all__ = [
 
 Record = Literal["before", "after"]
 T = TypeVar("T")
+
+HANDOFF_MARGIN = 30.0
+"""Seconds of lease a delivery must have left for its success to go through the reporter
+(:class:`Guard`): closer to its end it is committed at once."""
 
 
 class _Skipped:
@@ -105,7 +124,10 @@ class Delivery:
 @runtime_checkable
 class Ledger(Protocol):
     """Where the keys are recorded. Every method is one statement, committed on its own (so
-    the record is visible to the other workers at once), and thread-safe."""
+    the record is visible to the other workers at once), and thread-safe. A ledger may say
+    which database it writes to in a ``url`` attribute (the URL it was opened from): the
+    completion reporter writing to the same URL then records its successes
+    (:mod:`goatbeat.idempotency`)."""
 
     def begin(self, key: str, *, owner: str, lease: timedelta | None) -> bool:
         """Take ``key`` for ``owner``: True when there was no row, the last run failed, or a
@@ -157,6 +179,9 @@ class Ticket:
 
     key: str
     owner: str
+    began: float = field(default_factory=time.monotonic, compare=False)
+    """When this delivery asked for the key (``time.monotonic()``): where its lease starts,
+    at the latest."""
 
 
 class Guard:
@@ -176,13 +201,14 @@ class Guard:
         """Before the body: a ticket when this delivery runs it, None when it is a duplicate
         to skip (counted and logged as ``delivery.skipped``)."""
         owner = new_owner()
+        began = time.monotonic()
         if self.record == "before":
             taken = self.ledger.begin(key, owner=owner, lease=self.lease)
         else:
             current = self.ledger.read(key)
             taken = current is None or current.state != "succeeded"
         if taken:
-            return Ticket(key, owner)
+            return Ticket(key, owner, began)
         state = self.ledger.duplicate(key)
         note_skip(key, state)
         log_event("delivery.skipped", idempotency_key=key, state=state, record=self.record)
@@ -192,6 +218,8 @@ class Guard:
         """After the body. Never raises: the body's outcome stands whatever the ledger does
         (a failure to record is logged as ``delivery.error``)."""
         try:
+            if succeeded and self._hand_off(ticket):
+                return
             if succeeded:
                 self.ledger.succeeded(
                     ticket.key, owner=ticket.owner, counted=self.record == "before"
@@ -206,6 +234,20 @@ class Guard:
                 succeeded=succeeded,
                 error=f"{type(exc).__name__}: {exc}",
             )
+
+    def _hand_off(self, ticket: Ticket) -> bool:
+        """Send the success of ``ticket`` to this process's completion reporter for the
+        ledger's database: True when it took it (it commits it in its next batch)."""
+        if self.record != "before":
+            return False  # "after" decides by reading the ledger: it must hold the success
+        if self.lease is not None:
+            left = self.lease.total_seconds() - (time.monotonic() - ticket.began)
+            if left < HANDOFF_MARGIN:
+                return False
+        send = sender_for(getattr(self.ledger, "url", None))
+        if send is None:
+            return False
+        return send({"event": "delivery_succeeded", "key": ticket.key, "owner": ticket.owner})
 
     def run(self, key: str | None, body: Callable[[], T]) -> T:
         """``body()`` unless this delivery of ``key`` is a duplicate (then :data:`SKIPPED`).

@@ -47,6 +47,9 @@ class PostgresLedger:
 
     def __init__(self, dsn: str, *, connect_timeout: float = 10.0) -> None:
         self.dsn = dsn
+        self.url: str | None = dsn if dsn.startswith(("postgresql://", "postgres://")) else None
+        """The database URL, for the completion reporter writing to it (None: a DSN that is
+        not a URL, which no reporter is given)."""
         self.connect_timeout = connect_timeout
         self._q = schema.queries("postgres")
         self._local = threading.local()
