@@ -390,6 +390,14 @@ def test_a_chunk_in_one_socket_write_is_the_bytes_kombu_writes(
             kwargs={"tenant": "acme", "n": [1, 2.5, None, True]},
         ),
     ]
+    ensured: list[Any] = []
+    original_ensure = kombu.Connection.ensure
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ensured.append(args[1])
+        return original_ensure(self, *args, **kwargs)
+
+    monkeypatch.setattr(kombu.Connection, "ensure", counting)
     frames = {}
     for framed in (False, True):
         submitter = CelerySubmitter(app, batch_publish=framed)
@@ -397,10 +405,15 @@ def test_a_chunk_in_one_socket_write_is_the_bytes_kombu_writes(
             # The first chunk connects (and declares); the second is the one compared.
             assert submitter.submit_many(chunk) == [o.idempotency_key for o in chunk]
             writes.clear()
+            ensured.clear()
             assert submitter.submit_many(chunk) == [o.idempotency_key for o in chunk]
         finally:
             submitter.close()
         frames[framed] = _publishes(writes)
+        # Framed, every queue declared, no message goes through kombu's retry wrapper (a
+        # buffer append has nothing to retry); one by one, each does.
+        publishes = [f for f in ensured if getattr(f, "__name__", "") == "_publish"]
+        assert len(publishes) == (0 if framed else 3)
         carrying = [w for w in writes if _publishes([w])]
         assert len(carrying) == (1 if framed else 3), "one write for the chunk, or one each"
     assert len(frames[True]) == 3 * 3  # method, header, body, for each

@@ -384,3 +384,18 @@ def test_messages_carry_what_celery_beat_sends(app: Any, redis_url: str, registe
     message = _assert_same(ours, beats)
     assert message["headers"]["celery_beat_task"] is True
     assert message["headers"]["ignore_result"] is (False if registered else None)
+
+
+def test_the_origin_header_is_the_sending_processs_own(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``origin`` Celery writes (``gen<pid>@<host>``) is made once per process, not per
+    message: a forked child writes its own pid, as Celery's per-message one would."""
+    from celery.utils.nodenames import anon_nodename
+
+    from goatbeat.submitters._celery_publish import Publisher
+
+    publisher = Publisher(app)
+    assert publisher._origin() == anon_nodename()
+    monkeypatch.setattr("os.getpid", lambda: 424242)
+    assert publisher._origin() == anon_nodename() == f"gen424242@{anon_nodename().split('@')[1]}"
