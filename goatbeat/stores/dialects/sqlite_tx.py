@@ -35,9 +35,9 @@ from goatbeat.stores.dialect import (
     Completion,
     NewExecution,
     Replace,
-    executions_query,
     heartbeat_columns,
 )
+from goatbeat.stores.dialects.named_tx import NamedQueryTx
 from goatbeat.stores.rows import buffer_ready_at
 
 
@@ -47,6 +47,8 @@ class Connections(Protocol):
     does not import the one that imports it."""
 
     q: dict[str, str]
+    timed: frozenset[str]
+    """The queries that take the store's clock as ``:now``."""
     data_version: int | None
 
     def now(self) -> datetime: ...
@@ -139,7 +141,7 @@ def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     return out
 
 
-class SQLiteTx:
+class SQLiteTx(NamedQueryTx):
     """The primitives on one connection. Outside a transaction, a primitive that writes runs
     in its own ``BEGIN IMMEDIATE``."""
 
@@ -185,7 +187,17 @@ class SQLiteTx:
         self.commit()
 
     def _run(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
-        return self.conn.execute(self.q[name], {} if params is None else _encode(params))
+        values = {} if params is None else _encode(params)
+        if name in self.d.timed and "now" not in values:
+            values["now"] = encode_time(self.now())
+        return self.conn.execute(self.q[name], values)
+
+    def _write(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        with self._atomic():
+            return self._run(name, params).rowcount
+
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
 
     def _many(self, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
         return self.conn.executemany(self.q[name], (_encode(row) for row in rows)).rowcount
@@ -205,10 +217,6 @@ class SQLiteTx:
 
     # -- schedules -------------------------------------------------------------------------
 
-    def schedule(self, name: str) -> dict[str, Any] | None:
-        row = self._run("schedule_by_name", {"name": name}).fetchone()
-        return None if row is None else _decode(row)
-
     def schedules(self, source: str | None) -> list[dict[str, Any]]:
         if source is None:
             return self._rows("schedules_all")
@@ -222,9 +230,6 @@ class SQLiteTx:
         found = (self.schedule(name) for name in dict.fromkeys(names))
         return [row for row in found if row is not None]
 
-    def source_has_rows(self, source: str) -> bool:
-        return self._run("source_has_rows", {"source": source}).fetchone() is not None
-
     def unchanged(
         self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
     ) -> Collection[str] | None:
@@ -232,10 +237,6 @@ class SQLiteTx:
 
     def comparing(self) -> Any:
         return nullcontext()
-
-    def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
-        rows = self._run("orphans", {"source": source, "names": json.dumps(list(declared))})
-        return [r["name"] for r in rows]
 
     def lock_publication(self) -> None:
         return None  # BEGIN IMMEDIATE serialises every writer already
@@ -248,23 +249,10 @@ class SQLiteTx:
         found["published_at"] = decode_time(found["published_at"])
         return found
 
-    def publication_generation(self, fingerprint: str) -> int | None:
-        row = self._run("publication_generation_of", {"fingerprint": fingerprint}).fetchone()
-        return None if row is None or row["generation"] is None else int(row["generation"])
-
     def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
         with self._atomic():
             params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
-            return int(self._run("publication_record", {**params, "now": self.now()}).fetchone()[0])
-
-    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
-        with self._atomic():
-            params = {"id": id, "version": version, "new_name": new_name, "now": self.now()}
-            written = self._run("schedule_rename", params).rowcount
-            if written:
-                self._run("schedule_rename_history", {"id": id, "new_name": new_name})
-                self._run("schedule_rename_misses", {"id": id, "new_name": new_name})
-            return written
+            return int(self._run("publication_record", params).fetchone()["generation"])
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._atomic():
@@ -289,61 +277,23 @@ class SQLiteTx:
             rows = ({"id": sid, "published_fingerprint": printed} for sid, printed in pairs)
             self._many("schedule_set_fingerprint", rows)
 
-    def set_enabled(self, id: int, version: int, values: Mapping[str, Any]) -> int:
-        with self._atomic():
-            params = {**values, "id": id, "version": version, "now": self.now()}
-            return self._run("schedule_set_enabled", params).rowcount
-
-    def prune(self, source: str, keep: Collection[str]) -> list[str]:
-        with self._atomic():
-            params = {"source": source, "keep": json.dumps(list(keep)), "now": self.now()}
-            return [r["name"] for r in self._run("prune", params).fetchall()]
-
-    def withdraw_waiting(self, schedule_id: int, error: str) -> int:
-        with self._atomic():
-            params = {"id": schedule_id, "error": error, "now": self.now()}
-            return self._run("pause_withdraw", params).rowcount
-
-    def pause(self, schedule_id: int, values: Mapping[str, Any], withdrawn: int) -> None:
-        with self._atomic():
-            params = {**values, "id": schedule_id, "withdrawn": withdrawn, "now": self.now()}
-            self._run("pause", params)
-
-    def resume(self, id: int, version: int, next_run_at: datetime | None, skipped: int) -> int:
-        with self._atomic():
-            params = {"id": id, "version": version, "next_run_at": next_run_at, "now": self.now()}
-            return self._run("resume", {**params, "skipped_count": skipped}).rowcount
-
-    def delete_schedule(self, schedule_id: int, error: str) -> None:
-        with self._atomic():
-            self._run("abandon_claimed", {"id": schedule_id, "error": error})
-            self._run("schedule_delete", {"id": schedule_id})
-
-    def execution_statuses(self, keys: Sequence[str]) -> dict[str, str]:
-        found = self._run("statuses_by_keys", {"keys": json.dumps(list(keys))})
-        return {r["idempotency_key"]: r["status"] for r in found.fetchall()}
-
     def insert_backfill(
         self, schedule_id: int, name: str, instants: Sequence[datetime], keys: Sequence[str]
     ) -> set[datetime]:
         with self._atomic():
-            params = {"schedule_id": schedule_id, "name": name, "now": self.now()}
             runs = _batch({"at": at, "key": key} for at, key in zip(instants, keys, strict=True))
-            landed = {r[0] for r in self._run("backfill_insert", {**params, "runs": runs})}
+            params = {"schedule_id": schedule_id, "name": name, "runs": runs}
+            landed = {r[0] for r in self._run("backfill_insert", params)}
         return {at for at, key in zip(instants, keys, strict=True) if key in landed}
 
     def request_run(
         self, schedule_id: int, name: str, at: datetime, key: str
     ) -> dict[str, Any] | None:
         with self._atomic():
-            params = {"schedule_id": schedule_id, "name": name, "at": at, "key": key}
-            self._run("request_run", {**params, "now": self.now()})
-            row = self._run("execution_by_key", {"key": key}).fetchone()
-        return None if row is None else _decode(row)
-
-    def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
-        params = {"limit": limit, "name": name, "status": status}
-        return self._rows(executions_query(name, status), params)
+            self._run(
+                "request_run", {"schedule_id": schedule_id, "name": name, "at": at, "key": key}
+            )
+            return self._one("execution_by_key", {"key": key})
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -360,7 +310,7 @@ class SQLiteTx:
 
     def release_lease(self, name: str, holder: str, token: int, payload: str | None) -> bool:
         with self._atomic():
-            params = {"name": name, "holder": holder, "token": token, "now": self.now()}
+            params = {"name": name, "holder": holder, "token": token}
             released = self._run("lease_release", params).rowcount == 1
             if released and payload is not None:
                 self.notify(payload)
@@ -390,7 +340,7 @@ class SQLiteTx:
 
     def _lease_holds(self, lease: LeaseGrant) -> bool:
         params = {"name": lease.name, "holder": lease.holder, "token": lease.token}
-        return self._run("lease_check", {**params, "now": self.now()}).fetchone() is not None
+        return self._run("lease_check", params).fetchone() is not None
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -423,8 +373,8 @@ class SQLiteTx:
     def insert_executions(
         self, executions: Sequence[NewExecution], token: int, scheduler_id: str
     ) -> dict[str, int]:
-        params = {"token": token, "scheduler_id": scheduler_id, "now": self.now()}
-        rows = self._run("claim_insert_executions", {**params, "runs": _batch(executions)})
+        params = {"token": token, "scheduler_id": scheduler_id, "runs": _batch(executions)}
+        rows = self._run("claim_insert_executions", params)
         return {r["idempotency_key"]: int(r["id"]) for r in rows}
 
     def started_runs(self, runs: Mapping[int, int]) -> None:
@@ -438,7 +388,7 @@ class SQLiteTx:
 
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
         params = {"ids": json.dumps(list(ids)), "token": token, "scheduler_id": scheduler_id}
-        started = dict(self._run("promote_buffered", {**params, "now": self.now()}).fetchall())
+        started = dict(self._run("promote_buffered", params).fetchall())
         order = [i for i in dict.fromkeys(ids) if started.get(i) is not None]
         status = ExecutionStatus.CLAIMED.value
         runs = ({"id": started[i], "execution_id": i, "runs": 1, "status": status} for i in order)
@@ -456,8 +406,7 @@ class SQLiteTx:
         return min((d for d in due if d is not None), default=None)
 
     def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
-        params = {"limit": limit, "exclude": json.dumps(list(exclude)), "now": self.now()}
-        return self._rows("pending", params)
+        return self._rows("pending", {"limit": limit, "exclude": json.dumps(list(exclude))})
 
     def next_retry_at(self, shard: Shard) -> datetime | None:
         row = self._run("next_retry_at").fetchone()
@@ -504,8 +453,7 @@ class SQLiteTx:
             if target is None:
                 return False
             self._run("refuse_executions", {"id": schedule_id, "reason": reason})
-            params = {"id": schedule_id, "park": bool(target["park"]), "now": self.now()}
-            self._run("refuse", params)
+            self._run("refuse", {"id": schedule_id, "park": bool(target["park"])})
         return True
 
     def claim_manual_runs(
@@ -516,15 +464,8 @@ class SQLiteTx:
             if not self._lease_holds(lease):
                 return claimed
             for execution_id in ids:
-                row = self._run(
-                    "claim_manual_run",
-                    {
-                        "id": execution_id,
-                        "scheduler_id": scheduler_id,
-                        "token": lease.token,
-                        "now": self.now(),
-                    },
-                ).fetchone()
+                params = {"id": execution_id, "scheduler_id": scheduler_id, "token": lease.token}
+                row = self._run("claim_manual_run", params).fetchone()
                 if row is None:
                     continue
                 claimed.append(execution_id)
@@ -579,25 +520,9 @@ class SQLiteTx:
                     pause = (str(state["name"]), int(state["consecutive_failures"]))
         return Completion(matched=True, pause=pause)
 
-    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
-        started = self._rows("open_runs_started", {"limit": limit})
-        submitted = self._rows("open_runs_submitted", {"since": since, "limit": limit})
-        return started + submitted
-
-    def retry_now(self) -> int:
-        with self._atomic():
-            return int(self._run("retry_now", {"now": self.now()}).rowcount)
-
-    def refused_schedules(self) -> list[dict[str, Any]]:
-        return self._rows("refused_schedules")
-
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
         query = "refusals" if name is None else "refusal_named"
         return self._rows(query, {"name": name, "limit": -1 if limit is None else limit})
-
-    def longest_bound(self) -> float:
-        row = self._run("longest_bound").fetchone()
-        return float(row["seconds"] or 0) if row is not None else 0.0
 
     def _report_to_schedule(
         self, row: sqlite3.Row, status: str, now: datetime, counts_failure: bool
@@ -615,10 +540,6 @@ class SQLiteTx:
                 "heartbeat", {**heartbeat_columns(beat), "now": now, "expires_at": now + beat.ttl}
             )
             self._run("scheduler_cleanup", {"before": now - retention})
-
-    def remove_scheduler(self, scheduler_id: str) -> None:
-        with self._atomic():
-            self._run("scheduler_remove", {"scheduler_id": scheduler_id})
 
     def record_misses(
         self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
@@ -642,16 +563,8 @@ class SQLiteTx:
             )
             self._run("miss_prune", {"before": now - retention})
 
-    def status_counts(self, now: datetime, since: datetime) -> dict[str, int]:
-        row = self._run("status_counts", {"now": now, "since": since}).fetchone()
-        return {k: int(v) for k, v in dict(row).items()}
-
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
-        row = self._run("status_oldest", {"now": now}).fetchone()
-        return None if row is None else _decode(row)
-
-    def schedulers(self) -> list[dict[str, Any]]:
-        return self._rows("schedulers", {"now": self.now()})
+        return self._one("status_oldest", {"now": now})
 
     def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
         params = {"late": late, "limit": -1 if limit is None else limit}
