@@ -317,23 +317,13 @@ class SQLiteTx(NamedQueryTx):
         return released
 
     def read_leases(self, names: Sequence[str]) -> list[dict[str, Any]]:
-        out = []
-        for name in names:
-            row = self._run("lease_read", {"name": name}).fetchone()
-            if row is None:
-                continue
-            expires_at = decode_time(row["expires_at"])
+        rows = [dict(r) for r in self._run("lease_read", {"names": json.dumps(list(names))})]
+        now = self.now()
+        for row in rows:
+            row["expires_at"] = expires_at = decode_time(row["expires_at"])
             assert expires_at is not None
-            out.append(
-                {
-                    "name": name,
-                    "holder": row["holder"],
-                    "token": int(row["token"]),
-                    "expires_at": expires_at,
-                    "expired": expires_at <= self.now(),
-                }
-            )
-        return out
+            row.update(token=int(row["token"]), expired=expires_at <= now)
+        return rows
 
     def scheduler_leases(self) -> list[dict[str, Any]]:
         return []  # one shard: the lease is "scheduler"
@@ -459,20 +449,14 @@ class SQLiteTx(NamedQueryTx):
     def claim_manual_runs(
         self, lease: LeaseGrant, scheduler_id: str, ids: Sequence[int], shard: Shard
     ) -> list[int]:
-        claimed: list[int] = []
         with self._atomic():
             if not self._lease_holds(lease):
-                return claimed
-            for execution_id in ids:
-                params = {"id": execution_id, "scheduler_id": scheduler_id, "token": lease.token}
-                row = self._run("claim_manual_run", params).fetchone()
-                if row is None:
-                    continue
-                claimed.append(execution_id)
-                if row["schedule_id"] is not None:
-                    params = {"schedule_id": row["schedule_id"], "at": row["scheduled_at"]}
-                    self._run("manual_run", params)
-        return claimed
+                return []
+            params = {"ids": json.dumps(list(ids)), "scheduler_id": scheduler_id}
+            rows = self._run("claim_manual_run", {**params, "token": lease.token}).fetchall()
+            runs = [r for r in rows if r["schedule_id"] is not None]
+            self._many("manual_run", ({"schedule_id": r[1], "at": r[2]} for r in runs))
+        return [int(r["id"]) for r in rows]
 
     # -- reports and operations --------------------------------------------------------------
 

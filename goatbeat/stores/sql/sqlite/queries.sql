@@ -170,7 +170,10 @@ UPDATE goatbeat_lease SET expires_at = :now
 WHERE name = :name AND holder = :holder AND token = :token AND expires_at > :now;
 
 -- name: lease_read
-SELECT holder, token, expires_at FROM goatbeat_lease WHERE name = :name;
+-- The leases named in the JSON array :names, in its order.
+SELECT l.name, l.holder, l.token, l.expires_at
+FROM json_each(:names) AS j JOIN goatbeat_lease AS l ON l.name = j.value
+ORDER BY j.key;
 
 -- name: lease_check
 SELECT 1 FROM goatbeat_lease
@@ -276,11 +279,12 @@ RETURNING schedule_id, scheduled_at, status;
 -- fencing token), once: a resubmission carries the same token, as for a claimed occurrence.
 -- claimed_at becomes the moment of that claim (the request's instant stays in scheduled_at
 -- and the key).
+-- :ids is a JSON array of execution ids; those claimed come back.
 UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token,
     claimed_at = :now
-WHERE id = :id AND kind IN ('manual', 'backfill') AND status = 'claimed'
-  AND fencing_token IS NULL
-RETURNING schedule_id, scheduled_at;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND kind IN ('manual', 'backfill')
+  AND status = 'claimed' AND fencing_token IS NULL
+RETURNING id, schedule_id, scheduled_at;
 
 -- name: manual_run
 -- ... and counts as a run of its schedule (last_run_at only moves forward).
