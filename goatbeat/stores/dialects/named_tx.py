@@ -129,6 +129,9 @@ class NamedQueryTx:
     def schedulers(self) -> list[dict[str, Any]]:
         return self._rows("schedulers")
 
+    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
+        return self._rows("schedule_health", {"late": late, "limit": limit})
+
 
 def executions_query(name: str | None, status: str | None) -> str:
     """The named query :meth:`NamedQueryTx.executions` runs (with ``limit``, ``name`` and

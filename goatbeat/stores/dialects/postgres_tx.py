@@ -503,9 +503,6 @@ class PostgresTx(NamedQueryTx):
             row["at"] = row["at"].astimezone(UTC)
         return row
 
-    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
-        return self._rows("schedule_health", {"late": late, "limit": limit})
-
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
         rows = self._rows("live_schedulers", {"within": within, "shards": shards})
         return [str(r["scheduler_id"]) for r in rows]

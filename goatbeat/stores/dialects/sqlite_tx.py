@@ -506,7 +506,7 @@ class SQLiteTx(NamedQueryTx):
 
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
         query = "refusals" if name is None else "refusal_named"
-        return self._rows(query, {"name": name, "limit": -1 if limit is None else limit})
+        return self._rows(query, {"name": name, "limit": limit})
 
     def _report_to_schedule(
         self, row: sqlite3.Row, status: str, now: datetime, counts_failure: bool
@@ -549,10 +549,6 @@ class SQLiteTx(NamedQueryTx):
 
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
         return self._one("status_oldest", {"now": now})
-
-    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
-        params = {"late": late, "limit": -1 if limit is None else limit}
-        return self._rows("schedule_health", params)
 
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
         now = self.now()

@@ -598,7 +598,7 @@ FROM goatbeat_schedule
 WHERE last_success_at IS NOT NULL OR last_failure_at IS NOT NULL OR missed_count > 0
    OR (enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :late)
 ORDER BY overdue DESC, consecutive_failures DESC, name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
 
 -- name: publication_current
 -- The latest code publication (schema version 8): its generation, set fingerprint, release.
@@ -687,7 +687,7 @@ FROM goatbeat_schedule AS s
 WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
   AND (s.source = 'code' OR s.next_run_at IS NULL)
 ORDER BY s.name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
 
 -- name: refusal_named
 -- One schedule's refusal, as refusals: the name index.
@@ -711,4 +711,4 @@ WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
   AND (s.source = 'code' OR s.next_run_at IS NULL)
   AND s.name = :name
 ORDER BY s.name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
