@@ -368,10 +368,8 @@ class SQLiteTx(NamedQueryTx):
         return {r["idempotency_key"]: int(r["id"]) for r in rows}
 
     def started_runs(self, runs: Mapping[int, int]) -> None:
-        rows = (
-            {"id": sid, "execution_id": eid, "runs": 0, "status": None} for sid, eid in runs.items()
-        )
-        self._many("started_run", rows)
+        rows = _batch({"id": sid, "execution_id": eid} for sid, eid in runs.items())
+        self._run("started_runs", {"runs": rows})
 
     def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
         return self._rows("buffered_runs")

@@ -140,6 +140,15 @@ UPDATE goatbeat_schedule SET
     last_status = coalesce(:status, last_status)
 WHERE id = :id;
 
+-- name: started_runs
+-- started_run for a claim's batch: :runs is a JSON array of {id, execution_id}, one a
+-- schedule; not counted as runs (claim_advance counted them).
+UPDATE goatbeat_schedule AS s SET active_execution_id = r.execution_id
+FROM (SELECT json_extract(value, '$.id') AS id,
+             json_extract(value, '$.execution_id') AS execution_id
+      FROM json_each(:runs)) AS r
+WHERE s.id = r.id;
+
 -- name: promoted_pending
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
        e.kind, e.fencing_token, e.attempts, e.claimed_at, s.task, s.args, s.kwargs, s.queue,
