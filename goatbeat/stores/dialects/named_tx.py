@@ -16,7 +16,9 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-__all__ = ["NamedQueryTx"]
+from goatbeat.core.model import Miss
+
+__all__ = ["NamedQueryTx", "miss_rows", "executions_query"]
 
 
 class NamedQueryTx:
@@ -131,6 +133,22 @@ class NamedQueryTx:
 
     def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
         return self._rows("schedule_health", {"late": late, "limit": limit})
+
+
+def miss_rows(misses: Sequence[Miss], scheduler_id: str) -> list[dict[str, Any]]:
+    """``record_miss``'s parameters, one row a miss (misses are rare: an outage, a long pause;
+    a statement per schedule is plenty)."""
+    return [
+        {
+            "schedule_id": m.schedule_id,
+            "schedule_name": m.schedule_name,
+            "missed": m.count,
+            "first_at": m.first_at,
+            "last_at": m.last_at,
+            "scheduler_id": scheduler_id,
+        }
+        for m in misses
+    ]
 
 
 def executions_query(name: str | None, status: str | None) -> str:

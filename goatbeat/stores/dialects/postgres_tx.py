@@ -31,7 +31,7 @@ from goatbeat.stores.dialect import (
     Replace,
     heartbeat_columns,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx
+from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 
 
 class Connections(Protocol):
@@ -480,21 +480,7 @@ class PostgresTx(NamedQueryTx):
         self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
     ) -> None:
         with self._atomic(), psycopg.Cursor(self.conn) as cur:
-            # Misses are rare (an outage, a long pause): a statement per schedule is plenty.
-            cur.executemany(
-                self.q["record_miss"],
-                [
-                    {
-                        "schedule_id": m.schedule_id,
-                        "schedule_name": m.schedule_name,
-                        "missed": m.count,
-                        "first_at": m.first_at,
-                        "last_at": m.last_at,
-                        "scheduler_id": scheduler_id,
-                    }
-                    for m in misses
-                ],
-            )
+            cur.executemany(self.q["record_miss"], miss_rows(misses, scheduler_id))
             cur.execute(self.q["miss_prune"], {"retention": retention})
 
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:

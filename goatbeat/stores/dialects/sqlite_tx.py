@@ -37,7 +37,7 @@ from goatbeat.stores.dialect import (
     Replace,
     heartbeat_columns,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx
+from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 from goatbeat.stores.rows import buffer_ready_at
 
 
@@ -200,7 +200,9 @@ class SQLiteTx(NamedQueryTx):
         return json.dumps(list(values))
 
     def _many(self, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        return self.conn.executemany(self.q[name], (_encode(row) for row in rows)).rowcount
+        """``name`` once per row (its ``:now`` one instant for all, unless a row has one)."""
+        now = {"now": self.now()} if name in self.d.timed else {}
+        return self.conn.executemany(self.q[name], (_encode({**now, **r}) for r in rows)).rowcount
 
     def _rows(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return [_decode(r) for r in self._run(name, params).fetchall()]
@@ -256,8 +258,7 @@ class SQLiteTx(NamedQueryTx):
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._atomic():
-            now = self.now()
-            self._many("schedule_insert", ({**row, "now": now} for row in rows))
+            self._many("schedule_insert", rows)
 
     def create_schedule(self, row: Mapping[str, Any]) -> dict[str, Any]:
         with self._atomic():
@@ -268,8 +269,7 @@ class SQLiteTx(NamedQueryTx):
 
     def replace_schedules(self, replaces: Sequence[Replace]) -> int:
         with self._atomic():
-            now = self.now()
-            rows = ({**r.values, "id": r.id, "version": r.version, "now": now} for r in replaces)
+            rows = ({**r.values, "id": r.id, "version": r.version} for r in replaces)
             return self._many("schedule_replace", rows)
 
     def set_fingerprints(self, pairs: Sequence[tuple[int, str]]) -> None:
@@ -528,21 +528,7 @@ class SQLiteTx(NamedQueryTx):
     ) -> None:
         now = self.now()
         with self._atomic():
-            self._many(
-                "record_miss",
-                (
-                    {
-                        "schedule_id": miss.schedule_id,
-                        "schedule_name": miss.schedule_name,
-                        "missed": miss.count,
-                        "first_at": miss.first_at,
-                        "last_at": miss.last_at,
-                        "scheduler_id": scheduler_id,
-                        "now": now,
-                    }
-                    for miss in misses
-                ),
-            )
+            self._many("record_miss", ({**r, "now": now} for r in miss_rows(misses, scheduler_id)))
             self._run("miss_prune", {"before": now - retention})
 
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
