@@ -522,11 +522,3 @@ def check_payload(payload: object) -> str:
 def lease_payload(name: str) -> str | None:
     payload = f"lease:{name}"
     return payload if validate_payload(payload) else None
-
-
-def executions_query(name: str | None, status: str | None) -> str:
-    """The named query :meth:`Tx.executions` runs (with ``limit``, ``name`` and ``status``):
-    four spellings rather than "param IS NULL OR ...", so each one gets an index plan."""
-    if name is not None:
-        return "executions_by_name_status" if status is not None else "executions_by_name"
-    return "executions" if status is None else "executions_by_status"

@@ -268,18 +268,8 @@ class OperationsMixin:
                 key = check_key(report.get("key"))
                 checked.append(("started", (key, check_worker(report.get("worker")))))
             else:
-                checked.append(
-                    (
-                        "finished",
-                        check_report(
-                            report.get("key"),
-                            report.get("outcome"),
-                            report.get("error"),
-                            report.get("runtime"),
-                            report.get("worker"),
-                        ),
-                    )
-                )
+                fields = ("key", "outcome", "error", "runtime", "worker")
+                checked.append(("finished", check_report(*map(report.get, fields))))
         matched: list[bool] = []
         pauses: list[tuple[str, int]] = []
         with self.dialect.transaction() as tx:

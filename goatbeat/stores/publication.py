@@ -123,18 +123,13 @@ def plan_publish(
         printed = fingerprint(wanted, schedule.enabled if follow_last_run else None)
         toggle = source_toggle(row, schedule) if follow_last_run else None
         toggled = [] if toggle is None else [FieldChange(field="enabled", old=enabled, new=toggle)]
+        state = {"published_fingerprint": printed, "last_status": row["last_status"]}
         if wanted == stored and not quarantined and toggle is not None:
             # The source enabled or disabled it since the last publish; nobody toggled it in
             # goatbeat: follow the source.
-            values = dict(wanted)
-            values.update(
-                enabled=toggle,
-                next_run_at=schedule.first_run_after(later or now) if toggle else None,
-                last_run_at=later,
-                published_fingerprint=printed,
-                last_status=row["last_status"],
-            )
-            actions.replaces.append(Replace.of(row, values))
+            nxt = schedule.first_run_after(later or now) if toggle else None
+            state.update(enabled=toggle, next_run_at=nxt, last_run_at=later)
+            actions.replaces.append(Replace.of(row, {**wanted, **state}))
             actions.changes[schedule.name] = toggled
             actions.updated.append(schedule.name)
             continue
@@ -148,30 +143,18 @@ def plan_publish(
                     # Recorded without the source's flag (before 0.7.1), or with the other
                     # one while an operator's toggle already matched it: record what the
                     # source says now, so the next import can tell who changed it.
-                    values = dict(wanted)
-                    values.update(
-                        enabled=enabled,
-                        next_run_at=utc(row["next_run_at"]),
-                        last_run_at=None,
-                        published_fingerprint=printed,
-                        last_status=row["last_status"],
+                    state.update(enabled=enabled, next_run_at=utc(row["next_run_at"]))
+                    actions.replaces.append(
+                        Replace.of(row, {**wanted, **state, "last_run_at": None})
                     )
-                    actions.replaces.append(Replace.of(row, values))
                 continue
             # Another scheduler (celery) ran it since: move the phase forward, never back.
             nxt = schedule.first_run_after(later) if enabled else None
             planned = utc(row["next_run_at"])
             if nxt is not None and planned is not None and planned > nxt:
                 nxt = planned
-            values = dict(wanted)
-            values.update(
-                enabled=enabled,
-                next_run_at=nxt,
-                last_run_at=later,
-                published_fingerprint=printed,
-                last_status=row["last_status"],
-            )
-            actions.replaces.append(Replace.of(row, values))
+            state.update(enabled=enabled, next_run_at=nxt, last_run_at=later)
+            actions.replaces.append(Replace.of(row, {**wanted, **state}))
             actions.refreshed.append(schedule.name)
             continue
         changes = definition_changes(stored, wanted)

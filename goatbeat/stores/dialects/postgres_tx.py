@@ -29,9 +29,9 @@ from goatbeat.stores.dialect import (
     NameTaken,
     NewExecution,
     Replace,
-    executions_query,
     heartbeat_columns,
 )
+from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 
 
 class Connections(Protocol):
@@ -83,7 +83,7 @@ _COPY_COLUMNS = (
 """The columns of ``schedule_copy``, in its order."""
 
 
-class PostgresTx:
+class PostgresTx(NamedQueryTx):
     """The primitives on one connection: each one statement (a few for a batch without
     arrays), in the caller's transaction or, outside one, autocommit."""
 
@@ -103,22 +103,20 @@ class PostgresTx:
         self._compares: list[tuple[psycopg.Cursor[Any], set[str]]] = []
         self._pipelined = False
 
-    def _fetch(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    def _rows(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return self.d.fetch(self.conn, name, params)
 
-    def _one(self, name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-        rows = self._fetch(name, params)
-        return rows[0] if rows else None
-
-    def _count(self, name: str, params: Mapping[str, Any]) -> int:
+    def _write(self, name: str, params: Mapping[str, Any] | None = None) -> int:
         """Run ``name`` for the rows it changes (any rows it returns are left unread)."""
         with psycopg.Cursor(self.conn) as cur:
             cur.execute(self.q[name], params)
             return max(0, cur.rowcount)
 
     def _atomic(self) -> Any:
-        """Several statements as one: a transaction of their own outside the caller's."""
         return nullcontext() if self.in_transaction else self.conn.transaction()
+
+    def _array(self, values: Sequence[Any]) -> list[Any]:
+        return list(values)
 
     def now(self) -> datetime:
         row = self._one("now")
@@ -131,17 +129,11 @@ class PostgresTx:
 
     # -- schedules -------------------------------------------------------------------------
 
-    def schedule(self, name: str) -> dict[str, Any] | None:
-        return self._one("schedule_by_name", {"name": name})
-
     def schedules(self, source: str | None) -> list[dict[str, Any]]:
-        return self._fetch("list_schedules", {"source": source})
+        return self._rows("list_schedules", {"source": source})
 
     def schedules_named(self, names: Sequence[str]) -> list[dict[str, Any]]:
-        return self._fetch("schedules_by_names", {"names": list(names)})
-
-    def source_has_rows(self, source: str) -> bool:
-        return bool(self._fetch("source_has_rows", {"source": source}))
+        return self._rows("schedules_by_names", {"names": list(names)})
 
     @contextmanager
     def comparing(self) -> Iterator[None]:
@@ -183,10 +175,6 @@ class PostgresTx:
             with cur:
                 answer.update(row[0] for row in cur.fetchall())
 
-    def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
-        rows = self._fetch("orphans", {"source": source, "names": json.dumps(list(declared))})
-        return [r["name"] for r in rows]
-
     def lock_publication(self) -> None:
         self.conn.execute(self.q["publish_lock"])
 
@@ -196,23 +184,11 @@ class PostgresTx:
             found["published_at"] = found["published_at"].astimezone(UTC)
         return found
 
-    def publication_generation(self, fingerprint: str) -> int | None:
-        row = self._one("publication_generation_of", {"fingerprint": fingerprint})
-        return None if row is None or row["generation"] is None else int(row["generation"])
-
     def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
         params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
         row = self._one("publication_record", params)
         assert row is not None
         return int(row["generation"])
-
-    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
-        params = {"id": id, "version": version, "new_name": new_name}
-        written = self._count("schedule_rename", params)
-        if written:
-            self._count("schedule_rename_history", {"id": id, "new_name": new_name})
-            self._count("schedule_rename_misses", {"id": id, "new_name": new_name})
-        return written
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
@@ -266,41 +242,10 @@ class PostgresTx:
                 [{"id": sid, "published_fingerprint": printed} for sid, printed in pairs],
             )
 
-    def set_enabled(self, id: int, version: int, values: Mapping[str, Any]) -> int:
-        return self._count("schedule_set_enabled", {**values, "id": id, "version": version})
-
-    def prune(self, source: str, keep: Collection[str]) -> list[str]:
-        rows = self._fetch("prune", {"source": source, "keep": sorted(keep)})
-        return [r["name"] for r in rows]
-
-    def withdraw_waiting(self, schedule_id: int, error: str) -> int:
-        return self._count("pause_withdraw", {"id": schedule_id, "error": error})
-
-    def pause(self, schedule_id: int, values: Mapping[str, Any], withdrawn: int) -> None:
-        self._count("pause", {**values, "id": schedule_id, "withdrawn": withdrawn})
-
-    def resume(self, id: int, version: int, next_run_at: datetime | None, skipped: int) -> int:
-        params = {
-            "id": id,
-            "version": version,
-            "next_run_at": next_run_at,
-            "skipped_count": skipped,
-        }
-        return self._count("resume", params)
-
-    def delete_schedule(self, schedule_id: int, error: str) -> None:
-        with self._atomic():
-            self._count("abandon_claimed", {"id": schedule_id, "error": error})
-            self._count("schedule_delete", {"id": schedule_id})
-
-    def execution_statuses(self, keys: Sequence[str]) -> dict[str, str]:
-        rows = self._fetch("backfill_existing", {"keys": list(keys)})
-        return {r["idempotency_key"]: str(r["status"]) for r in rows}
-
     def insert_backfill(
         self, schedule_id: int, name: str, instants: Sequence[datetime], keys: Sequence[str]
     ) -> set[datetime]:
-        written = self._fetch(
+        written = self._rows(
             "backfill_insert",
             {
                 "schedule_id": schedule_id,
@@ -316,10 +261,6 @@ class PostgresTx:
     ) -> dict[str, Any] | None:
         params = {"schedule_id": schedule_id, "name": name, "at": at, "key": key}
         return self._one("request_run", params)
-
-    def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
-        params = {"limit": limit, "name": name, "status": status}
-        return self._fetch(executions_query(name, status), params)
 
     # -- the lease -------------------------------------------------------------------------
 
@@ -345,10 +286,10 @@ class PostgresTx:
         return rows
 
     def read_leases(self, names: Sequence[str]) -> list[dict[str, Any]]:
-        return self._leases(self._fetch("lease_read_many", {"names": list(names)}))
+        return self._leases(self._rows("lease_read_many", {"names": list(names)}))
 
     def scheduler_leases(self) -> list[dict[str, Any]]:
-        return self._leases(self._fetch("leases_like"))
+        return self._leases(self._rows("leases_like"))
 
     # -- claiming --------------------------------------------------------------------------
 
@@ -368,7 +309,7 @@ class PostgresTx:
         return ClaimCheck(now=check["now"].astimezone(UTC), buffered=bool(check["buffered"]))
 
     def due(self, now: datetime, limit: int, shard: Shard) -> list[dict[str, Any]]:
-        return self._fetch("claim_select_due", {"now": now, "limit": limit, **_shard(shard)})
+        return self._rows("claim_select_due", {"now": now, "limit": limit, **_shard(shard)})
 
     @contextmanager
     def recording(self, outcomes: Sequence[SubmitOutcome]) -> Iterator[None]:
@@ -390,14 +331,14 @@ class PostgresTx:
         return True  # the lease row is held FOR SHARE since check_lease
 
     def quarantine(self, damaged: Sequence[tuple[int, int]], status: str) -> set[int]:
-        rows = self._fetch(
+        rows = self._rows(
             "claim_quarantine",
             {"ids": [i for i, _ in damaged], "versions": [v for _, v in damaged], "status": status},
         )
         return {int(r["id"]) for r in rows}
 
     def advance(self, advances: Sequence[Advanced], lease: LeaseGrant) -> set[int]:
-        rows = self._fetch(
+        rows = self._rows(
             "claim_advance",
             {
                 "ids": [a.id for a in advances],
@@ -419,7 +360,7 @@ class PostgresTx:
     def insert_executions(
         self, executions: Sequence[NewExecution], token: int, scheduler_id: str
     ) -> dict[str, int]:
-        rows = self._fetch(
+        rows = self._rows(
             "claim_insert_executions",
             {
                 "token": token,
@@ -437,18 +378,18 @@ class PostgresTx:
         return {r["idempotency_key"]: int(r["id"]) for r in rows}
 
     def started_runs(self, runs: Mapping[int, int]) -> None:
-        self._count("started_runs", {"ids": list(runs), "execution_ids": list(runs.values())})
+        self._write("started_runs", {"ids": list(runs), "execution_ids": list(runs.values())})
 
     def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
-        return self._fetch("buffered_runs", _shard(shard))
+        return self._rows("buffered_runs", _shard(shard))
 
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
         params = {"ids": list(ids), "token": token, "scheduler_id": scheduler_id}
-        return self._fetch("promote_buffered", params)
+        return self._rows("promote_buffered", params)
 
     def abandon(self, failed: Sequence[tuple[int, str]]) -> None:
         params = {"ids": [i for i, _ in failed], "errors": [e for _, e in failed]}
-        self._count("abandon_damaged", params)
+        self._write("abandon_damaged", params)
 
     def next_due_at(self, shard: Shard) -> datetime | None:
         row = self._one("next_due_at", _shard(shard))
@@ -456,7 +397,7 @@ class PostgresTx:
         return None if value is None else value.astimezone(UTC)
 
     def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
-        return self._fetch("pending", {"limit": limit, "exclude": list(exclude), **_shard(shard)})
+        return self._rows("pending", {"limit": limit, "exclude": list(exclude), **_shard(shard)})
 
     def next_retry_at(self, shard: Shard) -> datetime | None:
         row = self._one("next_retry_at", _shard(shard))
@@ -476,7 +417,7 @@ class PostgresTx:
         self, lease: LeaseGrant, scheduler_id: str, ids: Sequence[int], shard: Shard
     ) -> list[int]:
         with self._atomic():
-            rows = self._fetch(
+            rows = self._rows(
                 "claim_manual_runs",
                 {
                     "name": lease.name,
@@ -522,61 +463,25 @@ class PostgresTx:
             pause = (str(row["pause_name"]), int(row["failures"]))
         return Completion(matched=int(row["matched"]) > 0, pause=pause)
 
-    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
-        started = self._fetch("open_runs_started", {"limit": limit})
-        return started + self._fetch("open_runs_submitted", {"since": since, "limit": limit})
-
-    def retry_now(self) -> int:
-        return self._count("retry_now", {})
-
-    def refused_schedules(self) -> list[dict[str, Any]]:
-        return self._fetch("refused_schedules")
-
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
         query = "refusals" if name is None else "refusal_named"
-        rows = self._fetch(query, {"name": name, "limit": limit})
+        rows = self._rows(query, {"name": name, "limit": limit})
         for row in rows:
             if row["refused_at"] is not None:
                 row["refused_at"] = row["refused_at"].astimezone(UTC)
         return rows
 
-    def longest_bound(self) -> float:
-        row = self._one("longest_bound")
-        return float(row["seconds"] or 0) if row is not None else 0.0
-
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         with self._atomic():
-            self._fetch("heartbeat", {**heartbeat_columns(beat), "ttl": beat.ttl})
-            self._fetch("scheduler_cleanup", {"retention": retention})
-
-    def remove_scheduler(self, scheduler_id: str) -> None:
-        self._fetch("scheduler_remove", {"scheduler_id": scheduler_id})
+            self._rows("heartbeat", {**heartbeat_columns(beat), "ttl": beat.ttl})
+            self._rows("scheduler_cleanup", {"retention": retention})
 
     def record_misses(
         self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
     ) -> None:
         with self._atomic(), psycopg.Cursor(self.conn) as cur:
-            # Misses are rare (an outage, a long pause): a statement per schedule is plenty.
-            cur.executemany(
-                self.q["record_miss"],
-                [
-                    {
-                        "schedule_id": m.schedule_id,
-                        "schedule_name": m.schedule_name,
-                        "missed": m.count,
-                        "first_at": m.first_at,
-                        "last_at": m.last_at,
-                        "scheduler_id": scheduler_id,
-                    }
-                    for m in misses
-                ],
-            )
+            cur.executemany(self.q["record_miss"], miss_rows(misses, scheduler_id))
             cur.execute(self.q["miss_prune"], {"retention": retention})
-
-    def status_counts(self, now: datetime, since: datetime) -> dict[str, int]:
-        row = self._one("status_counts", {"now": now, "since": since})
-        assert row is not None
-        return {k: int(v) for k, v in row.items()}
 
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
         row = self._one("status_oldest", {"now": now})
@@ -584,14 +489,8 @@ class PostgresTx:
             row["at"] = row["at"].astimezone(UTC)
         return row
 
-    def schedulers(self) -> list[dict[str, Any]]:
-        return self._fetch("schedulers")
-
-    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
-        return self._fetch("schedule_health", {"late": late, "limit": limit})
-
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
-        rows = self._fetch("live_schedulers", {"within": within, "shards": shards})
+        rows = self._rows("live_schedulers", {"within": within, "shards": shards})
         return [str(r["scheduler_id"]) for r in rows]
 
 

@@ -53,6 +53,7 @@ class SQLiteDialect:
         self.clock = clock
         self.busy_timeout = busy_timeout
         self.q = schema.queries("sqlite")
+        self.timed = frozenset(name for name, text in self.q.items() if ":now" in text)
         self.lock = threading.RLock()
         self._local = threading.Condition(threading.Lock())
         self._local_notified = 0

@@ -2,8 +2,9 @@
 :mod:`goatbeat.stores.dialect`'s ``Tx`` on the connection of a
 :class:`~goatbeat.stores.dialects.sqlite.SQLiteDialect`, with the named queries of
 ``sql/sqlite/queries.sql``, and how values are stored (instants as ISO text, JSON columns as
-text). SQLite has no arrays, so a primitive over a batch runs its statement once per row,
-inside the one transaction. :mod:`goatbeat.stores.dialects.sqlite` says how the connection is
+text). SQLite has no arrays: a primitive over a batch passes it as one JSON array that its
+statement reads with ``json_each``, or runs its statement once per row (``executemany``) when it
+needs no answer per row, inside the one transaction. :mod:`goatbeat.stores.dialects.sqlite` says how the connection is
 kept and how writers share the lock.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -34,9 +35,9 @@ from goatbeat.stores.dialect import (
     Completion,
     NewExecution,
     Replace,
-    executions_query,
     heartbeat_columns,
 )
+from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 from goatbeat.stores.rows import buffer_ready_at
 
 
@@ -46,6 +47,8 @@ class Connections(Protocol):
     does not import the one that imports it."""
 
     q: dict[str, str]
+    timed: frozenset[str]
+    """The queries that take the store's clock as ``:now``."""
     data_version: int | None
 
     def now(self) -> datetime: ...
@@ -102,6 +105,8 @@ def _lenient(decode: Any, value: Any) -> Any:
 
 
 def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameters as stored: JSON columns as text, instants as :func:`encode_time`, booleans
+    as 0 or 1."""
     out: dict[str, Any] = {}
     for key, value in row.items():
         if key in JSON_COLUMNS:
@@ -115,6 +120,16 @@ def _encode(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _batch(rows: Iterable[Any]) -> str:
+    """A batch as one JSON array of objects, each encoded as :func:`_encode` (a dataclass by its
+    fields), for a statement that reads it with ``json_each``."""
+    return json.dumps([_encode(r if isinstance(r, Mapping) else _fields(r)) for r in rows])
+
+
+def _fields(item: Any) -> dict[str, Any]:
+    return {name: getattr(item, name) for name in item.__slots__}
+
+
 def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     out = dict(row)
     if json_columns:  # the claim path leaves them as text for the schedule cache
@@ -126,7 +141,7 @@ def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     return out
 
 
-class SQLiteTx:
+class SQLiteTx(NamedQueryTx):
     """The primitives on one connection. Outside a transaction, a primitive that writes runs
     in its own ``BEGIN IMMEDIATE``."""
 
@@ -172,15 +187,25 @@ class SQLiteTx:
         self.commit()
 
     def _run(self, name: str, params: Mapping[str, Any] | None = None) -> sqlite3.Cursor:
-        return self.conn.execute(self.q[name], {} if params is None else params)
+        values = {} if params is None else _encode(params)
+        if name in self.d.timed and "now" not in values:
+            values["now"] = encode_time(self.now())
+        return self.conn.execute(self.q[name], values)
+
+    def _write(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        with self._atomic():
+            return self._run(name, params).rowcount
+
+    def _array(self, values: Sequence[Any]) -> str:
+        return json.dumps(list(values))
+
+    def _many(self, name: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        """``name`` once per row (its ``:now`` one instant for all, unless a row has one)."""
+        now = {"now": self.now()} if name in self.d.timed else {}
+        return self.conn.executemany(self.q[name], (_encode({**now, **r}) for r in rows)).rowcount
 
     def _rows(self, name: str, params: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
         return [_decode(r) for r in self._run(name, params).fetchall()]
-
-    def _now_text(self) -> str:
-        text = encode_time(self.now())
-        assert text is not None
-        return text
 
     def now(self) -> datetime:
         return self.d.now()
@@ -193,10 +218,6 @@ class SQLiteTx:
             self._notified = True
 
     # -- schedules -------------------------------------------------------------------------
-
-    def schedule(self, name: str) -> dict[str, Any] | None:
-        row = self._run("schedule_by_name", {"name": name}).fetchone()
-        return None if row is None else _decode(row)
 
     def schedules(self, source: str | None) -> list[dict[str, Any]]:
         if source is None:
@@ -211,9 +232,6 @@ class SQLiteTx:
         found = (self.schedule(name) for name in dict.fromkeys(names))
         return [row for row in found if row is not None]
 
-    def source_has_rows(self, source: str) -> bool:
-        return self._run("source_has_rows", {"source": source}).fetchone() is not None
-
     def unchanged(
         self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
     ) -> Collection[str] | None:
@@ -221,10 +239,6 @@ class SQLiteTx:
 
     def comparing(self) -> Any:
         return nullcontext()
-
-    def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
-        rows = self._run("orphans", {"source": source, "names": json.dumps(list(declared))})
-        return [r["name"] for r in rows]
 
     def lock_publication(self) -> None:
         return None  # BEGIN IMMEDIATE serialises every writer already
@@ -237,168 +251,56 @@ class SQLiteTx:
         found["published_at"] = decode_time(found["published_at"])
         return found
 
-    def publication_generation(self, fingerprint: str) -> int | None:
-        row = self._run("publication_generation_of", {"fingerprint": fingerprint}).fetchone()
-        return None if row is None or row["generation"] is None else int(row["generation"])
-
     def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
         with self._atomic():
-            params = {
-                "fingerprint": fingerprint,
-                "release": release,
-                "schedules": schedules,
-                "now": self._now_text(),
-            }
+            params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
             return int(self._run("publication_record", params).fetchone()["generation"])
-
-    def rename_schedule(self, id: int, version: int, new_name: str) -> int:
-        with self._atomic():
-            params = {"id": id, "version": version, "new_name": new_name, "now": self._now_text()}
-            written = self._run("schedule_rename", params).rowcount
-            if written:
-                self._run("schedule_rename_history", {"id": id, "new_name": new_name})
-                self._run("schedule_rename_misses", {"id": id, "new_name": new_name})
-            return written
-
-    def _insert(self, row: Mapping[str, Any], now: str) -> int:
-        params = _encode(row)
-        params["now"] = now
-        cur = self._run("schedule_insert", params)
-        assert cur.lastrowid is not None
-        return cur.lastrowid
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._atomic():
-            now = self._now_text()
-            for row in rows:
-                self._insert(row, now)
+            self._many("schedule_insert", rows)
 
     def create_schedule(self, row: Mapping[str, Any]) -> dict[str, Any]:
         with self._atomic():
-            self._insert(row, self._now_text())
+            self.insert_schedules([row])
             stored = self.schedule(row["name"])
         assert stored is not None
         return stored
 
     def replace_schedules(self, replaces: Sequence[Replace]) -> int:
-        written = 0
         with self._atomic():
-            now = self._now_text()
-            for rep in replaces:
-                params = _encode(rep.values)
-                params.update(id=rep.id, version=rep.version, now=now)
-                written += self._run("schedule_replace", params).rowcount
-        return written
+            rows = ({**r.values, "id": r.id, "version": r.version} for r in replaces)
+            return self._many("schedule_replace", rows)
 
     def set_fingerprints(self, pairs: Sequence[tuple[int, str]]) -> None:
         with self._atomic():
-            for sid, printed in pairs:
-                self._run("schedule_set_fingerprint", {"id": sid, "published_fingerprint": printed})
-
-    def set_enabled(self, id: int, version: int, values: Mapping[str, Any]) -> int:
-        with self._atomic():
-            params = {
-                "enabled": int(values["enabled"]),
-                "next_run_at": encode_time(values["next_run_at"]),
-                "last_status": values["last_status"],
-                "id": id,
-                "version": version,
-                "now": self._now_text(),
-            }
-            return self._run("schedule_set_enabled", params).rowcount
-
-    def prune(self, source: str, keep: Collection[str]) -> list[str]:
-        with self._atomic():
-            params = {"source": source, "keep": json.dumps(list(keep)), "now": self._now_text()}
-            return [r["name"] for r in self._run("prune", params).fetchall()]
-
-    def withdraw_waiting(self, schedule_id: int, error: str) -> int:
-        with self._atomic():
-            params = {"id": schedule_id, "error": error, "now": self._now_text()}
-            return self._run("pause_withdraw", params).rowcount
-
-    def pause(self, schedule_id: int, values: Mapping[str, Any], withdrawn: int) -> None:
-        with self._atomic():
-            self._run(
-                "pause",
-                {
-                    "id": schedule_id,
-                    "paused_at": encode_time(values["paused_at"]),
-                    "paused_by": values["paused_by"],
-                    "pause_note": values["pause_note"],
-                    "withdrawn": withdrawn,
-                    "now": self._now_text(),
-                },
-            )
-
-    def resume(self, id: int, version: int, next_run_at: datetime | None, skipped: int) -> int:
-        with self._atomic():
-            params = {
-                "id": id,
-                "version": version,
-                "next_run_at": encode_time(next_run_at),
-                "skipped_count": skipped,
-                "now": self._now_text(),
-            }
-            return self._run("resume", params).rowcount
-
-    def delete_schedule(self, schedule_id: int, error: str) -> None:
-        with self._atomic():
-            self._run("abandon_claimed", {"id": schedule_id, "error": error})
-            self._run("schedule_delete", {"id": schedule_id})
-
-    def execution_statuses(self, keys: Sequence[str]) -> dict[str, str]:
-        found = self._run("statuses_by_keys", {"keys": json.dumps(list(keys))})
-        return {r["idempotency_key"]: r["status"] for r in found.fetchall()}
+            rows = ({"id": sid, "published_fingerprint": printed} for sid, printed in pairs)
+            self._many("schedule_set_fingerprint", rows)
 
     def insert_backfill(
         self, schedule_id: int, name: str, instants: Sequence[datetime], keys: Sequence[str]
     ) -> set[datetime]:
-        landed: set[datetime] = set()
         with self._atomic():
-            now = self._now_text()
-            for at, key in zip(instants, keys, strict=True):
-                params = {
-                    "schedule_id": schedule_id,
-                    "name": name,
-                    "at": encode_time(at),
-                    "key": key,
-                    "now": now,
-                }
-                if self._run("backfill_insert", params).rowcount == 1:
-                    landed.add(at)
-        return landed
+            runs = _batch({"at": at, "key": key} for at, key in zip(instants, keys, strict=True))
+            params = {"schedule_id": schedule_id, "name": name, "runs": runs}
+            landed = {r[0] for r in self._run("backfill_insert", params)}
+        return {at for at, key in zip(instants, keys, strict=True) if key in landed}
 
     def request_run(
         self, schedule_id: int, name: str, at: datetime, key: str
     ) -> dict[str, Any] | None:
         with self._atomic():
-            params = {
-                "schedule_id": schedule_id,
-                "name": name,
-                "at": encode_time(at),
-                "key": key,
-                "now": self._now_text(),
-            }
-            self._run("request_run", params)
-            row = self._run("execution_by_key", {"key": key}).fetchone()
-        return None if row is None else _decode(row)
-
-    def executions(self, name: str | None, status: str | None, limit: int) -> list[dict[str, Any]]:
-        params = {"limit": limit, "name": name, "status": status}
-        return self._rows(executions_query(name, status), params)
+            self._run(
+                "request_run", {"schedule_id": schedule_id, "name": name, "at": at, "key": key}
+            )
+            return self._one("execution_by_key", {"key": key})
 
     # -- the lease -------------------------------------------------------------------------
 
     def acquire_lease(self, name: str, holder: str, ttl: timedelta) -> LeaseGrant | None:
         with self._atomic():
             now = self.now()
-            params = {
-                "name": name,
-                "holder": holder,
-                "now": encode_time(now),
-                "expires_at": encode_time(now + ttl),
-            }
+            params = {"name": name, "holder": holder, "now": now, "expires_at": now + ttl}
             row = self._run("lease_acquire", params).fetchone()
         if row is None:
             return None
@@ -408,41 +310,26 @@ class SQLiteTx:
 
     def release_lease(self, name: str, holder: str, token: int, payload: str | None) -> bool:
         with self._atomic():
-            params = {"name": name, "holder": holder, "token": token, "now": self._now_text()}
+            params = {"name": name, "holder": holder, "token": token}
             released = self._run("lease_release", params).rowcount == 1
             if released and payload is not None:
                 self.notify(payload)
         return released
 
     def read_leases(self, names: Sequence[str]) -> list[dict[str, Any]]:
-        out = []
-        for name in names:
-            row = self._run("lease_read", {"name": name}).fetchone()
-            if row is None:
-                continue
-            expires_at = decode_time(row["expires_at"])
+        rows = [dict(r) for r in self._run("lease_read", {"names": json.dumps(list(names))})]
+        now = self.now()
+        for row in rows:
+            row["expires_at"] = expires_at = decode_time(row["expires_at"])
             assert expires_at is not None
-            out.append(
-                {
-                    "name": name,
-                    "holder": row["holder"],
-                    "token": int(row["token"]),
-                    "expires_at": expires_at,
-                    "expired": expires_at <= self.now(),
-                }
-            )
-        return out
+            row.update(token=int(row["token"]), expired=expires_at <= now)
+        return rows
 
     def scheduler_leases(self) -> list[dict[str, Any]]:
         return []  # one shard: the lease is "scheduler"
 
     def _lease_holds(self, lease: LeaseGrant) -> bool:
-        params = {
-            "name": lease.name,
-            "holder": lease.holder,
-            "token": lease.token,
-            "now": self._now_text(),
-        }
+        params = {"name": lease.name, "holder": lease.holder, "token": lease.token}
         return self._run("lease_check", params).fetchone() is not None
 
     # -- claiming --------------------------------------------------------------------------
@@ -454,7 +341,7 @@ class SQLiteTx:
         return ClaimCheck(now=now, buffered=self._run("buffered_runs").fetchone() is not None)
 
     def due(self, now: datetime, limit: int, shard: Shard) -> list[dict[str, Any]]:
-        rows = self._run("claim_select_due", {"now": encode_time(now), "limit": limit})
+        rows = self._run("claim_select_due", {"now": now, "limit": limit})
         return [_decode(r, json_columns=False) for r in rows.fetchall()]
 
     def recording(self, outcomes: Sequence[SubmitOutcome]) -> Any:
@@ -466,87 +353,39 @@ class SQLiteTx:
         return self._lease_holds(lease)
 
     def quarantine(self, damaged: Sequence[tuple[int, int]], status: str) -> set[int]:
-        written: set[int] = set()
-        for id, version in damaged:
-            params = {"id": id, "version": version, "status": status}
-            if self._run("claim_quarantine", params).rowcount == 1:
-                written.add(id)
-        return written
+        rows = _batch({"id": id, "version": version} for id, version in damaged)
+        return {r[0] for r in self._run("claim_quarantine", {"rows": rows, "status": status})}
 
     def advance(self, advances: Sequence[Advanced], lease: LeaseGrant) -> set[int]:
-        advanced: set[int] = set()
-        for a in advances:
-            params = {
-                "id": a.id,
-                "version": a.version,
-                "next_run_at": encode_time(a.next_run_at),
-                "last_run_at": encode_time(a.last_run_at),
-                "last_status": a.last_status,
-                "runs": a.runs,
-                "missed": a.missed,
-                "skipped": a.skipped,
-                "disable": int(a.disable),
-            }
-            if self._run("claim_advance", params).rowcount == 1:
-                advanced.add(a.id)
-        return advanced
+        rows = _batch(advances)
+        return {r[0] for r in self._run("claim_advance", {"advances": rows})}
 
     def insert_executions(
         self, executions: Sequence[NewExecution], token: int, scheduler_id: str
     ) -> dict[str, int]:
-        claimed_at = self._now_text()
-        inserted: dict[str, int] = {}
-        for e in executions:
-            row = self._run(
-                "claim_insert_execution",
-                {
-                    "schedule_id": e.schedule_id,
-                    "schedule_name": e.schedule_name,
-                    "scheduled_at": encode_time(e.scheduled_at),
-                    "key": e.key,
-                    "status": e.status,
-                    "token": token,
-                    "scheduler_id": scheduler_id,
-                    "now": claimed_at,
-                    "retry_at": encode_time(e.retry_at),
-                },
-            ).fetchone()
-            if row is not None:
-                inserted[e.key] = int(row[0])
-        return inserted
+        params = {"token": token, "scheduler_id": scheduler_id, "runs": _batch(executions)}
+        rows = self._run("claim_insert_executions", params)
+        return {r["idempotency_key"]: int(r["id"]) for r in rows}
 
     def started_runs(self, runs: Mapping[int, int]) -> None:
-        for sid, execution_id in runs.items():
-            params = {"id": sid, "execution_id": execution_id, "runs": 0, "status": None}
-            self._run("started_run", params)
+        rows = _batch({"id": sid, "execution_id": eid} for sid, eid in runs.items())
+        self._run("started_runs", {"runs": rows})
 
     def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
         return self._rows("buffered_runs")
 
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
-        now = self._now_text()
-        joined: list[dict[str, Any]] = []
-        for execution_id in ids:
-            params = {"id": execution_id, "token": token, "scheduler_id": scheduler_id, "now": now}
-            promoted = self._run("promote_buffered", params).fetchone()
-            if promoted is None or promoted["schedule_id"] is None:
-                continue
-            self._run(
-                "started_run",
-                {
-                    "id": promoted["schedule_id"],
-                    "execution_id": execution_id,
-                    "runs": 1,
-                    "status": ExecutionStatus.CLAIMED.value,
-                },
-            )
-            joined += self._rows("promoted_pending", {"id": execution_id})
-        return joined
+        params = {"ids": json.dumps(list(ids)), "token": token, "scheduler_id": scheduler_id}
+        started = dict(self._run("promote_buffered", params).fetchall())
+        order = [i for i in dict.fromkeys(ids) if started.get(i) is not None]
+        status = ExecutionStatus.CLAIMED.value
+        runs = ({"id": started[i], "execution_id": i, "runs": 1, "status": status} for i in order)
+        self._many("started_run", runs)
+        return self._rows("promoted_pending", {"ids": json.dumps(order)})
 
     def abandon(self, failed: Sequence[tuple[int, str]]) -> None:
         with self._atomic():
-            for execution_id, error in failed:
-                self._run("abandon_damaged", {"id": execution_id, "error": error})
+            self._many("abandon_damaged", ({"id": i, "error": e} for i, e in failed))
 
     def next_due_at(self, shard: Shard) -> datetime | None:
         row = self._run("next_due_at").fetchone()
@@ -555,8 +394,7 @@ class SQLiteTx:
         return min((d for d in due if d is not None), default=None)
 
     def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
-        params = {"limit": limit, "exclude": json.dumps(list(exclude)), "now": self._now_text()}
-        return self._rows("pending", params)
+        return self._rows("pending", {"limit": limit, "exclude": json.dumps(list(exclude))})
 
     def next_retry_at(self, shard: Shard) -> datetime | None:
         row = self._run("next_retry_at").fetchone()
@@ -564,23 +402,20 @@ class SQLiteTx:
 
     def record_outcomes(self, outcomes: Sequence[SubmitOutcome]) -> None:
         with self._atomic():
-            at = self.now()
-            now = encode_time(at)
+            now = self.now()
             latest: dict[int, tuple[str, str]] = {}
             missed: dict[int, int] = {}
             for outcome in outcomes:
                 retry_at = None
                 if outcome.retry_in is not None:
-                    retry_at = encode_time(
-                        at + timedelta(seconds=max(0.0, float(outcome.retry_in)))
-                    )
+                    retry_at = now + timedelta(seconds=max(0.0, float(outcome.retry_in)))
                 row = self._run(
                     "record_outcome",
                     {
                         "id": outcome.execution_id,
                         "key": outcome.idempotency_key,
-                        "ok": int(outcome.ok),
-                        "final": int(outcome.final),
+                        "ok": outcome.ok,
+                        "final": outcome.final,
                         "backend_task_id": outcome.backend_task_id,
                         "error": outcome.error,
                         "now": now,
@@ -606,34 +441,20 @@ class SQLiteTx:
             if target is None:
                 return False
             self._run("refuse_executions", {"id": schedule_id, "reason": reason})
-            params = {"id": schedule_id, "park": int(bool(target["park"])), "now": self._now_text()}
-            self._run("refuse", params)
+            self._run("refuse", {"id": schedule_id, "park": bool(target["park"])})
         return True
 
     def claim_manual_runs(
         self, lease: LeaseGrant, scheduler_id: str, ids: Sequence[int], shard: Shard
     ) -> list[int]:
-        claimed: list[int] = []
         with self._atomic():
             if not self._lease_holds(lease):
-                return claimed
-            for execution_id in ids:
-                row = self._run(
-                    "claim_manual_run",
-                    {
-                        "id": execution_id,
-                        "scheduler_id": scheduler_id,
-                        "token": lease.token,
-                        "now": self._now_text(),
-                    },
-                ).fetchone()
-                if row is None:
-                    continue
-                claimed.append(execution_id)
-                if row["schedule_id"] is not None:
-                    params = {"schedule_id": row["schedule_id"], "at": row["scheduled_at"]}
-                    self._run("manual_run", params)
-        return claimed
+                return []
+            params = {"ids": json.dumps(list(ids)), "scheduler_id": scheduler_id}
+            rows = self._run("claim_manual_run", {**params, "token": lease.token}).fetchall()
+            runs = [r for r in rows if r["schedule_id"] is not None]
+            self._many("manual_run", ({"schedule_id": r[1], "at": r[2]} for r in runs))
+        return [int(r["id"]) for r in rows]
 
     # -- reports and operations --------------------------------------------------------------
 
@@ -642,7 +463,7 @@ class SQLiteTx:
             row = self._run("execution_for_report", {"key": key}).fetchone()
             if row is None:
                 return False
-            now = self._now_text()
+            now = self.now()
             self._run("record_started", {"id": row["id"], "now": now, "worker": worker})
             self._report_to_schedule(row, ExecutionStatus.RUNNING.value, now, False)
         return True
@@ -665,20 +486,10 @@ class SQLiteTx:
             started = _lenient(decode_time, row["started_at"])
             if seconds is None and isinstance(started, datetime):
                 seconds = (now - started).total_seconds()
-            now_text = encode_time(now)
-            self._run(
-                "record_completion",
-                {
-                    "id": row["id"],
-                    "outcome": outcome,
-                    "now": now_text,
-                    "error": error,
-                    "runtime": seconds,
-                    "worker": worker,
-                },
-            )
+            params = {"id": row["id"], "outcome": outcome, "now": now, "error": error}
+            self._run("record_completion", {**params, "runtime": seconds, "worker": worker})
             counts = outcome in FAILURE_STATUSES and row["status"] not in FAILURE_STATUSES
-            self._report_to_schedule(row, outcome, now_text, counts)
+            self._report_to_schedule(row, outcome, now, counts)
             sid = row["schedule_id"]
             ended = outcome in ENDED_BY_REPORT
             if ended and sid is not None:
@@ -691,93 +502,39 @@ class SQLiteTx:
                     pause = (str(state["name"]), int(state["consecutive_failures"]))
         return Completion(matched=True, pause=pause)
 
-    def open_runs(self, since: datetime, limit: int) -> list[dict[str, Any]]:
-        started = self._rows("open_runs_started", {"limit": limit})
-        submitted = self._rows("open_runs_submitted", {"since": encode_time(since), "limit": limit})
-        return started + submitted
-
-    def retry_now(self) -> int:
-        with self._atomic():
-            return int(self._run("retry_now", {"now": self._now_text()}).rowcount)
-
-    def refused_schedules(self) -> list[dict[str, Any]]:
-        return self._rows("refused_schedules")
-
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
         query = "refusals" if name is None else "refusal_named"
-        return self._rows(query, {"name": name, "limit": -1 if limit is None else limit})
-
-    def longest_bound(self) -> float:
-        row = self._run("longest_bound").fetchone()
-        return float(row["seconds"] or 0) if row is not None else 0.0
+        return self._rows(query, {"name": name, "limit": limit})
 
     def _report_to_schedule(
-        self, row: sqlite3.Row, status: str, now: str | None, counts_failure: bool
+        self, row: sqlite3.Row, status: str, now: datetime, counts_failure: bool
     ) -> None:
-        if row["schedule_id"] is None:
-            return
-        self._run(
-            "schedule_report",
-            {
-                "id": row["schedule_id"],
-                "scheduled_at": row["scheduled_at"],
-                "status": status,
-                "now": now,
-                "counts_failure": int(counts_failure),
-            },
-        )
+        if row["schedule_id"] is not None:
+            params = {"id": row["schedule_id"], "scheduled_at": row["scheduled_at"], "now": now}
+            self._run(
+                "schedule_report", {**params, "status": status, "counts_failure": counts_failure}
+            )
 
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         now = self.now()
         with self._atomic():
-            times = {"now": encode_time(now), "expires_at": encode_time(now + beat.ttl)}
-            self._run("heartbeat", {**heartbeat_columns(beat), **times})
-            self._run("scheduler_cleanup", {"before": encode_time(now - retention)})
-
-    def remove_scheduler(self, scheduler_id: str) -> None:
-        with self._atomic():
-            self._run("scheduler_remove", {"scheduler_id": scheduler_id})
+            self._run(
+                "heartbeat", {**heartbeat_columns(beat), "now": now, "expires_at": now + beat.ttl}
+            )
+            self._run("scheduler_cleanup", {"before": now - retention})
 
     def record_misses(
         self, misses: Sequence[Miss], scheduler_id: str, retention: timedelta
     ) -> None:
         now = self.now()
         with self._atomic():
-            for miss in misses:
-                self._run(
-                    "record_miss",
-                    {
-                        "schedule_id": miss.schedule_id,
-                        "schedule_name": miss.schedule_name,
-                        "missed": miss.count,
-                        "first_at": encode_time(miss.first_at),
-                        "last_at": encode_time(miss.last_at),
-                        "scheduler_id": scheduler_id,
-                        "now": encode_time(now),
-                    },
-                )
-            self._run("miss_prune", {"before": encode_time(now - retention)})
-
-    def status_counts(self, now: datetime, since: datetime) -> dict[str, int]:
-        params = {"now": encode_time(now), "since": encode_time(since)}
-        return {k: int(v) for k, v in dict(self._run("status_counts", params).fetchone()).items()}
+            self._many("record_miss", ({**r, "now": now} for r in miss_rows(misses, scheduler_id)))
+            self._run("miss_prune", {"before": now - retention})
 
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
-        row = self._run("status_oldest", {"now": encode_time(now)}).fetchone()
-        return None if row is None else _decode(row)
-
-    def schedulers(self) -> list[dict[str, Any]]:
-        return self._rows("schedulers", {"now": self._now_text()})
-
-    def schedule_health(self, late: datetime, limit: int | None) -> list[dict[str, Any]]:
-        params = {"late": encode_time(late), "limit": -1 if limit is None else limit}
-        return self._rows("schedule_health", params)
+        return self._one("status_oldest", {"now": now})
 
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
         now = self.now()
-        params = {
-            "now": encode_time(now),
-            "since": encode_time(now - within),
-            "pattern": f"scheduler/%-of-{int(shards)}",
-        }
+        params = {"now": now, "since": now - within, "pattern": f"scheduler/%-of-{int(shards)}"}
         return [str(r["scheduler_id"]) for r in self._run("live_schedulers", params)]

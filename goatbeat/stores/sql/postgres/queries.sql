@@ -737,7 +737,7 @@ RETURNING id, name, source, task, trigger, timezone, args, kwargs, queue, exchan
           max_runtime, pause_on_failure, paused, paused_at, paused_by, pause_note,
           skipped_count;
 
--- name: backfill_existing
+-- name: statuses_by_keys
 SELECT idempotency_key, status FROM goatbeat_execution
 WHERE idempotency_key = ANY(%(keys)s::text[]);
 

@@ -127,10 +127,11 @@ WHERE b.status = 'buffered'
 ORDER BY b.id;
 
 -- name: promote_buffered
+-- :ids is a JSON array of execution ids.
 UPDATE goatbeat_execution SET
     status = 'claimed', fencing_token = :token, scheduler_id = :scheduler_id, claimed_at = :now
-WHERE id = :id AND status = 'buffered'
-RETURNING schedule_id;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'buffered'
+RETURNING id, schedule_id;
 
 -- name: started_run
 -- The run a schedule's overlap policy waits for from now on, counted as a run.
@@ -139,13 +140,23 @@ UPDATE goatbeat_schedule SET
     last_status = coalesce(:status, last_status)
 WHERE id = :id;
 
+-- name: started_runs
+-- started_run for a claim's batch: :runs is a JSON array of {id, execution_id}, one a
+-- schedule; not counted as runs (claim_advance counted them).
+UPDATE goatbeat_schedule AS s SET active_execution_id = r.execution_id
+FROM (SELECT json_extract(value, '$.id') AS id,
+             json_extract(value, '$.execution_id') AS execution_id
+      FROM json_each(:runs)) AS r
+WHERE s.id = r.id;
+
 -- name: promoted_pending
 SELECT e.id AS execution_id, e.schedule_id, e.schedule_name, e.scheduled_at, e.idempotency_key,
        e.kind, e.fencing_token, e.attempts, e.claimed_at, s.task, s.args, s.kwargs, s.queue,
        s.exchange, s.routing_key, s.priority, s.expires, s.headers, s.misfire_grace, s.jitter
 FROM goatbeat_execution e
 JOIN goatbeat_schedule s ON s.id = e.schedule_id
-WHERE e.id = :id;
+JOIN json_each(:ids) j ON j.value = e.id
+ORDER BY j.key;
 
 -- name: has_buffered
 SELECT 1 FROM goatbeat_execution WHERE schedule_id = :id AND status = 'buffered' LIMIT 1;
@@ -168,7 +179,10 @@ UPDATE goatbeat_lease SET expires_at = :now
 WHERE name = :name AND holder = :holder AND token = :token AND expires_at > :now;
 
 -- name: lease_read
-SELECT holder, token, expires_at FROM goatbeat_lease WHERE name = :name;
+-- The leases named in the JSON array :names, in its order.
+SELECT l.name, l.holder, l.token, l.expires_at
+FROM json_each(:names) AS j JOIN goatbeat_lease AS l ON l.name = j.value
+ORDER BY j.key;
 
 -- name: lease_check
 SELECT 1 FROM goatbeat_lease
@@ -197,25 +211,45 @@ ORDER BY s.next_run_at
 LIMIT :limit;
 
 -- name: claim_advance
-UPDATE goatbeat_schedule SET
-    next_run_at = CASE WHEN :disable THEN NULL ELSE :next_run_at END,
-    last_run_at = coalesce(:last_run_at, last_run_at),
-    last_status = coalesce(:last_status, last_status),
-    total_run_count = total_run_count + :runs,
-    missed_count = missed_count + :missed,
-    skipped_count = skipped_count + :skipped,
-    enabled = enabled AND NOT :disable,
-    version = version + 1
-WHERE id = :id AND version = :version;
+-- The batch's compare-and-set: :advances is a JSON array of objects, one a schedule (the
+-- fields of goatbeat.stores.dialect.Advanced); the ids advanced come back.
+UPDATE goatbeat_schedule AS s SET
+    next_run_at = CASE WHEN a.disable THEN NULL ELSE a.next_run_at END,
+    last_run_at = coalesce(a.last_run_at, s.last_run_at),
+    last_status = coalesce(a.last_status, s.last_status),
+    total_run_count = s.total_run_count + a.runs,
+    missed_count = s.missed_count + a.missed,
+    skipped_count = s.skipped_count + a.skipped,
+    enabled = s.enabled AND NOT a.disable,
+    version = s.version + 1
+FROM (SELECT json_extract(value, '$.id') AS id,
+             json_extract(value, '$.version') AS version,
+             json_extract(value, '$.next_run_at') AS next_run_at,
+             json_extract(value, '$.last_run_at') AS last_run_at,
+             json_extract(value, '$.last_status') AS last_status,
+             json_extract(value, '$.runs') AS runs,
+             json_extract(value, '$.missed') AS missed,
+             json_extract(value, '$.skipped') AS skipped,
+             json_extract(value, '$.disable') AS disable
+      FROM json_each(:advances)) AS a
+WHERE s.id = a.id AND s.version = a.version
+RETURNING id;
 
--- name: claim_insert_execution
+-- name: claim_insert_executions
+-- :runs is a JSON array of objects (the fields of goatbeat.stores.dialect.NewExecution),
+-- inserted in its order; the ones written come back.
 INSERT INTO goatbeat_execution (
     schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, fencing_token,
     scheduler_id, claimed_at, retry_at)
-VALUES (:schedule_id, :schedule_name, :scheduled_at, :key, 'scheduled', :status, :token,
-        :scheduler_id, :now, :retry_at)
+SELECT json_extract(value, '$.schedule_id'), json_extract(value, '$.schedule_name'),
+       json_extract(value, '$.scheduled_at'), json_extract(value, '$.key'), 'scheduled',
+       json_extract(value, '$.status'), :token, :scheduler_id, :now,
+       json_extract(value, '$.retry_at')
+FROM json_each(:runs)
+WHERE true  -- an INSERT ... SELECT before ON CONFLICT needs a WHERE (SQLite's parser)
+ORDER BY key
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
+RETURNING id, idempotency_key;
 
 -- name: pending
 -- Rows backing off from a failed submission (retry_at in the future) wait for their turn.
@@ -254,11 +288,12 @@ RETURNING schedule_id, scheduled_at, status;
 -- fencing token), once: a resubmission carries the same token, as for a claimed occurrence.
 -- claimed_at becomes the moment of that claim (the request's instant stays in scheduled_at
 -- and the key).
+-- :ids is a JSON array of execution ids; those claimed come back.
 UPDATE goatbeat_execution SET scheduler_id = :scheduler_id, fencing_token = :token,
     claimed_at = :now
-WHERE id = :id AND kind IN ('manual', 'backfill') AND status = 'claimed'
-  AND fencing_token IS NULL
-RETURNING schedule_id, scheduled_at;
+WHERE id IN (SELECT value FROM json_each(:ids)) AND kind IN ('manual', 'backfill')
+  AND status = 'claimed' AND fencing_token IS NULL
+RETURNING id, schedule_id, scheduled_at;
 
 -- name: manual_run
 -- ... and counts as a run of its schedule (last_run_at only moves forward).
@@ -404,9 +439,14 @@ ON CONFLICT (backend_task_id) DO NOTHING;
 SELECT idempotency_key FROM goatbeat_task_key WHERE backend_task_id = :task_id;
 
 -- name: claim_quarantine
--- A due row the claim cannot decode: out of scheduling until repaired (compare-and-set).
-UPDATE goatbeat_schedule SET next_run_at = NULL, last_status = :status, version = version + 1
-WHERE id = :id AND version = :version;
+-- Due rows the claim cannot decode: out of scheduling until repaired (compare-and-set on each
+-- object's id and version in the JSON array :rows); the ids written come back.
+UPDATE goatbeat_schedule AS s SET next_run_at = NULL, last_status = :status,
+    version = s.version + 1
+FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.version') AS version
+      FROM json_each(:rows)) AS d
+WHERE s.id = d.id AND s.version = d.version
+RETURNING id;
 
 -- name: abandon_damaged
 -- A claimed execution whose schedule cannot be decoded: nothing can submit it.
@@ -436,10 +476,16 @@ UPDATE goatbeat_schedule SET
 WHERE id = :id AND version = :version;
 
 -- name: backfill_insert
+-- :runs is a JSON array of {at, key}, inserted in its order; the keys written come back.
 INSERT INTO goatbeat_execution (
     schedule_id, schedule_name, scheduled_at, idempotency_key, kind, status, claimed_at)
-VALUES (:schedule_id, :name, :at, :key, 'backfill', 'claimed', :now)
-ON CONFLICT (idempotency_key) DO NOTHING;
+SELECT :schedule_id, :name, json_extract(value, '$.at'), json_extract(value, '$.key'),
+       'backfill', 'claimed', :now
+FROM json_each(:runs)
+WHERE true  -- as in claim_insert_executions
+ORDER BY key
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING idempotency_key;
 
 -- name: statuses_by_keys
 SELECT idempotency_key, status FROM goatbeat_execution
@@ -561,7 +607,7 @@ FROM goatbeat_schedule
 WHERE last_success_at IS NOT NULL OR last_failure_at IS NOT NULL OR missed_count > 0
    OR (enabled AND NOT paused AND next_run_at IS NOT NULL AND next_run_at <= :late)
 ORDER BY overdue DESC, consecutive_failures DESC, name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
 
 -- name: publication_current
 -- The latest code publication (schema version 8): its generation, set fingerprint, release.
@@ -650,7 +696,7 @@ FROM goatbeat_schedule AS s
 WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
   AND (s.source = 'code' OR s.next_run_at IS NULL)
 ORDER BY s.name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
 
 -- name: refusal_named
 -- One schedule's refusal, as refusals: the name index.
@@ -674,4 +720,4 @@ WHERE s.enabled AND NOT s.paused AND s.last_status = 'refused'
   AND (s.source = 'code' OR s.next_run_at IS NULL)
   AND s.name = :name
 ORDER BY s.name
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);  -- NULL: no limit
