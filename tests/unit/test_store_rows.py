@@ -377,3 +377,32 @@ def test_every_door_holds_a_field_to_its_one_rule(
         else:
             assert accepted, value
             assert getattr(decoded, field) == field_value
+
+
+# A row damaged in two columns names the one read first, through every door: the order the
+# columns are read in mixes those schedules share (checked once per combination on the claim
+# path) with those of each row.
+TWO_DAMAGES = [
+    (("args", "[1"), ("misfire_policy", "sometimes")),
+    (("kwargs", "[]"), ("headers", "[]")),
+    (("task", "two words"), ("args", "{}")),
+    (("next_run_at", "not an instant"), ("jitter", "soon")),
+    (("catch_up_limit", 0), ("missed_count", "x")),
+    (("description", 3), ("pause_on_failure", 0)),
+    (("max_runtime", -1.0), ("pause_note", 3)),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), TWO_DAMAGES, ids=lambda d: d[0])
+def test_a_row_damaged_twice_names_the_column_read_first(
+    first: tuple[str, Any], second: tuple[str, Any]
+) -> None:
+    row = text_row(SCHEDULES[0], **dict([first, second]))
+    for decode in (
+        lambda: trusted_schedule_from_row(row, json_text=True),
+        lambda: ScheduleCache().from_row(row),
+        lambda: schedule_from_row(row, json_text=True),
+    ):
+        with pytest.raises(DamagedRow) as caught:
+            decode()
+        assert (caught.value.column, caught.value.value) == first
