@@ -101,20 +101,6 @@ class _Bad(Exception):
     """One column's problem, turned into DamagedRow by the caller that knows the column."""
 
 
-def _check_routing_text(value: Any) -> Any:
-    if value is not None and (type(value) is not str or not value):
-        raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
-    return value
-
-
-def _check_priority(value: Any) -> Any:
-    if value is None:
-        return None
-    if type(value) is not int or not -100 <= value <= 255:
-        raise _Bad(f"{short_repr(value)} is not an integer in -100..255")
-    return value
-
-
 def _check_expires(value: Any) -> float | None:
     if value is None:
         return None
@@ -238,22 +224,7 @@ def _shared_checks(row: Mapping[str, Any], json_text: bool) -> _Shared:
         _check_zone(row["timezone"], trigger)
         column = "task"
         values: dict[str, Any] = {"task": _checked("task", row["task"]), "trigger": trigger}
-        column = "headers"
-        headers = row["headers"]
-        if json_text and headers == "{}":
-            headers = None
-        elif headers is not None:
-            _json(headers, json_text, dict, "a JSON object")
-        column = "queue"
-        queue = _check_routing_text(row["queue"])
-        column = "exchange"
-        exchange = _check_routing_text(row["exchange"])
-        column = "routing_key"
-        routing_key = _check_routing_text(row["routing_key"])
-        column = "priority"
-        priority = _check_priority(row["priority"])
-        column = "expires"
-        routing = (queue, exchange, routing_key, priority, _check_expires(row["expires"]))
+        routing, headers = _routing_checks(row, row.get("name"), json_text)
         column = "misfire_policy"
         values["misfire"] = MisfirePolicy(row["misfire_policy"])
         column = "source"
@@ -268,6 +239,8 @@ def _shared_checks(row: Mapping[str, Any], json_text: bool) -> _Shared:
             raise _Bad(f"NULL, but overlap {overlap.value!r} needs it")
         column = "pause_on_failure"
         values["pause_on_failure"] = _checked("pause_on_failure", row["pause_on_failure"])
+    except DamagedRow:
+        raise
     except _FAULTS as exc:
         raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
     return values, routing, headers
@@ -336,40 +309,55 @@ def _row_checks(row: Mapping[str, Any], json_text: bool, shared: _Shared | None)
     )
 
 
-def _payload(
-    row: Mapping[str, Any], name: Any, *, json_text: bool = False
-) -> tuple[str, list[Any], dict[str, Any], Routing]:
-    """What a submission carries (task, args, kwargs, routing), checked column by column:
-    shared by the claim path and the pending (resubmission) path."""
+def _routing_checks(
+    row: Mapping[str, Any], name: Any, json_text: bool
+) -> tuple[tuple[Any, ...], Any]:
+    """The routing columns checked: queue, exchange, routing key, priority and expires, and
+    the headers as stored (JSON text or decoded; None when NULL or empty JSON text). Raises
+    DamagedRow naming schedule ``name`` and the column."""
+    column = "headers"
+    try:
+        headers = row["headers"]
+        if json_text and headers == "{}":
+            headers = None
+        elif headers is not None:
+            _json(headers, json_text, dict, "a JSON object")
+        for column in ("queue", "exchange", "routing_key"):
+            value = row[column]
+            if value is not None and (type(value) is not str or not value):
+                raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
+        column = "priority"
+        priority = row["priority"]
+        if priority is not None and (type(priority) is not int or not -100 <= priority <= 255):
+            raise _Bad(f"{short_repr(priority)} is not an integer in -100..255")
+        column = "expires"
+        expires = _check_expires(row["expires"])
+    except _FAULTS as exc:
+        raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    return (row["queue"], row["exchange"], row["routing_key"], priority, expires), headers
+
+
+def _payload(row: Mapping[str, Any], name: Any) -> tuple[str, list[Any], dict[str, Any], Routing]:
+    """What a submission carries (task, args, kwargs, routing) on the pending (resubmission)
+    path, checked column by column as a schedule row's are."""
     column = "task"
     try:
         task = _checked("task", row["task"])
         column = "args"
-        args = _json(row["args"], json_text, list, "a JSON array")
+        args = _json(row["args"], False, list, "a JSON array")
         column = "kwargs"
-        kwargs = _json(row["kwargs"], json_text, dict, "a JSON object")
-        column = "headers"
-        headers = row["headers"]
-        headers = {} if headers is None else _json(headers, json_text, dict, "a JSON object")
-        column = "queue"
-        queue = _check_routing_text(row["queue"])
-        column = "exchange"
-        exchange = _check_routing_text(row["exchange"])
-        column = "routing_key"
-        routing_key = _check_routing_text(row["routing_key"])
-        column = "priority"
-        priority = _check_priority(row["priority"])
-        column = "expires"
-        routing = Routing._trusted(
-            queue=queue,
-            exchange=exchange,
-            routing_key=routing_key,
-            priority=priority,
-            expires=_check_expires(row["expires"]),
-            headers=headers,
-        )
-    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        kwargs = _json(row["kwargs"], False, dict, "a JSON object")
+    except _FAULTS as exc:
         raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    (queue, exchange, routing_key, priority, expires), headers = _routing_checks(row, name, False)
+    routing = Routing._trusted(
+        queue=queue,
+        exchange=exchange,
+        routing_key=routing_key,
+        priority=priority,
+        expires=expires,
+        headers={} if headers is None else headers,
+    )
     return task, args, kwargs, routing
 
 
