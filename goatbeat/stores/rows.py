@@ -282,31 +282,27 @@ def _row_checks(row: Mapping[str, Any], json_text: bool, shared: _Shared | None)
         headers = {}
     elif json_text:  # decoded afresh for each row: no two schedules share a mutable dict
         headers = _json(headers, True, dict, "")
-    return Schedule._trusted(
-        {
-            **values,
-            **common,
-            "name": row["name"],
-            "args": tuple(args),
-            "kwargs": kwargs,
-            "routing": Routing._trusted(
-                queue=queue,
-                exchange=exchange,
-                routing_key=routing_key,
-                priority=priority,
-                expires=expires,
-                headers=headers,
-            ),
-            "one_off": bool(row["one_off"]),
-            "description": description,
-            "enabled": bool(row["enabled"]),
-            "id": int(row["id"]),
-            "last_status": row["last_status"],
-            "paused": bool(row["paused"]),
-            "paused_by": row["paused_by"],
-            "pause_note": note,
-        }
+    values |= common
+    values["name"] = row["name"]
+    values["args"] = tuple(args)
+    values["kwargs"] = kwargs
+    values["routing"] = Routing._trusted(
+        queue=queue,
+        exchange=exchange,
+        routing_key=routing_key,
+        priority=priority,
+        expires=expires,
+        headers=headers,
     )
+    values["one_off"] = bool(row["one_off"])
+    values["description"] = description
+    values["enabled"] = bool(row["enabled"])
+    values["id"] = int(row["id"])
+    values["last_status"] = row["last_status"]
+    values["paused"] = bool(row["paused"])
+    values["paused_by"] = row["paused_by"]
+    values["pause_note"] = note
+    return Schedule._trusted(values)
 
 
 def _routing_checks(
