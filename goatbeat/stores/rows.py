@@ -40,7 +40,6 @@ from goatbeat.stores.definitions import (
     DEFINITION_COLUMNS,
     SCHEDULE_TIMES,
     STATE_FIELDS,
-    trigger_from_text,
     trigger_of,
     utc,
 )
@@ -100,20 +99,6 @@ _COUNTERS = ("total_run_count", "missed_count", "version", "skipped_count")
 
 class _Bad(Exception):
     """One column's problem, turned into DamagedRow by the caller that knows the column."""
-
-
-def _check_routing_text(value: Any) -> Any:
-    if value is not None and (type(value) is not str or not value):
-        raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
-    return value
-
-
-def _check_priority(value: Any) -> Any:
-    if value is None:
-        return None
-    if type(value) is not int or not -100 <= value <= 255:
-        raise _Bad(f"{short_repr(value)} is not an integer in -100..255")
-    return value
 
 
 def _check_expires(value: Any) -> float | None:
@@ -187,7 +172,48 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
     the trigger spec (parsed, and cached by spec) and the zone column, the shape of the JSON
     columns, the task name, the routing options, the enums, the limits and the instants. A
     damaged row raises :class:`~goatbeat.core.errors.DamagedRow` naming the schedule and the
-    column; the claim quarantines that row and goes on with the others."""
+    column; the claim quarantines that row and goes on with the others. The checks are those
+    of :class:`ScheduleCache`: :func:`_shared_checks`, then :func:`_row_checks`."""
+    try:
+        shared = _shared_checks(row, json_text)
+    except DamagedRow as exc:
+        raise _first_damage(row, json_text, exc) from None
+    return _row_checks(row, json_text, shared)
+
+
+def _first_damage(row: Mapping[str, Any], json_text: bool, exc: DamagedRow) -> DamagedRow:
+    """Of ``exc`` (a column the schedules share refused) and the first of the row's own
+    columns refused, the one in the column read first (:data:`_READ_ORDER`)."""
+    try:
+        _row_checks(row, json_text, None)
+    except DamagedRow as own:
+        if _READ_ORDER[own.column] < _READ_ORDER[exc.column]:
+            return own
+    return exc
+
+
+_READ_ORDER = {
+    column: i
+    for i, column in enumerate(
+        ("trigger", "timezone", "task", "args", "kwargs", "headers", "queue", "exchange",
+         "routing_key", "priority", "expires", "misfire_policy", "source", "misfire_grace",
+         "catch_up_limit", *_TRUSTED_TIMES, *_COUNTERS, "description", "jitter", "overlap",
+         "max_runtime", "pause_on_failure", "pause_note")
+    )
+}  # fmt: skip
+"""The columns of a schedule row in the order they are checked: of two damaged ones, the
+first is named, however the checks are split."""
+
+_Shared = tuple[dict[str, Any], tuple[Any, ...], Any]
+_FAULTS = (InvalidValue, _Bad, TypeError, ValueError, AttributeError, OverflowError)
+"""What a check raises for a damaged column (a trigger's own error names the field inside the
+spec, "timezone: ...": its message is kept)."""
+
+
+def _shared_checks(row: Mapping[str, Any], json_text: bool) -> _Shared:
+    """The checks of the :data:`_SHARED_COLUMNS` (made once per distinct combination on the
+    claim path): the values they give, the routing options but the headers, and the headers
+    as stored (JSON text or decoded; None when empty). Raises DamagedRow naming the column."""
     column = "trigger"
     try:
         spec = row["trigger"]
@@ -196,97 +222,138 @@ def trusted_schedule_from_row(row: Mapping[str, Any], *, json_text: bool = False
         trigger = trigger_of(spec)
         column = "timezone"
         _check_zone(row["timezone"], trigger)
-        task, args, kwargs, routing = _payload(row, row.get("name"), json_text=json_text)
+        column = "task"
+        values: dict[str, Any] = {"task": _checked("task", row["task"]), "trigger": trigger}
+        routing, headers = _routing_checks(row, row.get("name"), json_text)
         column = "misfire_policy"
-        values: dict[str, Any] = {"misfire": MisfirePolicy(row["misfire_policy"])}
+        values["misfire"] = MisfirePolicy(row["misfire_policy"])
         column = "source"
         values["source"] = Source(row["source"])
-        column = "misfire_grace"
-        values["misfire_grace"] = _checked("misfire_grace", row["misfire_grace"])
-        column = "catch_up_limit"
-        values["catch_up_limit"] = _checked("catch_up_limit", row["catch_up_limit"])
+        for column in ("misfire_grace", "catch_up_limit", "jitter"):
+            values[column] = _checked(column, row[column])
+        column = "overlap"
+        values["overlap"] = overlap = OverlapPolicy(row["overlap"])
+        column = "max_runtime"
+        values["max_runtime"] = _checked("max_runtime", row["max_runtime"])
+        if overlap is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
+            raise _Bad(f"NULL, but overlap {overlap.value!r} needs it")
+        column = "pause_on_failure"
+        values["pause_on_failure"] = _checked("pause_on_failure", row["pause_on_failure"])
+    except DamagedRow:
+        raise
+    except _FAULTS as exc:
+        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
+    return values, routing, headers
+
+
+def _row_checks(row: Mapping[str, Any], json_text: bool, shared: _Shared | None) -> Schedule:
+    """The checks of a row's own columns (args, kwargs, instants, counters, texts), and the
+    Schedule they make with ``shared`` (:func:`_shared_checks`); with ``shared`` None, the
+    checks only (raising DamagedRow naming the column; the return value is then None)."""
+    column = "args"
+    try:
+        args = _json(row["args"], json_text, list, "a JSON array")
+        column = "kwargs"
+        kwargs = _json(row["kwargs"], json_text, dict, "a JSON object")
+        values = {}
         for column in _TRUSTED_TIMES:
             value = row[column]
             values[column] = None if value is None else value.astimezone(UTC)
         column = "end_at"
-        if values["start_at"] and values["end_at"] and values["end_at"] < values["start_at"]:
-            raise _Bad(f"{values['end_at'].isoformat()} is before start_at")
+        start_at, end_at = values["start_at"], values["end_at"]
+        if start_at and end_at and end_at < start_at:
+            raise _Bad(f"{end_at.isoformat()} is before start_at")
         for column in _COUNTERS:
             values[column] = int(row[column])
         column = "description"
-        _checked("description", row["description"])
-        column = "jitter"
-        values["jitter"] = _checked("jitter", row["jitter"])
-        column = "overlap"
-        values["overlap"] = OverlapPolicy(row["overlap"])
-        column = "max_runtime"
-        values["max_runtime"] = _checked("max_runtime", row["max_runtime"])
-        if values["overlap"] is not OverlapPolicy.ALLOW and values["max_runtime"] is None:
-            raise _Bad(f"NULL, but overlap {values['overlap'].value!r} needs it")
-        column = "pause_on_failure"
-        values["pause_on_failure"] = _checked("pause_on_failure", row["pause_on_failure"])
+        description = row["description"]
+        if type(description) is not str:
+            _checked("description", description)
         column = "pause_note"
-        note = _checked("pause_note", row["pause_note"])
-    except DamagedRow:
-        raise
-    except InvalidValue as exc:
-        # A trigger's own error names the field inside the spec ("timezone: ..."): keep it.
+        note = row["pause_note"]
+        if type(note) is not str:
+            _checked("pause_note", note)
+    except _FAULTS as exc:
         raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
-    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
-        raise DamagedRow(row.get("name"), column, row.get(column), str(exc)) from None
-    values.update(
-        name=row["name"],
-        task=task,
-        trigger=trigger,
-        args=tuple(args),
-        kwargs=kwargs,
-        routing=routing,
-        one_off=bool(row["one_off"]),
-        description=row["description"],
-        enabled=bool(row["enabled"]),
-        id=int(row["id"]),
-        last_status=row["last_status"],
-        paused=bool(row["paused"]),
-        paused_by=row["paused_by"],
-        pause_note=note,
+    if shared is None:
+        return None  # type: ignore[return-value]
+    common, (queue, exchange, routing_key, priority, expires), headers = shared
+    if headers is None:
+        headers = {}
+    elif json_text:  # decoded afresh for each row: no two schedules share a mutable dict
+        headers = _json(headers, True, dict, "")
+    values |= common
+    values["name"] = row["name"]
+    values["args"] = tuple(args)
+    values["kwargs"] = kwargs
+    values["routing"] = Routing._trusted(
+        queue=queue,
+        exchange=exchange,
+        routing_key=routing_key,
+        priority=priority,
+        expires=expires,
+        headers=headers,
     )
+    values["one_off"] = bool(row["one_off"])
+    values["description"] = description
+    values["enabled"] = bool(row["enabled"])
+    values["id"] = int(row["id"])
+    values["last_status"] = row["last_status"]
+    values["paused"] = bool(row["paused"])
+    values["paused_by"] = row["paused_by"]
+    values["pause_note"] = note
     return Schedule._trusted(values)
 
 
-def _payload(
-    row: Mapping[str, Any], name: Any, *, json_text: bool = False
-) -> tuple[str, list[Any], dict[str, Any], Routing]:
-    """What a submission carries (task, args, kwargs, routing), checked column by column:
-    shared by the claim path and the pending (resubmission) path."""
+def _routing_checks(
+    row: Mapping[str, Any], name: Any, json_text: bool
+) -> tuple[tuple[Any, ...], Any]:
+    """The routing columns checked: queue, exchange, routing key, priority and expires, and
+    the headers as stored (JSON text or decoded; None when NULL or empty JSON text). Raises
+    DamagedRow naming schedule ``name`` and the column."""
+    column = "headers"
+    try:
+        headers = row["headers"]
+        if json_text and headers == "{}":
+            headers = None
+        elif headers is not None:
+            _json(headers, json_text, dict, "a JSON object")
+        for column in ("queue", "exchange", "routing_key"):
+            value = row[column]
+            if value is not None and (type(value) is not str or not value):
+                raise _Bad(f"{short_repr(value)} must be a non-empty string or NULL")
+        column = "priority"
+        priority = row["priority"]
+        if priority is not None and (type(priority) is not int or not -100 <= priority <= 255):
+            raise _Bad(f"{short_repr(priority)} is not an integer in -100..255")
+        column = "expires"
+        expires = _check_expires(row["expires"])
+    except _FAULTS as exc:
+        raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    return (row["queue"], row["exchange"], row["routing_key"], priority, expires), headers
+
+
+def _payload(row: Mapping[str, Any], name: Any) -> tuple[str, list[Any], dict[str, Any], Routing]:
+    """What a submission carries (task, args, kwargs, routing) on the pending (resubmission)
+    path, checked column by column as a schedule row's are."""
     column = "task"
     try:
         task = _checked("task", row["task"])
         column = "args"
-        args = _json(row["args"], json_text, list, "a JSON array")
+        args = _json(row["args"], False, list, "a JSON array")
         column = "kwargs"
-        kwargs = _json(row["kwargs"], json_text, dict, "a JSON object")
-        column = "headers"
-        headers = row["headers"]
-        headers = {} if headers is None else _json(headers, json_text, dict, "a JSON object")
-        column = "queue"
-        queue = _check_routing_text(row["queue"])
-        column = "exchange"
-        exchange = _check_routing_text(row["exchange"])
-        column = "routing_key"
-        routing_key = _check_routing_text(row["routing_key"])
-        column = "priority"
-        priority = _check_priority(row["priority"])
-        column = "expires"
-        routing = Routing._trusted(
-            queue=queue,
-            exchange=exchange,
-            routing_key=routing_key,
-            priority=priority,
-            expires=_check_expires(row["expires"]),
-            headers=headers,
-        )
-    except (_Bad, TypeError, ValueError, AttributeError, OverflowError) as exc:
+        kwargs = _json(row["kwargs"], False, dict, "a JSON object")
+    except _FAULTS as exc:
         raise DamagedRow(name, column, row.get(column), str(exc)) from None
+    (queue, exchange, routing_key, priority, expires), headers = _routing_checks(row, name, False)
+    routing = Routing._trusted(
+        queue=queue,
+        exchange=exchange,
+        routing_key=routing_key,
+        priority=priority,
+        expires=expires,
+        headers={} if headers is None else headers,
+    )
     return task, args, kwargs, routing
 
 
@@ -505,51 +572,6 @@ _read_numbers = operator.itemgetter(
     "pause_on_failure",
 )  # fmt: skip
 _read_signature = operator.itemgetter("source", *DEFINITION_COLUMNS)
-_read_times = operator.itemgetter(*_TRUSTED_TIMES)
-_EMPTY_JSON = frozenset({None, "{}"})
-
-
-def _shared_definition(
-    row: Mapping[str, Any],
-) -> tuple[dict[str, Any], tuple[Any, ...], str | None]:
-    """The checks of :func:`trusted_schedule_from_row` on the :data:`_SHARED_COLUMNS` of a
-    claim-path row (JSON as text): the values they give, the routing options but the headers,
-    and the headers' JSON text (None when empty; decoded afresh for each row, so no two
-    schedules share a mutable dict). Raises on any problem: the caller then decodes the row
-    the full way, which names the column."""
-    trigger = trigger_from_text(row["trigger"])
-    _check_zone(row["timezone"], trigger)
-    task = _checked("task", row["task"])
-    headers = row["headers"]
-    if headers not in _EMPTY_JSON:
-        _json(headers, True, dict, "a JSON object")
-    else:
-        headers = None
-    routing = (
-        _check_routing_text(row["queue"]),
-        _check_routing_text(row["exchange"]),
-        _check_routing_text(row["routing_key"]),
-        _check_priority(row["priority"]),
-        _check_expires(row["expires"]),
-    )
-    overlap = OverlapPolicy(row["overlap"])
-    jitter = _checked("jitter", row["jitter"])
-    max_runtime = _checked("max_runtime", row["max_runtime"])
-    if overlap is not OverlapPolicy.ALLOW and max_runtime is None:
-        raise _Bad("decoded the full way to name the column")
-    values = {
-        "task": task,
-        "trigger": trigger,
-        "misfire": MisfirePolicy(row["misfire_policy"]),
-        "source": Source(row["source"]),
-        "misfire_grace": _checked("misfire_grace", row["misfire_grace"]),
-        "catch_up_limit": _checked("catch_up_limit", row["catch_up_limit"]),
-        "jitter": jitter,
-        "overlap": overlap,
-        "max_runtime": max_runtime,
-        "pause_on_failure": _checked("pause_on_failure", row["pause_on_failure"]),
-    }
-    return values, routing, headers
 
 
 class ScheduleCache:
@@ -576,7 +598,7 @@ class ScheduleCache:
         self._entries: OrderedDict[tuple[int, int], tuple[tuple[Any, ...] | None, Schedule]] = (
             OrderedDict()
         )
-        self._shared: dict[tuple[Any, ...], tuple[dict[str, Any], tuple[Any, ...], str | None]] = {}
+        self._shared: dict[tuple[Any, ...], _Shared] = {}
         self._lock = threading.Lock()
 
     def _put(
@@ -610,68 +632,21 @@ class ScheduleCache:
     def _decode(self, row: Mapping[str, Any]) -> Schedule:
         """:func:`trusted_schedule_from_row` (JSON as text), the same Schedule or the same
         DamagedRow, with the shared columns' checks made once per combination."""
-        try:
-            return self._decode_fast(row)
-        except Exception:  # any refusal: the full decode says which column, or rebuilds it
-            return trusted_schedule_from_row(row, json_text=True)
-
-    def _decode_fast(self, row: Mapping[str, Any]) -> Schedule:
         shared_key = (*_read_shared(row), *map(type, _read_numbers(row)))
-        shared = self._shared.get(shared_key)
-        if shared is None:
-            shared = _shared_definition(row)
+        try:
+            shared = self._shared[shared_key]
+        except TypeError:  # an unhashable column (goatbeat writes none): checked unshared
+            return trusted_schedule_from_row(row, json_text=True)
+        except KeyError:
+            try:
+                shared = _shared_checks(row, True)
+            except DamagedRow as exc:
+                raise _first_damage(row, True, exc) from None
             with self._lock:
                 if len(self._shared) >= self.shared_maxsize:
                     self._shared.clear()  # a crowd of one-of-a-kind definitions: start over
                 self._shared[shared_key] = shared
-        common_values, routing, headers_text = shared
-        args = _json(row["args"], True, list, "a JSON array")
-        kwargs = _json(row["kwargs"], True, dict, "a JSON object")
-        headers = {} if headers_text is None else _json(headers_text, True, dict, "")
-        queue, exchange, routing_key, priority, expires = routing
-        start_at, end_at, next_run_at, last_run_at, created_at, updated_at, paused_at = [
-            None if value is None else value.astimezone(UTC) for value in _read_times(row)
-        ]
-        if start_at and end_at and end_at < start_at:
-            raise _Bad("decoded the full way to name the column")
-        description = row["description"]
-        note = row["pause_note"]
-        if type(description) is not str or type(note) is not str:
-            raise _Bad("decoded the full way to name the column")
-        values = {
-            **common_values,
-            "start_at": start_at,
-            "end_at": end_at,
-            "next_run_at": next_run_at,
-            "last_run_at": last_run_at,
-            "created_at": created_at,
-            "updated_at": updated_at,
-            "paused_at": paused_at,
-            "total_run_count": int(row["total_run_count"]),
-            "missed_count": int(row["missed_count"]),
-            "version": int(row["version"]),
-            "skipped_count": int(row["skipped_count"]),
-            "name": row["name"],
-            "args": tuple(args),
-            "kwargs": kwargs,
-            "routing": Routing._trusted(
-                queue=queue,
-                exchange=exchange,
-                routing_key=routing_key,
-                priority=priority,
-                expires=expires,
-                headers=headers,
-            ),
-            "one_off": bool(row["one_off"]),
-            "description": description,
-            "enabled": bool(row["enabled"]),
-            "id": int(row["id"]),
-            "last_status": row["last_status"],
-            "paused": bool(row["paused"]),
-            "paused_by": row["paused_by"],
-            "pause_note": note,
-        }
-        return Schedule._trusted(values)
+        return _row_checks(row, True, shared)
 
     def advanced_all(self, schedules: Iterable[Schedule]) -> None:
         """The claim that read ``schedules`` committed each one version further, with the

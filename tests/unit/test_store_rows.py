@@ -377,3 +377,74 @@ def test_every_door_holds_a_field_to_its_one_rule(
         else:
             assert accepted, value
             assert getattr(decoded, field) == field_value
+
+
+# A row damaged in two columns names the one read first, through every door: the order the
+# columns are read in mixes those schedules share (checked once per combination on the claim
+# path) with those of each row.
+TWO_DAMAGES = [
+    (("args", "[1"), ("misfire_policy", "sometimes")),
+    (("kwargs", "[]"), ("headers", "[]")),
+    (("task", "two words"), ("args", "{}")),
+    (("next_run_at", "not an instant"), ("jitter", "soon")),
+    (("catch_up_limit", 0), ("missed_count", "x")),
+    (("description", 3), ("pause_on_failure", 0)),
+    (("max_runtime", -1.0), ("pause_note", 3)),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), TWO_DAMAGES, ids=lambda d: d[0])
+def test_a_row_damaged_twice_names_the_column_read_first(
+    first: tuple[str, Any], second: tuple[str, Any]
+) -> None:
+    row = text_row(SCHEDULES[0], **dict([first, second]))
+    for decode in (
+        lambda: trusted_schedule_from_row(row, json_text=True),
+        lambda: ScheduleCache().from_row(row),
+        lambda: schedule_from_row(row, json_text=True),
+    ):
+        with pytest.raises(DamagedRow) as caught:
+            decode()
+        assert (caught.value.column, caught.value.value) == first
+
+
+def pending_row(**changes: Any) -> dict[str, Any]:
+    """A pending-execution row joined with its schedule's payload columns."""
+    row: dict[str, Any] = {
+        "execution_id": 41, "schedule_id": 7, "schedule_name": "plain", "scheduled_at": T0,
+        "idempotency_key": "k", "kind": "scheduled", "fencing_token": 3, "attempts": 1,
+        "claimed_at": T0, "task": "app.tasks.ping", "args": [1], "kwargs": {"a": 2},
+        "queue": "q", "exchange": None, "routing_key": None, "priority": 5, "expires": 30.0,
+        "headers": {"h": 1}, "misfire_grace": 60.0, "jitter": None,
+    }  # fmt: skip
+    row.update(changes)
+    return row
+
+
+PENDING_DAMAGE = [
+    ("task", "two words", "'two words' is not a task name"),
+    ("args", {"a": 1}, "{'a': 1} is not a JSON array"),
+    ("kwargs", [1], "[1] is not a JSON object"),
+    ("headers", "{}", "'{}' is not a JSON object"),  # decoded: a string is not an object
+    ("queue", "", "'' must be a non-empty string or NULL"),
+    ("routing_key", 5, "5 must be a non-empty string or NULL"),
+    ("priority", True, "True is not an integer in -100..255"),
+    ("expires", -1, "-1 must be a finite number of seconds > 0"),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "detail"), PENDING_DAMAGE)
+def test_a_pending_row_with_a_damaged_payload_fails_naming_the_column(
+    column: str, value: Any, detail: str
+) -> None:
+    from goatbeat.stores.rows import decode_pending
+
+    good, failed = decode_pending([pending_row(execution_id=40), pending_row(**{column: value})])
+    assert [o.execution_id for o in good] == [40]
+    assert good[0].routing == Routing(queue="q", priority=5, expires=30.0, headers={"h": 1}) and (
+        good[0].args,
+        good[0].kwargs,
+    ) == ((1,), {"a": 2})
+    [(execution_id, error)] = failed
+    assert execution_id == 41
+    assert error == f"{column}: stored schedule 'plain' has a damaged {column} column: {detail}"
