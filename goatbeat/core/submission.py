@@ -357,14 +357,7 @@ class Submission:
             retry_in=delay,
             error=error,
         )
-        return SubmitOutcome(
-            execution_id=occ.execution_id,
-            ok=False,
-            error=error,
-            final=False,
-            retry_in=delay,
-            idempotency_key=occ.idempotency_key,
-        )
+        return _failed(occ, error, final=False, retry_in=delay)
 
     def _give_up(
         self, occ: Occurrence, grant: LeaseGrant, counts: BatchCounts, *, attempts: int, error: str
@@ -377,13 +370,7 @@ class Submission:
             attempts=attempts,
             error=error,
         )
-        return SubmitOutcome(
-            execution_id=occ.execution_id,
-            ok=False,
-            error=error,
-            final=True,
-            idempotency_key=occ.idempotency_key,
-        )
+        return _failed(occ, error, final=True)
 
     def _missed(
         self,
@@ -412,14 +399,7 @@ class Submission:
             f"missed: not accepted within its misfire grace ({seconds:g}s) after "
             f"{attempts} attempt{'s' if attempts != 1 else ''}; last error: {error}"
         )
-        return SubmitOutcome(
-            execution_id=occ.execution_id,
-            ok=False,
-            error=message,
-            final=True,
-            missed=True,
-            idempotency_key=occ.idempotency_key,
-        )
+        return _failed(occ, message, final=True, missed=True)
 
     def _log_burst(self, submitted: list[Occurrence], grant: LeaseGrant, now: datetime) -> None:
         log_event(
@@ -602,6 +582,18 @@ def _read_skew(store: ScheduleStore, clock: Clock) -> timedelta | None:
         return store.now() - clock.now()
     except StoreError:
         return None
+
+
+def _failed(occ: Occurrence, error: str, **fields: Any) -> SubmitOutcome:
+    """The outcome of ``occ`` not accepted (named by its execution id and key, as every
+    outcome is: an id alone may belong to another occurrence after a promotion)."""
+    return SubmitOutcome(
+        execution_id=occ.execution_id,
+        ok=False,
+        error=error,
+        idempotency_key=occ.idempotency_key,
+        **fields,
+    )
 
 
 def occurrence_fields(occ: Occurrence, scheduler_id: str, grant: LeaseGrant) -> dict[str, Any]:
