@@ -125,7 +125,7 @@ class Publisher:
             # kombu would bind a copy of the queue to the channel, for every message, only to
             # find it in its record of what this connection declared: publish straight away.
             sending["declare"] = []
-        if not sending.get("declare", True) and _in_batch(producer):
+        if not sending.get("declare", True) and _buffers(producer):
             # Nothing to declare and a batch collecting the frames: kombu's publish would
             # only wrap a buffer append in its connection-retry loop (_Buffered).
             producer = _Buffered(producer)
@@ -286,11 +286,14 @@ def _declared(producer: Any, queue: Any) -> bool:
         return False
 
 
-def _in_batch(producer: Any) -> bool:
-    """Whether ``producer`` publishes into a kombu batch now (goatbeat's framed chunk): its
-    ``_publish`` then appends frames to a buffer, with no I/O."""
+def _buffers(producer: Any) -> bool:
+    """Whether a publish through ``producer`` now only appends frames to a buffer, with no I/O:
+    it publishes into a kombu batch (goatbeat's framed chunk) and its own exchange has no name
+    (kombu would declare a named one with every message)."""
     local = getattr(producer, "_batch_local", None)
-    return getattr(local, "current", None) is not None
+    if getattr(local, "current", None) is None:
+        return False
+    return not (producer.auto_declare and producer.exchange.name)
 
 
 class _Buffered:
@@ -299,9 +302,9 @@ class _Buffered:
     (``retry=True`` wraps the publish in ``Connection.ensure``), which has nothing to retry
     when the publish is a buffer append and costs a tenth of the message: the same argument
     handling, the same serialization (``Producer._prepare``), the same ``Producer._publish``.
-    Everything else is the producer's. Used only when no declaration is due (one would talk to
-    the broker, and that is what the retry wrapper is for) and the producer's own exchange has
-    no name (kombu would declare it with every message)."""
+    Everything else is the producer's. Used only when nothing is to be declared (a declaration
+    talks to the broker, which is what the retry wrapper is for: :func:`_buffers` and the
+    ``declare=[]`` the publisher passes)."""
 
     __slots__ = ("_producer",)
 
@@ -333,17 +336,9 @@ class _Buffered:
         confirm_timeout: float | None = None,
         **properties: Any,
     ) -> Any:
+        if declare:  # never: the publisher wraps only publishes with declare=[]
+            raise RuntimeError(f"a buffered publish cannot declare {declare!r}")
         producer = self._producer
-        if declare or (producer.auto_declare and producer.exchange.name):
-            return producer.publish(
-                body, routing_key=routing_key, delivery_mode=delivery_mode,
-                mandatory=mandatory, immediate=immediate, priority=priority,
-                content_type=content_type, content_encoding=content_encoding,
-                serializer=serializer, headers=headers, compression=compression,
-                exchange=exchange, retry=retry, retry_policy=retry_policy, declare=declare,
-                expiration=expiration, timeout=timeout, confirm_timeout=confirm_timeout,
-                **properties,
-            )  # fmt: skip
         headers = {} if headers is None else headers
         policy = {} if retry_policy is None else retry_policy
         name, properties["delivery_mode"] = producer._delivery_details(
