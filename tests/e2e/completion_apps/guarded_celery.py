@@ -1,25 +1,13 @@
 """``celery -A tests.e2e.completion_apps.guarded_celery worker``: guarded.py's probe as a
-Celery task under the idempotency guard, with completion reports on."""
+Celery task under the idempotency guard, on relay_celery.py's app (completion reports on)."""
 
 from __future__ import annotations
 
-import os
-
-from celery import Celery
-
-from goatbeat.completion.celery import report_completions
 from goatbeat.idempotency.celery import idempotent
-from tests.e2e.backend_apps._record import URL_ENV
 from tests.e2e.completion_apps import guarded
+from tests.e2e.completion_apps.relay_celery import app
 
-app = Celery("goatbeat_guarded", broker=os.environ.get(URL_ENV, "redis://127.0.0.1:6379/0"))
-app.conf.update(
-    task_serializer="json",
-    accept_content=["json"],
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-)
-report_completions()  # GOATBEAT_DATABASE names goatbeat's database
+__all__ = ["app", "probe"]
 
 
 @app.task(name="guarded.probe")
