@@ -37,6 +37,10 @@ class Worker:
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None:
+        # The worker is gone, but what it left in its session may not be (an RQ work horse
+        # whose main process a test killed runs on, reparented to init): end those too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         return
     # The worker leads its own session: its pool children go down with it.
     with contextlib.suppress(ProcessLookupError):
