@@ -29,9 +29,10 @@ from goatbeat.stores.dialect import (
     NameTaken,
     NewExecution,
     Replace,
+    Tx,
     heartbeat_columns,
+    miss_rows,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 
 
 class Connections(Protocol):
@@ -83,7 +84,7 @@ _COPY_COLUMNS = (
 """The columns of ``schedule_copy``, in its order."""
 
 
-class PostgresTx(NamedQueryTx):
+class PostgresTx(Tx):
     """The primitives on one connection: each one statement (a few for a batch without
     arrays), in the caller's transaction or, outside one, autocommit."""
 

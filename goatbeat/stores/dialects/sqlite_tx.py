@@ -35,9 +35,10 @@ from goatbeat.stores.dialect import (
     Completion,
     NewExecution,
     Replace,
+    Tx,
     heartbeat_columns,
+    miss_rows,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 from goatbeat.stores.rows import buffer_ready_at
 
 
@@ -141,7 +142,7 @@ def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     return out
 
 
-class SQLiteTx(NamedQueryTx):
+class SQLiteTx(Tx):
     """The primitives on one connection. Outside a transaction, a primitive that writes runs
     in its own ``BEGIN IMMEDIATE``."""
 
