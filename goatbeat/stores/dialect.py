@@ -33,7 +33,7 @@ import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -175,6 +175,14 @@ class Tx(ABC):
         rows = self._rows(name, params)
         return rows[0] if rows else None
 
+    def _utc(self, value: datetime) -> datetime:
+        """An instant of a row as aware UTC: as it is where :meth:`_rows` decodes it so."""
+        return value
+
+    def _shard(self, shard: Shard) -> dict[str, Any]:
+        """The shard filter's parameters (none where the dialect has no shards)."""
+        return {}
+
     @abstractmethod
     def now(self) -> datetime:
         """The store's clock (PostgreSQL: the transaction's ``now()``)."""
@@ -201,7 +209,6 @@ class Tx(ABC):
         """Whether any schedule of ``source`` exists."""
         return self._one("source_has_rows", {"source": source}) is not None
 
-    @abstractmethod
     def unchanged(
         self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
     ) -> Collection[str] | None:
@@ -209,19 +216,20 @@ class Tx(ABC):
         :class:`~goatbeat.stores.definitions.Comparison`), or None when the dialect leaves
         every comparison to the store. May be a collection that fills in when the block of
         :meth:`comparing` ends (pipelined)."""
+        return None
 
-    @abstractmethod
     def comparing(self) -> AbstractContextManager[None]:
         """The block in which :meth:`unchanged` statements may overlap the store's work."""
+        return nullcontext()
 
     def orphans(self, source: str, declared: Sequence[str]) -> list[str]:
         """Names of the enabled rows of ``source`` not in ``declared``, sorted."""
         rows = self._rows("orphans", {"source": source, "names": json.dumps(list(declared))})
         return [r["name"] for r in rows]
 
-    @abstractmethod
     def lock_publication(self) -> None:
         """Serialise concurrent publications (a no-op where the transaction already does)."""
+        return None
 
     @abstractmethod
     def current_publication(self) -> dict[str, Any] | None:
@@ -234,9 +242,13 @@ class Tx(ABC):
         row = self._one("publication_generation_of", {"fingerprint": fingerprint})
         return None if row is None or row["generation"] is None else int(row["generation"])
 
-    @abstractmethod
     def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
         """Record a code publication as the next generation; returns it."""
+        params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
+        with self._atomic():
+            row = self._one("publication_record", params)
+        assert row is not None
+        return int(row["generation"])
 
     def rename_schedule(self, id: int, version: int, new_name: str) -> int:
         """Give row ``id`` (compare-and-set on ``version``, bumped) the name ``new_name``,
@@ -380,10 +392,10 @@ class Tx(ABC):
     def started_runs(self, runs: Mapping[int, int]) -> None:
         """``{schedule id: execution id}``: the runs their overlap policies wait for now."""
 
-    @abstractmethod
     def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
         """Buffered occurrences with the run each waits for
         (:func:`~goatbeat.stores.rows.buffer_ready_at`'s columns), by id."""
+        return self._rows("buffered_runs", self._shard(shard))
 
     @abstractmethod
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
@@ -400,9 +412,10 @@ class Tx(ABC):
         """The earliest ``next_run_at`` of an enabled, unpaused row, or the instant a buffered
         occurrence may start (:meth:`~goatbeat.core.store.ScheduleStore.next_due_at`)."""
 
-    @abstractmethod
     def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
         """Claimed executions due for (re)submission with their schedules' columns."""
+        params = {"limit": limit, "exclude": self._array(exclude), **self._shard(shard)}
+        return self._rows("pending", params)
 
     @abstractmethod
     def next_retry_at(self, shard: Shard) -> datetime | None:
@@ -462,11 +475,16 @@ class Tx(ABC):
         """The rows of :meth:`~goatbeat.core.store.ScheduleStore.refused_schedules`."""
         return self._rows("refused_schedules")
 
-    @abstractmethod
     def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
         """The rows of :meth:`~goatbeat.core.store.ScheduleStore.refusals`: ``name``,
         ``task``, ``source``, ``reason``, ``refused_at`` (aware UTC) and ``total`` (of every
         refused row, on each)."""
+        query = "refusals" if name is None else "refusal_named"
+        rows = self._rows(query, {"name": name, "limit": limit})
+        for row in rows:
+            if row["refused_at"] is not None:
+                row["refused_at"] = self._utc(row["refused_at"])
+        return rows
 
     def longest_bound(self) -> float:
         """The longest ``max_runtime`` or ``expires`` of any schedule, in seconds (0: none)."""
@@ -492,9 +510,12 @@ class Tx(ABC):
         assert row is not None
         return {k: int(v) for k, v in row.items()}
 
-    @abstractmethod
     def status_oldest(self, now: datetime) -> dict[str, Any] | None:
         """The oldest due or pending instant (``at``) and its schedule's ``name``."""
+        row = self._one("status_oldest", {"now": now})
+        if row is not None:
+            row["at"] = self._utc(row["at"])
+        return row
 
     def schedulers(self) -> list[dict[str, Any]]:
         """Every scheduler row, ``stale`` by the store's clock, by role and id."""
