@@ -123,13 +123,11 @@ def plan_publish(
         printed = fingerprint(wanted, schedule.enabled if follow_last_run else None)
         toggle = source_toggle(row, schedule) if follow_last_run else None
         toggled = [] if toggle is None else [FieldChange(field="enabled", old=enabled, new=toggle)]
-        state = {"published_fingerprint": printed, "last_status": row["last_status"]}
         if wanted == stored and not quarantined and toggle is not None:
             # The source enabled or disabled it since the last publish; nobody toggled it in
             # goatbeat: follow the source.
             nxt = schedule.first_run_after(later or now) if toggle else None
-            state.update(enabled=toggle, next_run_at=nxt, last_run_at=later)
-            actions.replaces.append(Replace.of(row, {**wanted, **state}))
+            actions.replaces.append(replacing(row, wanted, toggle, nxt, later, printed))
             actions.changes[schedule.name] = toggled
             actions.updated.append(schedule.name)
             continue
@@ -143,18 +141,15 @@ def plan_publish(
                     # Recorded without the source's flag (before 0.7.1), or with the other
                     # one while an operator's toggle already matched it: record what the
                     # source says now, so the next import can tell who changed it.
-                    state.update(enabled=enabled, next_run_at=utc(row["next_run_at"]))
-                    actions.replaces.append(
-                        Replace.of(row, {**wanted, **state, "last_run_at": None})
-                    )
+                    nxt = utc(row["next_run_at"])
+                    actions.replaces.append(replacing(row, wanted, enabled, nxt, None, printed))
                 continue
             # Another scheduler (celery) ran it since: move the phase forward, never back.
             nxt = schedule.first_run_after(later) if enabled else None
             planned = utc(row["next_run_at"])
             if nxt is not None and planned is not None and planned > nxt:
                 nxt = planned
-            state.update(enabled=enabled, next_run_at=nxt, last_run_at=later)
-            actions.replaces.append(Replace.of(row, {**wanted, **state}))
+            actions.replaces.append(replacing(row, wanted, enabled, nxt, later, printed))
             actions.refreshed.append(schedule.name)
             continue
         changes = definition_changes(stored, wanted)
@@ -164,22 +159,17 @@ def plan_publish(
             enabled = toggle
             changes.extend(toggled)
         actions.changes[schedule.name] = changes
-        values = dict(wanted)
-        values["enabled"] = enabled
         # A changed definition, or a quarantined row (repaired by this publish).
         anchor = now if later is None else later
-        values["next_run_at"] = schedule.first_run_after(anchor) if enabled else None
+        nxt = schedule.first_run_after(anchor) if enabled else None
         if (
             schedule.name in keep_phase
             and not quarantined
             and wanted["trigger"] == stored["trigger"]
             and wanted["timezone"] == stored["timezone"]
         ):
-            values["next_run_at"] = utc(row["next_run_at"])
-        values["last_status"] = None if quarantined else row["last_status"]
-        values["last_run_at"] = later
-        values["published_fingerprint"] = printed
-        actions.replaces.append(Replace.of(row, values))
+            nxt = utc(row["next_run_at"])
+        actions.replaces.append(replacing(row, wanted, enabled, nxt, later, printed))
         actions.updated.append(schedule.name)
     return actions
 
@@ -197,31 +187,41 @@ def source_toggle(row: Mapping[str, Any], schedule: Schedule) -> bool | None:
     return bool(schedule.enabled)
 
 
-def update_values(
+def update_replace(
     schedule: Schedule,
     row: Mapping[str, Any],
     *,
     now: datetime,
     definition: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Columns :meth:`ScheduleStore.update` writes: the definition, ``enabled``, and a
+) -> Replace:
+    """What :meth:`ScheduleStore.update` writes: the definition, ``enabled``, and a
     ``next_run_at`` recomputed when the definition changed or the schedule was re-enabled."""
     wanted = definition if definition is not None else definition_of(schedule)
-    values = dict(wanted)
+    quarantined = row["last_status"] == SCHEDULE_INVALID
+    nxt = row["next_run_at"]
+    if not schedule.enabled:
+        nxt = None
+    elif wanted != row_definition(row) or not row["enabled"] or quarantined:
+        nxt = schedule.first_run_after(now)
     # An edit keeps the last run and the published fingerprint (that it differs now is how
     # an edit is told from a publish).
-    values["last_run_at"] = None
-    values["published_fingerprint"] = None
-    values["enabled"] = bool(schedule.enabled)
-    quarantined = row["last_status"] == SCHEDULE_INVALID
-    values["last_status"] = None if quarantined else row["last_status"]
-    if not schedule.enabled:
-        values["next_run_at"] = None
-    elif wanted != row_definition(row) or not row["enabled"] or quarantined:
-        values["next_run_at"] = schedule.first_run_after(now)
-    else:
-        values["next_run_at"] = row["next_run_at"]
-    return values
+    return replacing(row, wanted, bool(schedule.enabled), nxt, None, None)
+
+
+def replacing(
+    row: Mapping[str, Any],
+    definition: Mapping[str, Any],
+    enabled: bool,
+    next_run_at: datetime | None,
+    last_run_at: datetime | None,
+    printed: str | None,
+) -> Replace:
+    """``definition`` and the state given written over ``row``, a quarantine cleared (None
+    ``last_run_at`` or fingerprint ``printed``: the stored one kept)."""
+    last_status = None if row["last_status"] == SCHEDULE_INVALID else row["last_status"]
+    state = {"enabled": enabled, "next_run_at": next_run_at, "last_run_at": last_run_at}
+    values = {**definition, **state, "last_status": last_status, "published_fingerprint": printed}
+    return Replace.of(row, values)
 
 
 def enabled_values(

@@ -540,7 +540,7 @@ def _with_state(schedule: Schedule, state: Mapping[str, Any]) -> Schedule:
     return clone
 
 
-_TIME_STATE = ("next_run_at", "last_run_at", "created_at", "updated_at", "paused_at")
+_TIME_STATE = tuple(c for c in SCHEDULE_TIMES if c in STATE_FIELDS)
 
 
 _SHARED_COLUMNS = (

@@ -62,7 +62,6 @@ from goatbeat.stores.dialect import (
     Dialect,
     NameTaken,
     NewExecution,
-    Replace,
     RolledBack,
     Tx,
     check_payload,
@@ -73,7 +72,7 @@ from goatbeat.stores.publication import (
     enabled_values,
     plan_publish,
     publication_order,
-    update_values,
+    update_replace,
 )
 from goatbeat.stores.rows import (
     ScheduleCache,
@@ -436,8 +435,7 @@ class DialectStore(OperationsMixin):
                     f"schedule {schedule.name!r} is at version {row['version']}, "
                     f"not {expected_version}"
                 )
-            values = update_values(schedule, row, now=tx.now(), definition=definition)
-            replace = Replace.of(row, values)
+            replace = update_replace(schedule, row, now=tx.now(), definition=definition)
             stored = self._rewritten(tx, row, "updated", tx.replace_schedules([replace]))
         return schedule_from_row(stored)
 

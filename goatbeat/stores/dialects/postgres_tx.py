@@ -29,9 +29,10 @@ from goatbeat.stores.dialect import (
     NameTaken,
     NewExecution,
     Replace,
+    Tx,
     heartbeat_columns,
+    miss_rows,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 
 
 class Connections(Protocol):
@@ -83,7 +84,7 @@ _COPY_COLUMNS = (
 """The columns of ``schedule_copy``, in its order."""
 
 
-class PostgresTx(NamedQueryTx):
+class PostgresTx(Tx):
     """The primitives on one connection: each one statement (a few for a batch without
     arrays), in the caller's transaction or, outside one, autocommit."""
 
@@ -117,6 +118,14 @@ class PostgresTx(NamedQueryTx):
 
     def _array(self, values: Sequence[Any]) -> list[Any]:
         return list(values)
+
+    def _utc(self, value: datetime) -> datetime:
+        return value.astimezone(UTC)
+
+    def _shard(self, shard: Shard) -> dict[str, Any]:
+        """The count and the OTHER shards (see queries.sql)."""
+        others = [i for i in range(shard.count) if i != shard.index]
+        return {"shards": shard.count, "others": others}
 
     def now(self) -> datetime:
         row = self._one("now")
@@ -183,12 +192,6 @@ class PostgresTx(NamedQueryTx):
         if found is not None:
             found["published_at"] = found["published_at"].astimezone(UTC)
         return found
-
-    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
-        params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
-        row = self._one("publication_record", params)
-        assert row is not None
-        return int(row["generation"])
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Insert new rows with one COPY (``schedule_copy``), not one statement each."""
@@ -309,7 +312,7 @@ class PostgresTx(NamedQueryTx):
         return ClaimCheck(now=check["now"].astimezone(UTC), buffered=bool(check["buffered"]))
 
     def due(self, now: datetime, limit: int, shard: Shard) -> list[dict[str, Any]]:
-        return self._rows("claim_select_due", {"now": now, "limit": limit, **_shard(shard)})
+        return self._rows("claim_select_due", {"now": now, "limit": limit, **self._shard(shard)})
 
     @contextmanager
     def recording(self, outcomes: Sequence[SubmitOutcome]) -> Iterator[None]:
@@ -380,9 +383,6 @@ class PostgresTx(NamedQueryTx):
     def started_runs(self, runs: Mapping[int, int]) -> None:
         self._write("started_runs", {"ids": list(runs), "execution_ids": list(runs.values())})
 
-    def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
-        return self._rows("buffered_runs", _shard(shard))
-
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
         params = {"ids": list(ids), "token": token, "scheduler_id": scheduler_id}
         return self._rows("promote_buffered", params)
@@ -392,15 +392,12 @@ class PostgresTx(NamedQueryTx):
         self._write("abandon_damaged", params)
 
     def next_due_at(self, shard: Shard) -> datetime | None:
-        row = self._one("next_due_at", _shard(shard))
+        row = self._one("next_due_at", self._shard(shard))
         value = None if row is None else row["next_due_at"]
         return None if value is None else value.astimezone(UTC)
 
-    def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
-        return self._rows("pending", {"limit": limit, "exclude": list(exclude), **_shard(shard)})
-
     def next_retry_at(self, shard: Shard) -> datetime | None:
-        row = self._one("next_retry_at", _shard(shard))
+        row = self._one("next_retry_at", self._shard(shard))
         at = None if row is None else row["at"]
         return None if at is None else at.astimezone(UTC)
 
@@ -425,7 +422,7 @@ class PostgresTx(NamedQueryTx):
                     "token": lease.token,
                     "scheduler_id": scheduler_id,
                     "ids": list(ids),
-                    **_shard(shard),
+                    **self._shard(shard),
                 },
             )
         return [int(r["id"]) for r in rows]
@@ -463,14 +460,6 @@ class PostgresTx(NamedQueryTx):
             pause = (str(row["pause_name"]), int(row["failures"]))
         return Completion(matched=int(row["matched"]) > 0, pause=pause)
 
-    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
-        query = "refusals" if name is None else "refusal_named"
-        rows = self._rows(query, {"name": name, "limit": limit})
-        for row in rows:
-            if row["refused_at"] is not None:
-                row["refused_at"] = row["refused_at"].astimezone(UTC)
-        return rows
-
     def heartbeat(self, beat: SchedulerBeat, retention: timedelta) -> None:
         with self._atomic():
             self._rows("heartbeat", {**heartbeat_columns(beat), "ttl": beat.ttl})
@@ -483,21 +472,9 @@ class PostgresTx(NamedQueryTx):
             cur.executemany(self.q["record_miss"], miss_rows(misses, scheduler_id))
             cur.execute(self.q["miss_prune"], {"retention": retention})
 
-    def status_oldest(self, now: datetime) -> dict[str, Any] | None:
-        row = self._one("status_oldest", {"now": now})
-        if row is not None:
-            row["at"] = row["at"].astimezone(UTC)
-        return row
-
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
         rows = self._rows("live_schedulers", {"within": within, "shards": shards})
         return [str(r["scheduler_id"]) for r in rows]
-
-
-def _shard(shard: Shard) -> dict[str, Any]:
-    """The shard filter's parameters: the count and the OTHER shards (see queries.sql)."""
-    others = [i for i in range(shard.count) if i != shard.index]
-    return {"shards": shard.count, "others": others}
 
 
 def _record_statement(outcomes: Sequence[SubmitOutcome]) -> tuple[str, dict[str, Any]]:

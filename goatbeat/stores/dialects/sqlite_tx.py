@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -35,9 +35,10 @@ from goatbeat.stores.dialect import (
     Completion,
     NewExecution,
     Replace,
+    Tx,
     heartbeat_columns,
+    miss_rows,
 )
-from goatbeat.stores.dialects.named_tx import NamedQueryTx, miss_rows
 from goatbeat.stores.rows import buffer_ready_at
 
 
@@ -141,7 +142,7 @@ def _decode(row: sqlite3.Row, *, json_columns: bool = True) -> dict[str, Any]:
     return out
 
 
-class SQLiteTx(NamedQueryTx):
+class SQLiteTx(Tx):
     """The primitives on one connection. Outside a transaction, a primitive that writes runs
     in its own ``BEGIN IMMEDIATE``."""
 
@@ -232,17 +233,6 @@ class SQLiteTx(NamedQueryTx):
         found = (self.schedule(name) for name in dict.fromkeys(names))
         return [row for row in found if row is not None]
 
-    def unchanged(
-        self, declared: Sequence[Sequence[Any]], shared: Sequence[Sequence[Any]], source: str
-    ) -> Collection[str] | None:
-        return None  # compares_publications is False: the store compares
-
-    def comparing(self) -> Any:
-        return nullcontext()
-
-    def lock_publication(self) -> None:
-        return None  # BEGIN IMMEDIATE serialises every writer already
-
     def current_publication(self) -> dict[str, Any] | None:
         row = self._run("publication_current").fetchone()
         if row is None:
@@ -250,11 +240,6 @@ class SQLiteTx(NamedQueryTx):
         found = dict(row)
         found["published_at"] = decode_time(found["published_at"])
         return found
-
-    def record_publication(self, fingerprint: str, release: int | None, schedules: int) -> int:
-        with self._atomic():
-            params = {"fingerprint": fingerprint, "release": release, "schedules": schedules}
-            return int(self._run("publication_record", params).fetchone()["generation"])
 
     def insert_schedules(self, rows: Sequence[Mapping[str, Any]]) -> None:
         with self._atomic():
@@ -371,9 +356,6 @@ class SQLiteTx(NamedQueryTx):
         rows = _batch({"id": sid, "execution_id": eid} for sid, eid in runs.items())
         self._run("started_runs", {"runs": rows})
 
-    def buffered_runs(self, shard: Shard) -> list[dict[str, Any]]:
-        return self._rows("buffered_runs")
-
     def promote(self, ids: Sequence[int], token: int, scheduler_id: str) -> list[dict[str, Any]]:
         params = {"ids": json.dumps(list(ids)), "token": token, "scheduler_id": scheduler_id}
         started = dict(self._run("promote_buffered", params).fetchall())
@@ -392,9 +374,6 @@ class SQLiteTx(NamedQueryTx):
         due = [decode_time(row[0])] if row is not None and row[0] is not None else []
         due += [at for r in self._rows("buffered_runs") if (at := buffer_ready_at(r)) is not None]
         return min((d for d in due if d is not None), default=None)
-
-    def pending(self, limit: int, exclude: Sequence[int], shard: Shard) -> list[dict[str, Any]]:
-        return self._rows("pending", {"limit": limit, "exclude": json.dumps(list(exclude))})
 
     def next_retry_at(self, shard: Shard) -> datetime | None:
         row = self._run("next_retry_at").fetchone()
@@ -502,10 +481,6 @@ class SQLiteTx(NamedQueryTx):
                     pause = (str(state["name"]), int(state["consecutive_failures"]))
         return Completion(matched=True, pause=pause)
 
-    def refusals(self, name: str | None, limit: int | None) -> list[dict[str, Any]]:
-        query = "refusals" if name is None else "refusal_named"
-        return self._rows(query, {"name": name, "limit": limit})
-
     def _report_to_schedule(
         self, row: sqlite3.Row, status: str, now: datetime, counts_failure: bool
     ) -> None:
@@ -530,9 +505,6 @@ class SQLiteTx(NamedQueryTx):
         with self._atomic():
             self._many("record_miss", ({**r, "now": now} for r in miss_rows(misses, scheduler_id)))
             self._run("miss_prune", {"before": now - retention})
-
-    def status_oldest(self, now: datetime) -> dict[str, Any] | None:
-        return self._one("status_oldest", {"now": now})
 
     def live_schedulers(self, within: timedelta, shards: int) -> list[str]:
         now = self.now()
