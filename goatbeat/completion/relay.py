@@ -348,6 +348,7 @@ class LedgerReporter(Reporter):
         self._succeeded_sql = queries["delivery_succeeded"]
         self._begin_sql = queries["delivery_begin"]
         self._duplicate_sql = queries["delivery_duplicate"]
+        self._read_sql = queries["delivery_read"]
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Callable[[dict[str, Any]], None]]:
@@ -383,6 +384,11 @@ class LedgerReporter(Reporter):
         }
         with conn.cursor(row_factory=tuple_row) as cur:
             if cur.execute(self._begin_sql, params).fetchone() is not None:
+                return True, None
+            # This very begin, committed once already (an answer lost with a connection
+            # that broke at its commit, then asked again): still this delivery's.
+            held = cur.execute(self._read_sql, {"key": key}).fetchone()
+            if held is not None and (held[1], held[2]) == ("running", owner):
                 return True, None
             row = cur.execute(self._duplicate_sql, {"key": key}).fetchone()
         return False, None if row is None else str(row[0])
@@ -425,10 +431,8 @@ def _log_reports(reports: list[dict[str, Any]], matched: list[bool]) -> None:
         log_event(event, level=level, idempotency_key=report["key"], recorded=recorded, **fields)
 
 
-def write(reporter: Reporter, batch: list[bytes]) -> None:
-    """Write ``batch`` in order: in one transaction where the store can (one commit for all,
-    the guard's successes with the reports), else (or when that fails) one by one, each
-    logged as the reporter logs it."""
+def _parse(batch: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The reports and the guard's successes of ``batch`` (a bad line logged and left out)."""
     reports: list[dict[str, Any]] = []
     successes: list[dict[str, Any]] = []
     for data in batch:
@@ -449,6 +453,14 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
                 recorded=False,
                 report_error=f"{type(exc).__name__}: {exc}",
             )
+    return reports, successes
+
+
+def write(reporter: Reporter, batch: list[bytes]) -> None:
+    """Write ``batch`` in order: in one transaction where the store can (one commit for all,
+    the guard's successes with the reports), else (or when that fails) one by one, each
+    logged as the reporter logs it."""
+    reports, successes = _parse(batch)
     if successes and isinstance(reporter, LedgerReporter):
         try:
             with reporter.transaction() as record_success:
@@ -495,18 +507,53 @@ def _write_reports(reporter: Reporter, reports: list[dict[str, Any]]) -> None:
             )
 
 
-def _answer_begin(reporter: Reporter, request: dict[str, Any]) -> dict[str, Any]:
-    """A guard's request to take a key, committed; the answer :meth:`Relay.begin` reads."""
+def _refuse_begin(reporter: Reporter, request: dict[str, Any]) -> str | None:
+    """Why the reporter runs nothing for ``request`` (None: it runs it)."""
     key, owner, lease = request.get("key"), request.get("owner"), request.get("lease")
     if not (isinstance(key, str) and isinstance(owner, str)) or not (
         lease is None or (isinstance(lease, (int, float)) and lease > 0)
     ):
-        return {"error": f"not a guard's begin: {str(request)[:200]}"}
+        return f"not a guard's begin: {str(request)[:200]}"
     if not isinstance(reporter, LedgerReporter):
-        return {"error": "this reporter writes no idempotency ledger"}
+        return "this reporter writes no idempotency ledger"
     until = request.get("until")
     if not isinstance(until, (int, float)) or time.monotonic() > until:
-        return {"error": "too late: the guard no longer waits for this answer"}
+        return "too late: the guard no longer waits for this answer"
+    return None
+
+
+def write_then_begin(
+    reporter: Reporter, batch: list[bytes], request: dict[str, Any]
+) -> dict[str, Any]:
+    """What the pipe held (``batch``), then a guard's begin, committed: in one transaction
+    where it can (one commit), else ``batch`` as :func:`write` writes it and the begin on
+    its own. The answer :meth:`Relay.begin` reads."""
+    refused = _refuse_begin(reporter, request)
+    if refused is not None:
+        if batch:
+            write(reporter, batch)
+        return {"error": refused}
+    assert isinstance(reporter, LedgerReporter)
+    key, owner, lease = request["key"], request["owner"], request.get("lease")
+    if batch:
+        reports, successes = _parse(batch)
+        try:
+            with reporter.transaction() as record_success:
+                store = reporter.store()
+                matched = store.record_reports(reports) if reports else []  # type: ignore[attr-defined]
+                for success in successes:
+                    record_success(success)
+                taken, state = reporter.begin(key, owner, lease)
+        except Exception:  # noqa: BLE001 - rolled back: the lines one by one, then the begin
+            reporter.close()  # reconnect
+            _write_reports(reporter, reports)
+            for success in successes:
+                _write_success(reporter, success)
+        else:
+            _log_reports(reports, matched)
+            for success in successes:
+                _log_success(success, True)
+            return {"taken": taken, "state": state}
     try:
         taken, state = reporter.begin(key, owner, lease)
     except Exception as exc:  # noqa: BLE001 - the guard takes the key itself
@@ -529,21 +576,43 @@ class _Serving:
         self.closed = False
         """Every writer closed the pipe."""
 
-    def read_pipe(self) -> bool:
-        """Write what the pipe holds now; False when it held nothing."""
+    def _take(self) -> list[bytes] | None:
+        """The whole lines the pipe holds now (None: nothing came)."""
         try:
             chunk = os.read(self.fd, 1 << 20)
         except (BlockingIOError, InterruptedError):
-            return False
+            return None
         if not chunk:
             self.closed = True
-            return False
+            return None
         *lines, self.buffered = (self.buffered + chunk).split(b"\n")
+        return lines
+
+    def _write(self, lines: list[bytes]) -> None:
         for start in range(0, len(lines), BATCH):
             batch = lines[start : start + BATCH]
             write(self.reporter, batch)
             self.written += len(batch)
+
+    def read_pipe(self) -> bool:
+        """Write what the pipe holds now; False when it held nothing."""
+        lines = self._take()
+        if lines is None:
+            return False
+        self._write(lines)
         return True
+
+    def begin(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A guard's begin, after what the pipe holds (sent earlier: this delivery's
+        started, an earlier delivery's end), the last batch of it in the begin's
+        transaction."""
+        pending: list[bytes] = []
+        while (lines := self._take()) is not None:
+            pending += lines
+        cut = max(0, len(pending) - BATCH)
+        self._write(pending[:cut])
+        self.written += len(pending) - cut
+        return write_then_begin(self.reporter, pending[cut:], request)
 
     def wait(self, seconds: float, *, for_pipe: bool) -> bool:
         """Serve the guards' begins for up to ``seconds``; True as soon as the pipe is
@@ -603,11 +672,7 @@ class _Serving:
             except ValueError as exc:
                 answer: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
             else:
-                # What the pipe holds was sent earlier (this delivery's started, an earlier
-                # delivery's end): written first, so the begin sees it.
-                while self.read_pipe():
-                    pass
-                answer = _answer_begin(self.reporter, request)
+                answer = self.begin(request)
             conn.setblocking(True)
             conn.settimeout(1.0)
             with contextlib.suppress(OSError):

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from goatbeat.completion import relay as relay_module
-from goatbeat.completion.relay import Relay, RelayedReporter
+from goatbeat.completion.relay import LedgerReporter, Relay, RelayedReporter
 from goatbeat.core import handoff
-from goatbeat.core.model import Schedule
+from goatbeat.core.model import ExecutionStatus, Schedule
 from goatbeat.core.skips import take_skip
 from goatbeat.core.triggers import IntervalTrigger
 from goatbeat.idempotency import SKIPPED, Guard
@@ -249,3 +249,41 @@ def test_a_relay_without_begins_takes_no_keys(database: str) -> None:
     finally:
         relay.close()
         relay.process.wait(GUARD)
+
+
+def test_the_started_report_sent_before_the_begin_is_written_when_the_body_runs(
+    database: str, keys: list[str], ledger: CountingLedger, reporter: RelayedReporter
+) -> None:
+    key = keys[0]
+    assert reporter.started(key)
+    seen: list[ExecutionStatus] = []
+    assert Guard(ledger).run(key, lambda: seen.append(_status(database, key))) is None
+    # The reporter wrote the pipe's report with the begin (one transaction), before it
+    # answered: the body sees its run running.
+    assert seen == [ExecutionStatus.RUNNING]
+    assert ledger.statements == []
+
+
+def test_the_reporter_asked_twice_for_one_delivery_answers_taken_twice(database: str) -> None:
+    writer = LedgerReporter(database)
+    store = open_store(database)
+    try:
+        key = store.request_run("job").idempotency_key
+        assert writer.begin(key, "w:1:a", None) == (True, None)
+        # Its commit landed but the answer was lost, and it is asked again: still its own.
+        assert writer.begin(key, "w:1:a", None) == (True, None)
+        assert writer.begin(key, "w:1:b", None) == (False, "running")
+        found = _read(database, key)
+        assert (found.owner, found.attempts, found.duplicates) == ("w:1:a", 1, 1)
+    finally:
+        store.close()
+        writer.close()
+
+
+def _status(database: str, key: str) -> ExecutionStatus:
+    store = open_store(database)
+    try:
+        found = {e.idempotency_key: e.status for e in store.executions(name="job", limit=100)}
+        return found[key]
+    finally:
+        store.close()
