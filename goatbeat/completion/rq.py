@@ -23,7 +23,7 @@ the idempotency guard of a horse also takes its key through the reporter
 guarded horse opens no connection either; with no answer it takes the key on its own
 connection. The main process
 also imports what a guarded horse would import for each job (the idempotency guard's
-PostgreSQL ledger and psycopg; not the store, which only the fallback writes need), then
+PostgreSQL ledger, psycopg and the RQ adapter; not the store, which only the fallback writes need), then
 freezes its heap (``gc.freeze()``) before the first fork: each fork then copies and tears down
 a smaller parent whose objects the horse's collector never walks or touches. (RQ's
 ``SpawnWorker``, which does not fork, writes directly.)
@@ -62,9 +62,10 @@ def _reporter(database: str | None) -> RelayedReporter:
     return found
 
 
-_PRELOAD = ("goatbeat.idempotency.postgres",)
-"""What a guarded horse would import for each job: imported in the main process once, so no
-fork imports it again. Not the store: with the reporter up a horse never opens it, and a
+_PRELOAD = ("goatbeat.idempotency.postgres", "goatbeat.idempotency.rq")
+"""What a guarded horse would import for each job (the ledger, and the ``@idempotent``
+adapter the job's module imports): imported in the main process once, so no fork imports
+it again. Not the store: with the reporter up a horse never opens it, and a
 bigger parent costs every fork (measured: ~2 ms CPU per horse)."""
 
 

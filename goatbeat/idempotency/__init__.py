@@ -41,7 +41,10 @@ key and releasing it after a failure stay synchronous, and so does the success o
 ``record="after"`` (which reads the ledger to decide) and of a lease with less than
 :data:`HANDOFF_MARGIN` left (a delivery after the lease would take a key whose success is
 still on its way). Without a reporter for the ledger's database (or with it gone or stuck),
-the success is committed at once, as it always was.
+the success is committed at once, as it always was. An RQ work horse also takes its key
+through the reporter (:mod:`goatbeat.core.handoff`'s begin: the reporter commits it before it
+answers), so it opens no connection; without an answer it takes the key itself, and a begin
+the reporter committed for this very delivery is then still its own.
 
 Neither makes the business effect exactly-once: a body that crashes halfway through its side
 effects has done half of them. Only an effect written in the same database transaction as the
