@@ -24,6 +24,16 @@ to the guards of this process whose ledger has that URL (:mod:`goatbeat.core.han
 ``delivery_succeeded`` line is written with the ledger's own statement in the batch's
 transaction, with the reports read before and after it (one commit for all). A batch the
 store refuses is written again report by report, each success on its own.
+
+An RQ work horse also hands it the guard's ``delivery_begin`` (``Relay(url, begins=True)``),
+which must be committed before the body runs: the reporter listens on a Unix socket of its
+own (in a directory only this user can enter), and for each request first writes what the
+pipe holds (so an earlier end of that key applies), then commits the begin (and, the key not
+taken, counts the duplicate) and answers. Requests are served while the reporter gathers a
+batch, never held for it. A horse with no answer (the reporter gone, stuck for
+:data:`BEGIN_WAIT` seconds, or the database refusing) takes the key on its own connection, as
+without the relay (:mod:`goatbeat.idempotency` then checks whether the reporter's commit of
+that very delivery landed).
 """
 
 from __future__ import annotations
@@ -34,11 +44,15 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 from goatbeat.completion import DATABASE_ENV, Reporter, worker_name
@@ -62,32 +76,51 @@ NICE = 10
 """The reporter's niceness (added): the worker's tasks come first."""
 MAX_REPORT = select.PIPE_BUF
 """Bytes of one report: a longer error is cut (with a mark) so the write stays atomic."""
+BEGIN_WAIT = 10.0
+"""Seconds a work horse waits for the reporter's answer to a ``delivery_begin`` before it
+takes the key on its own connection."""
+BEGIN = "delivery_begin"
+"""The event of a guard's request to take a key: ``key``, ``owner``, ``lease`` (seconds or
+None), ``until`` (``time.monotonic()``, the host's clock: past it the reporter runs nothing),
+answered ``{"taken": bool, "state": str | None}`` or ``{"error": str}``."""
 
 
 class Relay:
     """The sending end, held by the worker's main process and inherited by its children.
 
-    ``Relay(database_url)`` starts the reporter process at once."""
+    ``Relay(database_url)`` starts the reporter process at once; ``begins=True``: one that
+    also takes the guard's keys (:meth:`begin`)."""
 
-    def __init__(self, database: str) -> None:
+    def __init__(self, database: str, *, begins: bool = False) -> None:
         self.database = database
         self.owner = os.getpid()
+        self.begin_path: str | None = None
+        """The reporter's Unix socket for :meth:`begin` (None: it takes no keys)."""
         receive, send = os.pipe()
         with contextlib.suppress(OSError, AttributeError):
             fcntl.fcntl(send, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        listener: socket.socket | None = None
+        args = [str(receive), str(self.owner)]
         try:
+            if begins:
+                listener, path = _listen()
+                self.begin_path = path
+                args += [str(listener.fileno()), path]
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "goatbeat.completion.relay", str(receive), str(self.owner)],
-                pass_fds=(receive,),
+                [sys.executable, "-m", "goatbeat.completion.relay", *args],
+                pass_fds=(receive,) if listener is None else (receive, listener.fileno()),
                 # The URL may hold a password: the environment, not the command line.
                 env={**os.environ, DATABASE_ENV: database},
                 stdin=subprocess.DEVNULL,
             )
         except BaseException:
             os.close(send)
+            self._remove_socket()
             raise
         finally:
             os.close(receive)
+            if listener is not None:
+                listener.close()  # the reporter holds it
         os.set_blocking(send, False)
         self.fd = send
         self.gone = False
@@ -130,9 +163,55 @@ class Relay:
                 )
                 return False
 
+    def begin(self, key: str, owner: str, lease: float | None) -> tuple[bool, str | None] | None:
+        """Ask the reporter to take ``key`` for ``owner`` (the guard's ``delivery_begin``,
+        committed before it answers): ``(taken, state)``, or None without an answer (then the
+        caller takes it itself: :data:`goatbeat.core.handoff.Beginner`)."""
+        path = self.begin_path
+        if path is None or self.gone:
+            return None
+        # Past "until" the reporter runs nothing: a begin committed after this process gave up
+        # waiting (and took the key itself, and maybe failed and released it) must not happen.
+        until = time.monotonic() + BEGIN_WAIT / 2
+        request = _ENCODER.encode(
+            {"event": BEGIN, "key": key, "owner": owner, "lease": lease, "until": until}
+        )
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(BEGIN_WAIT)
+                conn.connect(path)
+                conn.sendall(request.encode() + b"\n")
+                reply = b""
+                while not reply.endswith(b"\n"):
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        raise ConnectionResetError("the reporter closed the socket")
+                    reply += chunk
+            answer = json.loads(reply)
+            if not isinstance(answer, dict) or not isinstance(answer.get("taken"), bool):
+                raise ValueError(str(answer.get("error") if isinstance(answer, dict) else answer))
+        except (OSError, ValueError) as exc:
+            log_event(
+                "delivery.error",
+                level=logging.WARNING,
+                idempotency_key=key,
+                error=f"{type(exc).__name__}: {exc}",
+                hint="the completion reporter did not take the key: this process takes it "
+                "on its own connection",
+            )
+            return None
+        state = answer.get("state")
+        return answer["taken"], state if isinstance(state, str) else None
+
+    def _remove_socket(self) -> None:
+        if self.begin_path is not None and os.getpid() == self.owner:
+            shutil.rmtree(os.path.dirname(self.begin_path), ignore_errors=True)
+
     def close(self) -> None:
         """Close the writing end (the reporter exits once every writer closed it)."""
         handoff.withdraw(self.database, self.send)
+        handoff.withdraw_begin(self.database, self.begin)
+        self._remove_socket()
         if not self.gone:
             self.gone = True
             with contextlib.suppress(OSError):
@@ -140,6 +219,21 @@ class Relay:
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
+def _listen() -> tuple[socket.socket, str]:
+    """A listening Unix socket in a new directory only this user may enter."""
+    directory = tempfile.mkdtemp(prefix="goatbeat-relay-")  # mode 0700
+    path = os.path.join(directory, "begin")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        listener.listen(64)
+    except BaseException:
+        listener.close()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    return listener, path
 
 
 def _encode(report: dict[str, Any]) -> bytes:
@@ -160,10 +254,12 @@ class RelayedReporter(Reporter):
 
     relay: Relay | None = None
 
-    def start_relay(self) -> Relay | None:
+    def start_relay(self, *, begins: bool = False) -> Relay | None:
         """Start this process's reporter process (again, if it died); None when the target is
         not a URL (a store or a function: reports are written directly). Call it in the
-        worker's long-lived process before it forks its children, which inherit it."""
+        worker's long-lived process before it forks its children, which inherit it.
+        ``begins``: on PostgreSQL, the guards of its children also take their keys through it
+        (RQ's work horses: no connection of their own)."""
         if not isinstance(self.target, str):
             return None
         relay = self.relay
@@ -171,11 +267,14 @@ class RelayedReporter(Reporter):
             if not relay.gone and relay.process.poll() is None:
                 return relay
             relay.close()
-        self.relay = relay = Relay(self.target)
-        if self.target.startswith(("postgresql://", "postgres://")):
+        postgres = self.target.startswith(("postgresql://", "postgres://"))
+        self.relay = relay = Relay(self.target, begins=begins and postgres)
+        if postgres:
             # The guards of this process (and its children) whose ledger is this database
             # hand their successes to it (the reporter process writes them: LedgerReporter).
             handoff.offer(self.target, relay.send)
+            if relay.begin_path is not None:
+                handoff.offer_begin(self.target, relay.begin)
         log_event("occurrence.relay_started", level=logging.DEBUG, pid=relay.pid)
         return relay
 
@@ -245,7 +344,11 @@ class LedgerReporter(Reporter):
 
         self.provider = DsnConnectionProvider(database, application_name="goatbeat-reporter")
         super().__init__(PostgresStore(connection_provider=self.provider))
-        self._succeeded_sql = schema.queries("postgres")["delivery_succeeded"]
+        queries = schema.queries("postgres")
+        self._succeeded_sql = queries["delivery_succeeded"]
+        self._begin_sql = queries["delivery_begin"]
+        self._duplicate_sql = queries["delivery_duplicate"]
+        self._read_sql = queries["delivery_read"]
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Callable[[dict[str, Any]], None]]:
@@ -267,6 +370,28 @@ class LedgerReporter(Reporter):
     def _succeeded(self, conn: Any, success: dict[str, Any]) -> None:
         params = {"key": success["key"], "owner": success["owner"], "counted": True}
         conn.execute(self._succeeded_sql, params)
+
+    def begin(self, key: str, owner: str, lease: float | None) -> tuple[bool, str | None]:
+        """A guard's ``delivery_begin`` (autocommit: committed when this returns): taken, or
+        not taken with the duplicate counted and the key's state, as the ledger would."""
+        from psycopg.rows import tuple_row
+
+        conn = self.provider.get()
+        params = {
+            "key": key,
+            "owner": owner,
+            "lease": None if lease is None else timedelta(seconds=lease),
+        }
+        with conn.cursor(row_factory=tuple_row) as cur:
+            if cur.execute(self._begin_sql, params).fetchone() is not None:
+                return True, None
+            # This very begin, committed once already (an answer lost with a connection
+            # that broke at its commit, then asked again): still this delivery's.
+            held = cur.execute(self._read_sql, {"key": key}).fetchone()
+            if held is not None and (held[1], held[2]) == ("running", owner):
+                return True, None
+            row = cur.execute(self._duplicate_sql, {"key": key}).fetchone()
+        return False, None if row is None else str(row[0])
 
 
 def _log_success(success: dict[str, Any], recorded: bool, error: str | None = None) -> None:
@@ -306,10 +431,8 @@ def _log_reports(reports: list[dict[str, Any]], matched: list[bool]) -> None:
         log_event(event, level=level, idempotency_key=report["key"], recorded=recorded, **fields)
 
 
-def write(reporter: Reporter, batch: list[bytes]) -> None:
-    """Write ``batch`` in order: in one transaction where the store can (one commit for all,
-    the guard's successes with the reports), else (or when that fails) one by one, each
-    logged as the reporter logs it."""
+def _parse(batch: list[bytes]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The reports and the guard's successes of ``batch`` (a bad line logged and left out)."""
     reports: list[dict[str, Any]] = []
     successes: list[dict[str, Any]] = []
     for data in batch:
@@ -330,6 +453,14 @@ def write(reporter: Reporter, batch: list[bytes]) -> None:
                 recorded=False,
                 report_error=f"{type(exc).__name__}: {exc}",
             )
+    return reports, successes
+
+
+def write(reporter: Reporter, batch: list[bytes]) -> None:
+    """Write ``batch`` in order: in one transaction where the store can (one commit for all,
+    the guard's successes with the reports), else (or when that fails) one by one, each
+    logged as the reporter logs it."""
+    reports, successes = _parse(batch)
     if successes and isinstance(reporter, LedgerReporter):
         try:
             with reporter.transaction() as record_success:
@@ -376,36 +507,197 @@ def _write_reports(reporter: Reporter, reports: list[dict[str, Any]]) -> None:
             )
 
 
-def serve(fd: int, parent: int, reporter: Reporter) -> int:
+def _refuse_begin(reporter: Reporter, request: dict[str, Any]) -> str | None:
+    """Why the reporter runs nothing for ``request`` (None: it runs it)."""
+    key, owner, lease = request.get("key"), request.get("owner"), request.get("lease")
+    if not (isinstance(key, str) and isinstance(owner, str)) or not (
+        lease is None or (isinstance(lease, (int, float)) and lease > 0)
+    ):
+        return f"not a guard's begin: {str(request)[:200]}"
+    if not isinstance(reporter, LedgerReporter):
+        return "this reporter writes no idempotency ledger"
+    until = request.get("until")
+    if not isinstance(until, (int, float)) or time.monotonic() > until:
+        return "too late: the guard no longer waits for this answer"
+    return None
+
+
+def write_then_begin(
+    reporter: Reporter, batch: list[bytes], request: dict[str, Any]
+) -> dict[str, Any]:
+    """What the pipe held (``batch``), then a guard's begin, committed: in one transaction
+    where it can (one commit), else ``batch`` as :func:`write` writes it and the begin on
+    its own. The answer :meth:`Relay.begin` reads."""
+    refused = _refuse_begin(reporter, request)
+    if refused is not None:
+        if batch:
+            write(reporter, batch)
+        return {"error": refused}
+    assert isinstance(reporter, LedgerReporter)
+    key, owner, lease = request["key"], request["owner"], request.get("lease")
+    if batch:
+        reports, successes = _parse(batch)
+        try:
+            with reporter.transaction() as record_success:
+                store = reporter.store()
+                matched = store.record_reports(reports) if reports else []  # type: ignore[attr-defined]
+                for success in successes:
+                    record_success(success)
+                taken, state = reporter.begin(key, owner, lease)
+        except Exception:  # noqa: BLE001 - rolled back: the lines one by one, then the begin
+            reporter.close()  # reconnect
+            _write_reports(reporter, reports)
+            for success in successes:
+                _write_success(reporter, success)
+        else:
+            _log_reports(reports, matched)
+            for success in successes:
+                _log_success(success, True)
+            return {"taken": taken, "state": state}
+    try:
+        taken, state = reporter.begin(key, owner, lease)
+    except Exception as exc:  # noqa: BLE001 - the guard takes the key itself
+        reporter.close()  # reconnect
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"taken": taken, "state": state}
+
+
+class _Serving:
+    """The reporter process's state: the pipe (what is buffered of it), the socket for the
+    guards' begins (when it has one) and the connections waiting to be answered."""
+
+    def __init__(self, fd: int, reporter: Reporter, listener: socket.socket | None) -> None:
+        self.fd = fd
+        self.reporter = reporter
+        self.listener = listener
+        self.clients: dict[socket.socket, bytes] = {}
+        self.buffered = b""
+        self.written = 0
+        self.closed = False
+        """Every writer closed the pipe."""
+
+    def _take(self) -> list[bytes] | None:
+        """The whole lines the pipe holds now (None: nothing came)."""
+        try:
+            chunk = os.read(self.fd, 1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return None
+        if not chunk:
+            self.closed = True
+            return None
+        *lines, self.buffered = (self.buffered + chunk).split(b"\n")
+        return lines
+
+    def _write(self, lines: list[bytes]) -> None:
+        for start in range(0, len(lines), BATCH):
+            batch = lines[start : start + BATCH]
+            write(self.reporter, batch)
+            self.written += len(batch)
+
+    def read_pipe(self) -> bool:
+        """Write what the pipe holds now; False when it held nothing."""
+        lines = self._take()
+        if lines is None:
+            return False
+        self._write(lines)
+        return True
+
+    def begin(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A guard's begin, after what the pipe holds (sent earlier: this delivery's
+        started, an earlier delivery's end), the last batch of it in the begin's
+        transaction."""
+        pending: list[bytes] = []
+        while (lines := self._take()) is not None:
+            pending += lines
+        cut = max(0, len(pending) - BATCH)
+        self._write(pending[:cut])
+        self.written += len(pending) - cut
+        return write_then_begin(self.reporter, pending[cut:], request)
+
+    def wait(self, seconds: float, *, for_pipe: bool) -> bool:
+        """Serve the guards' begins for up to ``seconds``; True as soon as the pipe is
+        readable (``for_pipe``)."""
+        until = time.monotonic() + seconds
+        while True:
+            watched: list[Any] = list(self.clients)
+            if self.listener is not None:
+                watched.append(self.listener)
+            if for_pipe:
+                watched.append(self.fd)
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                ready, _, _ = select.select(watched, [], [], left)
+            except InterruptedError:
+                continue
+            for one in ready:
+                if one is self.fd:
+                    continue
+                if one is self.listener:
+                    self._accept()
+                else:
+                    self._receive(one)
+            if for_pipe and self.fd in ready:
+                return True
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self.clients[conn] = b""
+
+    def _receive(self, conn: socket.socket) -> None:
+        try:
+            chunk = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        data = self.clients[conn] + chunk
+        if chunk and not data.endswith(b"\n") and len(data) < MAX_REPORT:
+            self.clients[conn] = data
+            return
+        del self.clients[conn]
+        with conn:
+            if not chunk:
+                return  # gone before asking
+            try:
+                request = json.loads(data)
+                if not isinstance(request, dict):
+                    raise ValueError(f"not a request: {data[:200]!r}")
+            except ValueError as exc:
+                answer: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
+            else:
+                answer = self.begin(request)
+            conn.setblocking(True)
+            conn.settimeout(1.0)
+            with contextlib.suppress(OSError):
+                conn.sendall(_ENCODER.encode(answer).encode() + b"\n")
+
+
+def serve(fd: int, parent: int, reporter: Reporter, listener: socket.socket | None = None) -> int:
     """The reporter process's loop: write the reports read from the pipe ``fd`` in arrival
     order (what is pending in one transaction) until ``parent`` is gone or every writer
-    closed the pipe, then what is left in it; the number of reports written."""
-    written = 0
+    closed the pipe, then what is left in it; the number of reports written. ``listener``:
+    the socket the guards' begins arrive on, answered as they come."""
     os.set_blocking(fd, False)
-    buffered = b""
+    serving = _Serving(fd, reporter, listener)
     draining = False
     while True:
         if not draining:
             draining = os.getppid() != parent
-            if not draining:
-                with contextlib.suppress(InterruptedError):
-                    ready, _, _ = select.select([fd], [], [], POLL_INTERVAL)
-                    if ready:
-                        time.sleep(GATHER)
-        try:
-            chunk = os.read(fd, 1 << 20)
-        except (BlockingIOError, InterruptedError):
-            if draining:
-                break  # the parent is gone and the pipe is empty
-            continue
-        if not chunk:
-            break  # every writer closed it
-        *lines, buffered = (buffered + chunk).split(b"\n")
-        for start in range(0, len(lines), BATCH):
-            batch = lines[start : start + BATCH]
-            write(reporter, batch)
-            written += len(batch)
-    return written
+            if not draining and serving.wait(POLL_INTERVAL, for_pipe=True):
+                serving.wait(GATHER, for_pipe=False)
+        if not serving.read_pipe():
+            if serving.closed or draining:
+                break  # every writer closed it, or the parent is gone and the pipe is empty
+    for conn in serving.clients:
+        conn.close()
+    return serving.written
 
 
 def open_reporter(database: str | None) -> Reporter:
@@ -427,10 +719,17 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.nice(NICE)
     fd, parent = int(argv[0]), int(argv[1])
+    listener = None
+    if len(argv) > 3:
+        listener = socket.socket(fileno=int(argv[2]))
+        listener.setblocking(False)
     reporter = open_reporter(os.environ.get(DATABASE_ENV) or None)
     try:
-        serve(fd, parent, reporter)
+        serve(fd, parent, reporter, listener)
     finally:
+        if listener is not None:
+            listener.close()
+            shutil.rmtree(os.path.dirname(argv[3]), ignore_errors=True)
         reporter.close()
         os.close(fd)
     return 0

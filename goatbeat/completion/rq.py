@@ -17,9 +17,13 @@ else ``lost_after``).
 No database connection in the work horse: before its first fork, the worker's main process
 starts one reporter process (:mod:`goatbeat.completion.relay`) that owns the connection; each
 horse sends its reports over a pipe it inherits, in order with the main process's own
-(``lost``). With the reporter gone, a report is written directly, as before. The main process
+(``lost``). With the reporter gone, a report is written directly, as before. On PostgreSQL
+the idempotency guard of a horse also takes its key through the reporter
+(``delivery_begin``, committed before the reporter answers) and hands it its success, so a
+guarded horse opens no connection either; with no answer it takes the key on its own
+connection. The main process
 also imports what a guarded horse would import for each job (the idempotency guard's
-PostgreSQL ledger and psycopg; not the store, which only the fallback writes need), then
+PostgreSQL ledger, psycopg and the RQ adapter; not the store, which only the fallback writes need), then
 freezes its heap (``gc.freeze()``) before the first fork: each fork then copies and tears down
 a smaller parent whose objects the horse's collector never walks or touches. (RQ's
 ``SpawnWorker``, which does not fork, writes directly.)
@@ -58,9 +62,10 @@ def _reporter(database: str | None) -> RelayedReporter:
     return found
 
 
-_PRELOAD = ("goatbeat.idempotency.postgres",)
-"""What a guarded horse would import for each job: imported in the main process once, so no
-fork imports it again. Not the store: with the reporter up a horse never opens it, and a
+_PRELOAD = ("goatbeat.idempotency.postgres", "goatbeat.idempotency.rq")
+"""What a guarded horse would import for each job (the ledger, and the ``@idempotent``
+adapter the job's module imports): imported in the main process once, so no fork imports
+it again. Not the store: with the reporter up a horse never opens it, and a
 bigger parent costs every fork (measured: ~2 ms CPU per horse)."""
 
 
@@ -73,11 +78,17 @@ def _start_relay(database: str | None) -> None:
         for module in _PRELOAD:
             with contextlib.suppress(ImportError):
                 importlib.import_module(module)
+        with contextlib.suppress(Exception):
+            # The ledger's statements, parsed once here (a cache each horse would fill again:
+            # ~5-15 ms of CPU per guarded horse for reading and splitting queries.sql).
+            from goatbeat.stores import schema
+
+            schema.queries("postgres")
         # Once, before the first fork: what the parent holds moves to the permanent
         # generation, so no horse's collection walks it (and dirties its copied pages).
         gc.collect()
         gc.freeze()
-    reporter.start_relay()
+    reporter.start_relay(begins=True)
 
 
 def _before_fork() -> None:

@@ -41,7 +41,10 @@ key and releasing it after a failure stay synchronous, and so does the success o
 ``record="after"`` (which reads the ledger to decide) and of a lease with less than
 :data:`HANDOFF_MARGIN` left (a delivery after the lease would take a key whose success is
 still on its way). Without a reporter for the ledger's database (or with it gone or stuck),
-the success is committed at once, as it always was.
+the success is committed at once, as it always was. An RQ work horse also takes its key
+through the reporter (:mod:`goatbeat.core.handoff`'s begin: the reporter commits it before it
+answers), so it opens no connection; without an answer it takes the key itself, and a begin
+the reporter committed for this very delivery is then still its own.
 
 Neither makes the business effect exactly-once: a body that crashes halfway through its side
 effects has done half of them. Only an effect written in the same database transaction as the
@@ -62,7 +65,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from goatbeat.core.errors import InvalidValue
-from goatbeat.core.handoff import sender_for
+from goatbeat.core.handoff import beginner_for, sender_for
 from goatbeat.core.observability import log_event
 from goatbeat.core.skips import note_skip
 
@@ -202,14 +205,29 @@ class Guard:
         to skip (counted and logged as ``delivery.skipped``)."""
         owner = new_owner()
         began = time.monotonic()
-        if self.record == "before":
+        begin = beginner_for(getattr(self.ledger, "url", None))
+        asked = None
+        if begin is not None and self.record == "before":
+            lease = None if self.lease is None else self.lease.total_seconds()
+            asked = begin(key, owner, lease)
+        if asked is not None:
+            taken, state = asked
+        elif self.record == "before":
             taken = self.ledger.begin(key, owner=owner, lease=self.lease)
+            if not taken and begin is not None:
+                # The reporter may have committed this delivery's begin and not answered.
+                current = self.ledger.read(key)
+                taken = current is not None and (current.state, current.owner) == (
+                    "running",
+                    owner,
+                )
         else:
             current = self.ledger.read(key)
             taken = current is None or current.state != "succeeded"
         if taken:
             return Ticket(key, owner, began)
-        state = self.ledger.duplicate(key)
+        if asked is None:
+            state = self.ledger.duplicate(key)
         note_skip(key, state)
         log_event("delivery.skipped", idempotency_key=key, state=state, record=self.record)
         return None

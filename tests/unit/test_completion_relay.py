@@ -134,7 +134,7 @@ def test_a_long_error_is_cut_to_one_atomic_write_keeping_its_start() -> None:
     assert json.loads(_encode(short)) == short
 
 
-def test_an_rq_worker_parent_preloads_the_guard_but_not_the_store_and_freezes_before_its_first_fork(
+def test_an_rq_worker_parent_preloads_the_guard_and_its_statements_not_the_store_and_freezes(
     tmp_path: Path,
 ) -> None:
     # In a fresh interpreter (this one has imported everything): the worker's main process,
@@ -145,11 +145,14 @@ def test_an_rq_worker_parent_preloads_the_guard_but_not_the_store_and_freezes_be
     code = f"""
 import gc, json, sys
 import goatbeat.completion.rq as rq_completion
+from goatbeat.stores.schema import queries as schema_queries
 assert gc.get_freeze_count() == 0
 rq_completion._start_relay({url!r})
 frozen = gc.get_freeze_count()
 print(json.dumps({{
     "guard": "goatbeat.idempotency.postgres" in sys.modules,
+    "adapter": "goatbeat.idempotency.rq" in sys.modules,
+    "statements": schema_queries.cache_info().currsize,
     "store": "goatbeat.stores.postgres" in sys.modules or "goatbeat.stores.store" in sys.modules,
     "frozen": frozen,
 }}))
@@ -161,5 +164,9 @@ rq_completion._reporter({url!r}).relay.close()
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["guard"] is True
+    # What a guarded horse would load or parse for each job: the RQ adapter its job module
+    # imports, the ledger's statements (a cache each horse would fill again).
+    assert seen["adapter"] is True
+    assert seen["statements"] == 1
     assert seen["store"] is False
     assert seen["frozen"] > 0
