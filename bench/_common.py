@@ -18,9 +18,10 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
@@ -224,6 +225,24 @@ def migrate(dsn: str) -> None:
         store.migrate()
     finally:
         store.close()
+
+
+HOURLY = {"kind": "interval", "every": 3600.0, "anchor": None}
+"""An hourly interval trigger: each schedule due once in a bench's run."""
+
+
+@contextmanager
+def due_database(servers: Servers, label: str, n: int) -> Iterator[str]:
+    """A fresh migrated database holding ``n`` hourly schedules (``bench-0`` ...) all due a
+    second ago; its DSN, the database dropped afterwards."""
+    dsn = servers.new_database(label)
+    try:
+        migrate(dsn)
+        due = datetime.now(UTC) - timedelta(seconds=1)
+        insert_schedules(dsn, [f"bench-{i}" for i in range(n)], [HOURLY] * n, [due] * n)
+        yield dsn
+    finally:
+        servers.drop_database(dsn)
 
 
 def insert_schedules(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from typing import Any
 
 from bench._common import (
@@ -33,9 +33,8 @@ from bench._common import (
     Section,
     Servers,
     child_main,
+    due_database,
     fmt,
-    insert_schedules,
-    migrate,
     run_child,
     steady,
 )
@@ -213,16 +212,9 @@ HANDLERS = {"bare": child_bare, "goatbeat": child_goatbeat, "store": child_store
 
 
 def _one(servers: Servers, contender: str, n: int, profile: bool = False) -> dict[str, Any]:
-    dsn = servers.new_database("claim")
-    try:
-        migrate(dsn)
-        due = datetime.now(UTC) - timedelta(seconds=1)
-        spec = {"kind": "interval", "every": 3600.0, "anchor": None}
-        insert_schedules(dsn, [f"bench-{i}" for i in range(n)], [spec] * n, [due] * n)
+    with due_database(servers, "claim", n) as dsn:
         args = {"contender": contender, "n": n, "dsn": dsn, "profile": profile}
         out = run_child("bench_claim", args, timeout=900)
-    finally:
-        servers.drop_database(dsn)
     out["rate"] = out["claimed"] / out["seconds"] if out["seconds"] > 0 else None
     return out
 

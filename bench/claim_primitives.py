@@ -18,10 +18,10 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from bench._common import Servers, insert_schedules, migrate
+from bench._common import Servers, due_database
 
 N = 20_000
 BATCH = 500
@@ -77,12 +77,7 @@ def _round(servers: Servers) -> None:
     from goatbeat.core.model import SubmitOutcome
     from goatbeat.stores.postgres import PostgresStore
 
-    dsn = servers.new_database("claimsteps")
-    try:
-        migrate(dsn)
-        due = datetime.now(UTC) - timedelta(seconds=1)
-        spec = {"kind": "interval", "every": 3600.0, "anchor": None}
-        insert_schedules(dsn, [f"bench-{i}" for i in range(N)], [spec] * N, [due] * N)
+    with due_database(servers, "claimsteps", N) as dsn:
         store = PostgresStore(dsn)
         store.now()
         grant = store.acquire_lease("scheduler", "bench-steps", timedelta(minutes=10))
@@ -116,8 +111,6 @@ def _round(servers: Servers) -> None:
             print(f"  {name:18s} {total * 1000:8.1f} ms  {calls[name]:6d} calls  "
                   f"{total / batches * 1000:6.2f} ms a batch")  # fmt: skip
         store.close()
-    finally:
-        servers.drop_database(dsn)
 
 
 def main() -> None:
