@@ -430,6 +430,9 @@ class Scheduler:
         sleeps: list[float] = []
         self._stage = "lease"
         try:
+            self.upkeep.join(
+                lease=self.lease.name, shards=[] if self._balance is not None else None
+            )
             if self._single is not None:
                 became_leader = self._single.renew()
                 if not self._single.reign.held():

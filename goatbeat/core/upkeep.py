@@ -399,6 +399,14 @@ class Upkeep:
                 # than at their next renewal.
                 self._best_effort("heartbeat", self.store.notify, "lease:scheduler/joined")
 
+    def join(self, *, lease: str, shards: list[int] | None) -> None:
+        """Write the first heartbeat row (as a standby holding nothing) before this scheduler
+        claims anything. Schedulers of another shard count leave a live member's ``claimed``
+        rows to it (``pending()``); rows claimed before the member's first row would look like
+        a dead leader's and be sent again (a rolling change of ``shards``)."""
+        if self._beat is None:
+            self.heartbeat(False, None, lease=lease, shards=[] if shards is not None else None)
+
     def leave(self) -> None:
         """Take this scheduler's heartbeat row away (a graceful stop)."""
         if self._beat is not None:

@@ -310,9 +310,55 @@ def test_schedulers_of_different_shard_counts_never_claim_twice(
     resubmitted = sum(n - 1 for n in Counter(sub.keys).values() if n > 1)
     print(f"\n{len(rows)} occurrences, each claimed once; {resubmitted} resubmitted")
     assert {status for _n, _a, status in rows} == {"submitted"}
-    # Each generation leaves the other's claimed rows alone while it is alive (a row claimed
-    # in a newcomer's first iteration, before its first heartbeat, is the exception).
-    assert resubmitted <= 3
+    # Each generation leaves the other's claimed rows alone while it is alive; a newcomer
+    # writes its heartbeat row before its first claim (see the test below).
+    assert resubmitted == 0
+
+
+@pytest.mark.parametrize(("old", "new"), [(1, 2), (2, 1)], ids=["1-then-2", "2-then-1"])
+def test_a_newcomers_first_claims_are_not_sent_again_by_the_other_generation(
+    store: PostgresStore, pg_dsn: str, old: int, new: int
+) -> None:
+    """The window the rolling-change test above once fell into (CI: 4 resubmitted where 3
+    were allowed): a newcomer of another shard count claims in its first iteration, and the
+    running scheduler's pending() ran before the newcomer's first heartbeat row, took its
+    ``claimed`` rows for a dead leader's and sent them again. The newcomer now writes its
+    row before it claims anything; here the old generation runs an iteration exactly inside
+    that window (between the newcomer's claim and its submission)."""
+    for i in range(8):
+        store.create(
+            Schedule(name=f"w-{i}", task="json.dumps", trigger=IntervalTrigger(every=timedelta(seconds=1)))
+        )  # fmt: skip
+    old_sub, new_sub = Recording(), Recording()
+    beats = [Beat(pg_dsn, submitter=old_sub), Beat(pg_dsn, submitter=new_sub)]
+    knobs: dict[str, Any] = {
+        "lease_ttl": f"{TTL}s", "lease_renew_interval": f"{RENEW}s", "allowed_tasks": ["json.dumps"]
+    }  # fmt: skip
+    try:
+        running = beats[0].scheduler(scheduler_id="old", shards=old, **knobs)
+        assert running.run_once().leader
+        newcomer = beats[1].scheduler(scheduler_id="new", shards=new, **knobs)
+        claim_due = newcomer.store.claim_due
+        inside: list[int] = []
+
+        def claim_then_let_the_old_one_run(*args: Any, **kwargs: Any) -> Any:
+            result = claim_due(*args, **kwargs)
+            if result.occurrences and not inside:
+                inside.append(len(result.occurrences))
+                running.run_once()
+            return result
+
+        newcomer.store.claim_due = claim_then_let_the_old_one_run  # type: ignore[method-assign]
+        time.sleep(1.2)  # every schedule falls due again; only the newcomer claims this time
+        newcomer.run_once()
+        assert inside, "the newcomer claimed nothing: the window was not exercised"
+        sent_twice = set(old_sub.keys) & set(new_sub.keys)
+        assert not sent_twice, f"sent by both generations: {sorted(sent_twice)}"
+        assert len(new_sub.keys) >= inside[0]  # its claims, each sent once by the newcomer
+        assert len(new_sub.keys) == len(set(new_sub.keys))
+    finally:
+        for beat in beats:
+            beat.close()
 
 
 def test_the_cli_refuses_shards_on_sqlite_in_one_line(tmp_path: Any) -> None:
