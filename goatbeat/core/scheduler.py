@@ -430,11 +430,9 @@ class Scheduler:
         sleeps: list[float] = []
         self._stage = "lease"
         try:
-            self.upkeep.join(
-                lease=self.lease.name, shards=[] if self._balance is not None else None
-            )
             if self._single is not None:
                 became_leader = self._single.renew()
+                self._join()
                 if not self._single.reign.held():
                     self._error_streak = 0
                     return IterationResult(leader=False, sleep=self._single.standby_sleep())
@@ -442,6 +440,7 @@ class Scheduler:
             elif self._balance is not None:
                 self._watch.watch()
                 became_leader, standby_sleep = self._balance.balance()
+                self._join()
                 sleeps += [self.settings.lease_renew_interval.total_seconds(), standby_sleep]
             self._stage = "pending"
             for reign in self._held():
@@ -766,6 +765,19 @@ class Scheduler:
         return sleep
 
     # -- operations: heartbeat, misses, leader's checks, observers ------------------------------
+
+    def _join(self) -> None:
+        """The first heartbeat row, once the leases are taken and before anything is claimed:
+        schedulers of another shard count leave a live member's ``claimed`` rows to it
+        (``pending()``), and rows claimed before the member's first row would look like a
+        dead leader's and be sent again (a rolling change of ``shards``)."""
+        shards = None
+        if self._balance is not None:
+            shards = [i for i, reign in enumerate(self.reigns) if reign.held()]
+        tokens = [r.lease.grant.token for r in self.reigns if r.lease.grant and r.held()]
+        self.upkeep.join(
+            bool(tokens), tokens[0] if tokens else None, lease=self.lease.name, shards=shards
+        )
 
     def _after_iteration(self, result: IterationResult, duration: float) -> None:
         """What an iteration leaves for the operators; none of it may stop dispatch."""

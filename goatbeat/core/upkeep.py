@@ -399,13 +399,13 @@ class Upkeep:
                 # than at their next renewal.
                 self._best_effort("heartbeat", self.store.notify, "lease:scheduler/joined")
 
-    def join(self, *, lease: str, shards: list[int] | None) -> None:
-        """Write the first heartbeat row (as a standby holding nothing) before this scheduler
-        claims anything. Schedulers of another shard count leave a live member's ``claimed``
-        rows to it (``pending()``); rows claimed before the member's first row would look like
-        a dead leader's and be sent again (a rolling change of ``shards``)."""
+    def join(
+        self, leader: bool, token: int | None, *, lease: str, shards: list[int] | None
+    ) -> None:
+        """The first heartbeat row, written before this scheduler claims anything (see
+        :meth:`heartbeat` for the arguments); nothing once a row was written."""
         if self._beat is None:
-            self.heartbeat(False, None, lease=lease, shards=[] if shards is not None else None)
+            self.heartbeat(leader, token, lease=lease, shards=shards)
 
     def leave(self) -> None:
         """Take this scheduler's heartbeat row away (a graceful stop)."""
