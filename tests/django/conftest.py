@@ -84,6 +84,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _redis.stop()
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, and before it drops it: this process's connections
+    closed, and any other session on it ended (a thread's connection a test left open).
+    Otherwise the DROP DATABASE fails ("being accessed by other users"), which was seen when
+    the Django tests ran on a pytest-xdist worker that finished soon after them."""
+    yield
+    import psycopg
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        name = connections["default"].settings_dict["NAME"]
+        connections.close_all()
+    with psycopg.connect(os.environ["GOATBEAT_TEST_PG_DSN"], autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT pid, application_name, state, left(query, 80) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        ).fetchall()
+        for pid, *_ in ended:
+            # Waits (up to 5 s) until the backend has gone, so the drop that follows can run.
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+    if ended:
+        print(f"\nended {len(ended)} session(s) left on {name}: {ended}")
+
+
 @pytest.fixture
 def store(transactional_db: None) -> Iterator[Any]:
     """The project's store (PostgresStore over Django's connection), on a clean database."""
